@@ -1,0 +1,34 @@
+"""Per-notebook expectations for the notebook regression tests.
+
+Each notebook in ``notebooks/`` is executed with ``SMOKE=True`` by
+``tests/test_notebooks.py``. Every record it emits must be finite; the entry for the
+notebook's stem below adds what must be present and which bounds must hold.
+
+``required`` lists record keys that must be emitted; ``smoke`` maps keys to targets
+(a number or a comparison string such as ``">= 1.0"``) checked on the SMOKE run;
+``full`` maps keys to targets checked by ``hpcnb report`` and by
+``tests/test_notebooks.py::test_full_run`` when ``HPCNB_FULL=1``.
+
+Technique issues add their entry here (one per notebook; edit only your own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a notebook's SMOKE (and full) run must produce."""
+
+    required: tuple[str, ...] = ()
+    smoke: dict[str, float | str] = field(default_factory=dict)
+    full: dict[str, float | str] = field(default_factory=dict)
+
+
+EXPECTATIONS: dict[str, Expectation] = {
+    "00_tour": Expectation(
+        required=("tour.numba_vs_numpy", "tour.kernel_max_abs_error"),
+        smoke={"tour.kernel_max_abs_error": "<= 1e-9", "tour.numba_vs_numpy": "> 0"},
+    ),
+}
