@@ -108,8 +108,8 @@ def digits(seed: int = 0, val_fraction: float = 0.15, test_fraction: float = 0.2
     y = bunch.target.astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(y))
     x, y = x[order], y[order]
-    n_test = int(round(len(y) * test_fraction))
-    n_val = int(round(len(y) * val_fraction))
+    n_test = round(len(y) * test_fraction)
+    n_val = round(len(y) * val_fraction)
     return DigitsSplit(
         x_train=x[n_test + n_val :],
         y_train=y[n_test + n_val :],

@@ -1,0 +1,204 @@
+"""The ``hpcnb`` command: list, run, sweep and report notebooks; technique tools.
+
+Sub-commands::
+
+    hpcnb list
+    hpcnb run [NOTEBOOK...] [-p NAME VALUE]... [--smoke] [--out DIR] [--timeout S]
+    hpcnb sweep NOTEBOOK --grid GRID.yaml [--workers N] [--scheduler ADDRESS] [--out DIR]
+    hpcnb report RUN_DIR
+    hpcnb strip [NOTEBOOK...]
+
+Technique packages add their own sub-commands (``hpcnb batchsim ...``,
+``hpcnb perfmodel ...``) through a ``register(subparsers)`` function in their
+``cli`` module, listed in :data:`TECHNIQUE_CLIS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpcnb.parameters import ParameterError, notebook_parameters
+from hpcnb.records import format_record, read_record_details
+
+__all__ = ["TECHNIQUE_CLIS", "build_parser", "main", "strip_notebook"]
+
+#: Modules whose ``register(subparsers)`` adds a technique's sub-command.
+TECHNIQUE_CLIS: tuple[str, ...] = ("hpcnb.batchsim.cli", "hpcnb.perfmodel.cli")
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from hpcnb.runner import default_notebooks
+
+    for path in default_notebooks():
+        print(path.stem)
+        try:
+            params = notebook_parameters(path)
+        except ParameterError as exc:
+            print(f"    error: {exc}")
+            continue
+        for p in params:
+            print(f"    {p.name}: {p.type} = {p.default!r}  # {p.comment}")
+    return 0
+
+
+def _print_records_table(results: Sequence[object]) -> None:
+    for result in results:
+        details = []
+        output = Path(result.output)  # type: ignore[attr-defined]
+        if output.exists():
+            try:
+                details = read_record_details(output)
+            except ValueError as exc:
+                print(f"{result.notebook}: records unreadable: {exc}")  # type: ignore[attr-defined]
+        for rec in details:
+            print(f"  {format_record(rec)}")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from hpcnb.report import render_report
+    from hpcnb.runner import prepare, run_notebooks, timestamped_dir
+
+    overrides = dict(args.param or [])
+    try:
+        prepare(args.notebooks, overrides, smoke=args.smoke)
+    except (ParameterError, FileNotFoundError) as exc:
+        print(f"hpcnb run: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else timestamped_dir()
+    results = run_notebooks(
+        args.notebooks, overrides, smoke=args.smoke, out=out, timeout=args.timeout,
+        progress=not args.no_progress,
+    )  # fmt: skip
+    for result in results:
+        where = f" (cell {result.cell})" if result.cell is not None else ""
+        line = f"{result.notebook}: {result.status} in {result.seconds:.1f} s"
+        print(line + (f"{where}: {result.error}" if not result.ok else ""))
+        _print_records_table([result])
+    report = render_report(out)
+    (out / "report.md").write_text(report)
+    print(f"\nrun folder: {out}\nreport: {out / 'report.md'}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from hpcnb.sweep import load_grid, sweep
+
+    try:
+        grid = load_grid(args.grid)
+        table = sweep(
+            args.notebook, grid, workers=args.workers, scheduler=args.scheduler, out=args.out,
+            smoke=args.smoke, timeout=args.timeout,
+        )  # fmt: skip
+    except (ParameterError, FileNotFoundError) as exc:
+        print(f"hpcnb sweep: {exc}", file=sys.stderr)
+        return 2
+    print(table.to_string(index=False))
+    return 0 if (table["status"] == "ok").all() else 1
+
+
+def _cmd_strip(args: argparse.Namespace) -> int:
+    from hpcnb.runner import default_notebooks
+
+    paths = [Path(p) for p in args.notebooks] or default_notebooks()
+    for path in paths:
+        if strip_notebook(path):
+            print(f"stripped {path}")
+    return 0
+
+
+def strip_notebook(path: str | Path) -> bool:
+    """Clear outputs and execution counts of a notebook in place, keeping cell tags.
+
+    Returns:
+        Whether the file changed.
+    """
+    import nbformat
+
+    path = Path(path)
+    before = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(before, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+        for key in ("execution", "collapsed", "scrolled"):
+            cell.metadata.pop(key, None)
+    nb.metadata.pop("papermill", None)
+    after = nbformat.writes(nb) + "\n"
+    if after != before:
+        path.write_text(after, encoding="utf-8")
+        return True
+    return False
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from hpcnb.report import render_report
+
+    try:
+        print(render_report(args.run_dir), end="")
+    except FileNotFoundError as exc:
+        print(f"hpcnb report: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``hpcnb`` command."""
+    parser = argparse.ArgumentParser(prog="hpcnb", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list notebooks and their parameters")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("run", help="execute notebooks with papermill")
+    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
+    p.add_argument("--smoke", action="store_true", help="run with SMOKE=True")
+    p.add_argument("--out", help="run folder (default papermill_runs/<UTC timestamp>)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per notebook")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("sweep", help="run a notebook over a parameter grid on Dask")
+    p.add_argument("notebook")
+    p.add_argument("--grid", required=True, help="YAML mapping NAME: [values]")
+    p.add_argument("--workers", type=int, default=2, help="local Dask worker processes")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
+    p.add_argument("--out", default=None)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--timeout", type=float, default=None)
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("strip", help="clear outputs and execution counts, keep cell tags")
+    p.add_argument("notebooks", nargs="*", help="notebook files (default: all)")
+    p.set_defaults(func=_cmd_strip)
+
+    p = sub.add_parser("report", help="markdown summary of a run folder")
+    p.add_argument("run_dir")
+    p.set_defaults(func=_cmd_report)
+
+    for module_name in TECHNIQUE_CLIS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            # Only a technique package that is not there at all is skipped; a broken
+            # import inside one that exists propagates.
+            if exc.name is None or not module_name.startswith(exc.name):
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hpcnb`` command line; return the exit status."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

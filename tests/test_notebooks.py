@@ -1,0 +1,68 @@
+"""Notebook hygiene and regression: every notebook runs in SMOKE mode through the runner."""
+
+import json
+import math
+import os
+import re
+
+import pytest
+
+from conftest import NOTEBOOKS
+from hpcnb.parameters import notebook_parameters, parameters_cell
+from hpcnb.records import target_met
+from hpcnb.runner import execute_notebook
+from notebook_expectations import EXPECTATIONS
+
+PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+IDS = [p.stem for p in PATHS]
+SMOKE_TIMEOUT = float(os.environ.get("HPCNB_SMOKE_TIMEOUT", "300"))
+_ABSOLUTE = re.compile(r"(?<![\w.])(/(home|root|work|tmp|Users|usr|opt)/|[A-Z]:\\\\)")
+
+
+def test_there_are_notebooks():
+    assert PATHS and PATHS[0].stem == "00_tour"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_hygiene(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert re.fullmatch(r"\d\d_[a-z0-9_]+", path.stem), "name must be NN_short_name"
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    parameters_cell(nb, path)  # exactly one parameters cell
+    names = {p.name for p in notebook_parameters(path)}
+    assert {"SMOKE", "SEED"} <= names
+    for p in notebook_parameters(path):
+        assert p.comment, f"parameter {p.name} has no comment"
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs"), f"cell {index} has stored outputs"
+            assert cell.get("execution_count") is None, f"cell {index} has an execution count"
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        assert not _ABSOLUTE.search(text), f"cell {index} holds an absolute path"
+    assert path.stem in EXPECTATIONS, f"add an entry for {path.stem} to notebook_expectations.py"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_smoke_run(path, tmp_path):
+    result = execute_notebook(
+        path, tmp_path / path.name, {"SMOKE": True}, timeout=SMOKE_TIMEOUT, progress=False
+    )
+    assert result.ok, f"{path.stem}: {result.status} (cell {result.cell}): {result.error}"
+    for key, value in result.records.items():
+        assert math.isfinite(value), f"{key} = {value}"
+    expectation = EXPECTATIONS[path.stem]
+    missing = set(expectation.required) - set(result.records)
+    assert not missing, f"records missing: {sorted(missing)}"
+    for key, target in expectation.smoke.items():
+        assert key in result.records, f"{key} not recorded"
+        assert target_met(result.records[key], target), f"{key} = {result.records[key]} !{target}"
+
+
+@pytest.mark.skipif(os.environ.get("HPCNB_FULL") != "1", reason="full runs only with HPCNB_FULL=1")
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_full_run(path, tmp_path):
+    result = execute_notebook(path, tmp_path / path.name, {}, timeout=900, progress=False)
+    assert result.ok, f"{path.stem}: {result.status} (cell {result.cell}): {result.error}"
+    for key, target in EXPECTATIONS[path.stem].full.items():
+        assert target_met(result.records[key], target), f"{key} = {result.records[key]} !{target}"
