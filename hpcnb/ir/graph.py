@@ -1,0 +1,288 @@
+"""The IR data model: :class:`Node`, :class:`Graph`, :class:`ChannelGroup`, :class:`ParamSlice`.
+
+A :class:`Graph` is the result of :func:`hpcnb.ir.trace`: a list of nodes in
+topological order, one per ``torch.fx`` node, each with an op kind from
+:data:`KINDS`, shapes, parameter count, FLOPs and bytes.
+
+Op-kind vocabulary (:data:`KINDS`):
+
+========== ==============================================================
+input      a graph input (placeholder)
+output     the graph output
+param      a parameter or buffer used directly (``get_attr``)
+conv       ``nn.Conv1d/2d/3d``, ``F.conv*``
+linear     ``nn.Linear``, ``F.linear``
+matmul     ``torch.matmul``, ``@``, ``bmm``, ``mm``, ``einsum``
+attention  a multi-head attention leaf (q/k/v/out projections and core)
+norm       batch/layer/group/RMS norm
+activation ReLU, GELU, SiLU, sigmoid, tanh, softplus, ...
+softmax    softmax / log-softmax
+pool       max / average / adaptive pooling
+add        ``+``, ``-`` (elementwise, broadcasting)
+mul        ``*``, ``/`` (elementwise, broadcasting)
+concat     ``torch.cat`` / ``stack``
+split      ``chunk``, ``split``, ``unbind``
+getitem    indexing / slicing / picking a tuple element
+reshape    view, reshape, flatten, permute, transpose, contiguous, expand, ...
+reduce     mean, sum, amax over axes
+embedding  ``nn.Embedding``
+scan       a sequential-scan leaf (selective SSM)
+dropout    dropout (identity at inference)
+identity   ``nn.Identity``
+size       ``x.size()``, ``x.shape`` and arithmetic on sizes (no tensor)
+other      anything we cannot cost; listed by :meth:`Graph.unsupported`
+========== ==============================================================
+
+FLOPs: a multiply-add counts 2. Convolution, linear, matmul and attention
+count ``2 * MACs`` and exclude bias additions, exactly as
+``torch.utils.flop_counter.FlopCounterMode``; elementwise ops count one FLOP
+per output element (norms 2 for batch norm, 5 for layer/RMS/group norm,
+softmax 3, pooling the window size per output element, reductions one per
+input element). Shape ops, dropout, identity, embedding lookups and params
+cost 0 FLOPs (they are costed, not unsupported). Bytes read are the bytes of
+the input tensors plus the node's own parameters and buffers; bytes written
+are the bytes of its output tensors.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch.fx
+
+__all__ = ["KINDS", "ChannelGroup", "Graph", "IRTraceError", "Node", "ParamSlice"]
+
+KINDS: tuple[str, ...] = (
+    "input",
+    "output",
+    "param",
+    "conv",
+    "linear",
+    "matmul",
+    "attention",
+    "norm",
+    "activation",
+    "softmax",
+    "pool",
+    "add",
+    "mul",
+    "concat",
+    "split",
+    "getitem",
+    "reshape",
+    "reduce",
+    "embedding",
+    "scan",
+    "dropout",
+    "identity",
+    "size",
+    "other",
+)
+
+#: Kinds whose FLOPs ``FlopCounterMode`` counts (and ours must match).
+COUNTED_KINDS: tuple[str, ...] = ("conv", "linear", "matmul", "attention")
+
+
+class IRTraceError(RuntimeError):
+    """A model could not be traced or analysed; the message names the module and the reason."""
+
+
+@dataclass
+class Node:
+    """One IR node (one ``torch.fx`` node).
+
+    Attributes:
+        name: The fx node name (unique in the graph).
+        kind: Op kind from :data:`KINDS`.
+        op: The fx opcode ("placeholder", "call_module", "call_function", ...).
+        target: Readable target (module class name, function or method name).
+        module: Module path ("layer1.0.conv1"), or the enclosing module path for
+            functions called inside a module's forward ("" at the top level).
+        inputs: Names of the nodes this node reads.
+        in_shapes: Shapes of the tensor inputs, in order.
+        out_shape: Shape of the (first) tensor output; () for non-tensors.
+        out_shapes: Shapes of all tensor outputs (tuples for chunk/split).
+        dtype: dtype of the (first) output tensor, e.g. "float32"; "" for non-tensors.
+        params: Number of parameter elements owned by the node's module.
+        flops: FLOPs of one call (multiply-add = 2).
+        bytes_read: Bytes of tensor inputs plus own parameters/buffers.
+        bytes_written: Bytes of tensor outputs.
+    """
+
+    name: str
+    kind: str
+    op: str
+    target: str
+    module: str = ""
+    inputs: list[str] = field(default_factory=list)
+    in_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    out_shape: tuple[int, ...] = ()
+    out_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    dtype: str = ""
+    params: int = 0
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+
+@dataclass(frozen=True)
+class ParamSlice:
+    """The part of a parameter (or buffer) tensor that one channel group slices.
+
+    Group element ``i`` covers indices ``offset + i*unit ... offset + (i+1)*unit - 1``
+    of axis ``axis`` of tensor ``param`` (``unit`` is 1 except for attention
+    heads, where it is the head width).
+
+    Attributes:
+        param: Qualified name in the model's ``state_dict`` ("layer1.0.conv1.weight").
+        axis: Tensor axis that is sliced.
+        offset: First index covered along ``axis``.
+        length: Number of group elements covered (equals the group's size).
+        unit: Tensor indices per group element.
+    """
+
+    param: str
+    axis: int
+    offset: int
+    length: int
+    unit: int = 1
+
+    def indices(self, keep: list[int] | None = None) -> list[int]:
+        """Tensor indices along ``axis`` for the kept group elements (all when None)."""
+        elems = range(self.length) if keep is None else keep
+        return [self.offset + i * self.unit + j for i in elems for j in range(self.unit)]
+
+
+@dataclass(frozen=True)
+class ChannelGroup:
+    """Dimensions that must shrink together (found by graph traversal).
+
+    Attributes:
+        id: Stable id ("g0", "g1", ... in order of first appearance).
+        size: Number of channels / hidden units / heads.
+        kind: "channel" (conv feature maps), "hidden" (linear features) or "head".
+        members: The parameter slices the group ties together.
+        prunable: False when the group touches the model input or output, or an
+            op whose channel mapping is unknown (e.g. a channel shuffle reshape).
+        reason: Why the group is not prunable ("" when it is).
+        modules: Module paths of the members, in order, without repeats.
+    """
+
+    id: str
+    size: int
+    kind: str
+    members: tuple[ParamSlice, ...]
+    prunable: bool
+    reason: str = ""
+    modules: tuple[str, ...] = ()
+
+
+@dataclass
+class Graph:
+    """A traced model: nodes in topological order plus the fx module they came from.
+
+    Attributes:
+        nodes: IR nodes in topological order.
+        gm: The ``torch.fx.GraphModule`` produced by tracing.
+        leaf_modules: Module paths traced as leaves.
+    """
+
+    nodes: list[Node]
+    gm: torch.fx.GraphModule
+    leaf_modules: tuple[str, ...] = ()
+    _groups: list[ChannelGroup] | None = field(default=None, repr=False)
+    _analysis: Any = field(default=None, repr=False)
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``; KeyError naming the known nodes otherwise."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r}; nodes are {[n.name for n in self.nodes][:20]} ...")
+
+    def total_flops(self) -> int:
+        """Sum of node FLOPs (ops of kind "other" are excluded; see :meth:`unsupported`)."""
+        return sum(n.flops for n in self.nodes)
+
+    def total_params(self) -> int:
+        """Number of parameter elements used by the graph (shared parameters once)."""
+        return int(sum(p.numel() for p in self.gm.parameters()))
+
+    def activation_bytes(self) -> int:
+        """Sum of the output bytes of all nodes (activation memory of one forward)."""
+        return sum(n.bytes_written for n in self.nodes if n.kind not in ("output", "size"))
+
+    def flops_by_kind(self) -> dict[str, int]:
+        """Total FLOPs per op kind (kinds with no nodes are omitted)."""
+        out: Counter[str] = Counter()
+        for n in self.nodes:
+            out[n.kind] += n.flops
+        return dict(out)
+
+    def flops_by_module(self, depth: int | None = None) -> dict[str, int]:
+        """Total FLOPs per module path, optionally truncated to ``depth`` path components.
+
+        Args:
+            depth: Keep only the first ``depth`` dotted components (None: full path).
+
+        Returns:
+            ``{module path: flops}``; top-level functions are under "".
+        """
+        out: Counter[str] = Counter()
+        for n in self.nodes:
+            path = n.module if depth is None else ".".join(n.module.split(".")[:depth])
+            out[path] += n.flops
+        return dict(out)
+
+    def count_by_kind(self) -> dict[str, int]:
+        """Number of nodes per op kind."""
+        return dict(Counter(n.kind for n in self.nodes))
+
+    def unsupported(self) -> list[Node]:
+        """Nodes of kind "other": ops whose cost is unknown (never silently zero)."""
+        return [n for n in self.nodes if n.kind == "other"]
+
+    def groups(self) -> list[ChannelGroup]:
+        """Channel-dependency groups found by traversing the graph (cached).
+
+        Returns:
+            Every group, prunable or not, in order of first appearance.
+        """
+        if self._groups is None:
+            from hpcnb.ir.groups import analyse_channels
+
+            self._analysis = analyse_channels(self)
+            self._groups = self._analysis.groups
+        return self._groups
+
+    def group(self, group_id: str) -> ChannelGroup:
+        """The group with id ``group_id``."""
+        for g in self.groups():
+            if g.id == group_id:
+                return g
+        raise KeyError(f"no channel group {group_id!r}; ids are g0..g{len(self.groups()) - 1}")
+
+    def prunable_groups(self) -> list[ChannelGroup]:
+        """The groups with ``prunable`` True."""
+        return [g for g in self.groups() if g.prunable]
+
+    def blocks(self) -> list[str]:
+        """Ids of skippable residual blocks (output = input + f(input)), in graph order."""
+        from hpcnb.ir.blocks import find_blocks
+
+        return [b.id for b in find_blocks(self)]
+
+    def summary(self) -> str:
+        """A short text table: nodes, params, FLOPs, top kinds."""
+        kinds = sorted(self.flops_by_kind().items(), key=lambda kv: -kv[1])[:6]
+        lines = [
+            f"{len(self.nodes)} nodes, {self.total_params():,} params, "
+            f"{self.total_flops() / 1e6:.2f} MFLOPs, {self.activation_bytes() / 1e6:.2f} MB act",
+            "FLOPs by kind: " + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in kinds),
+        ]
+        if self.unsupported():
+            lines.append("unsupported: " + ", ".join(n.name for n in self.unsupported()))
+        return "\n".join(lines)

@@ -1,0 +1,273 @@
+"""``trace``: torch.fx symbolic trace, shape propagation, op kinds and costs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from hpcnb.ir.costs import classify, node_flops, target_name, tensor_bytes
+from hpcnb.ir.graph import Graph, IRTraceError, Node
+
+__all__ = ["trace"]
+
+LeafSpec = type | str
+
+
+def _is_ir_leaf(module: nn.Module) -> bool:
+    return isinstance(getattr(module, "ir_kind", None), str) and hasattr(module, "ir_channels")
+
+
+class _ScopedTracer(fx.Tracer):
+    """fx tracer that remembers the enclosing module of every node and names failing modules."""
+
+    def __init__(self, leaf_types: tuple[type, ...], leaf_names: frozenset[str]) -> None:
+        super().__init__()
+        self.leaf_types = leaf_types
+        self.leaf_names = leaf_names
+        self._ir_scope: list[str] = []
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self.leaf_names:
+            return True
+        if self.leaf_types and isinstance(m, self.leaf_types):
+            return True
+        if _is_ir_leaf(m):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def call_module(
+        self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        path = self.path_of_module(m)
+        self._ir_scope.append(path)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except IRTraceError:
+            raise
+        except Exception as err:  # fx raises TraceError, TypeError, ... from user code
+            raise IRTraceError(_explain(path, type(m).__name__, err)) from err
+        finally:
+            self._ir_scope.pop()
+
+    def create_node(self, *args: Any, **kwargs: Any) -> fx.Node:
+        node = super().create_node(*args, **kwargs)
+        node.meta["scope"] = self._ir_scope[-1] if self._ir_scope else ""
+        return node
+
+
+def _explain(path: str, cls: str, err: Exception) -> str:
+    where = f"module '{path}' ({cls})" if path else f"the top-level forward of {cls}"
+    hint = (
+        f"trace(model, inputs, leaf_modules=({path!r},)) or leaf_modules=({cls},)"
+        if path
+        else "move the data-dependent part into a sub-module and pass it in leaf_modules"
+    )
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return (
+        f"torch.fx cannot trace {where}: {type(err).__name__}: {first}. "
+        "Data-dependent control flow (if/for on tensor values or shapes) cannot be traced "
+        f"symbolically; treat the module as an opaque leaf: {hint}."
+    )
+
+
+class _Recorder(fx.Interpreter):
+    """Runs the traced module once, keeping every node's concrete output (tensors as meta)."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.values: dict[str, Any] = {}
+        self.args: dict[str, tuple[Any, ...]] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        args, _ = self.fetch_args_kwargs_from_env(n)
+        self.args[n.name] = tuple(_meta(a) for a in args)
+        try:
+            out = super().run_node(n)
+        except Exception as err:
+            where = n.meta.get("scope", "") or n.name
+            raise IRTraceError(
+                f"shape propagation failed at node '{n.name}' (in module '{where}', "
+                f"target {target_name(n.target)}): {type(err).__name__}: {err}"
+            ) from err
+        self.values[n.name] = _meta(out)
+        return out
+
+
+class TensorMeta:
+    """Shape, dtype and byte size of a tensor seen during shape propagation."""
+
+    __slots__ = ("dtype", "nbytes", "shape")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.shape = tuple(int(s) for s in t.shape)
+        self.dtype = str(t.dtype).removeprefix("torch.")
+        self.nbytes = tensor_bytes(t)
+
+    def __repr__(self) -> str:
+        return f"TensorMeta({self.shape}, {self.dtype})"
+
+
+def _meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return TensorMeta(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_meta(v) for v in value)
+    return value
+
+
+def _tensors(value: Any) -> list[TensorMeta]:
+    if isinstance(value, TensorMeta):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _split_leaves(
+    leaf_modules: Iterable[LeafSpec], model: nn.Module
+) -> tuple[tuple[type, ...], frozenset[str]]:
+    names = {path for path, _ in model.named_modules()}
+    types: list[type] = []
+    paths: set[str] = set()
+    for item in leaf_modules:
+        if isinstance(item, type):
+            types.append(item)
+        elif isinstance(item, str):
+            if item not in names:
+                raise ValueError(
+                    f"leaf_modules: {item!r} is not a sub-module path of {type(model).__name__}"
+                )
+            paths.add(item)
+        else:
+            raise TypeError(f"leaf_modules: expected module types or paths, got {item!r}")
+    return tuple(types), frozenset(paths)
+
+
+def trace(
+    model: nn.Module,
+    example_inputs: torch.Tensor | Sequence[torch.Tensor],
+    *,
+    leaf_modules: Iterable[LeafSpec] = (),
+) -> Graph:
+    """Trace ``model`` with torch.fx and annotate every node with kind, shapes and costs.
+
+    Args:
+        model: The model (put it in eval mode for inference costs).
+        example_inputs: One tensor, or a tuple of tensors, for ``model.forward``.
+        leaf_modules: Module types or sub-module paths to keep opaque (not traced into);
+            unknown leaves get kind "other".
+
+    Returns:
+        The IR graph.
+
+    Raises:
+        IRTraceError: If fx cannot trace a module (the message names it and suggests
+            ``leaf_modules``) or shape propagation fails.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"trace: model must be an nn.Module, got {type(model).__name__}")
+    inputs = (
+        (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    )
+    leaf_types, leaf_names = _split_leaves(leaf_modules, model)
+    tracer = _ScopedTracer(leaf_types, leaf_names)
+    try:
+        fx_graph = tracer.trace(model)
+    except IRTraceError:
+        raise
+    except Exception as err:
+        raise IRTraceError(_explain("", type(model).__name__, err)) from err
+    gm = fx.GraphModule(tracer.root, fx_graph, type(model).__name__)
+    recorder = _Recorder(gm)
+    with torch.no_grad():
+        recorder.run(*inputs)
+    modules = dict(gm.named_modules())
+    nodes: list[Node] = []
+    for n in gm.graph.nodes:
+        nodes.append(_make_node(n, gm, modules, recorder))
+    leaves = tuple(
+        p
+        for p, m in model.named_modules()
+        if p in leaf_names or (leaf_types and isinstance(m, leaf_types))
+    )
+    return Graph(nodes=nodes, gm=gm, leaf_modules=leaves)
+
+
+def _make_node(
+    n: fx.Node, gm: fx.GraphModule, modules: dict[str, nn.Module], rec: _Recorder
+) -> Node:
+    value = rec.values.get(n.name)
+    outs = _tensors(value) if n.op != "output" else []
+    module = modules.get(str(n.target)) if n.op == "call_module" else None
+    kind = classify(n.op, n.target, module, bool(outs) or n.op == "output")
+    inputs = [a.name for a in n.all_input_nodes]
+    in_metas = [m for a in n.all_input_nodes for m in _tensors(rec.values.get(a.name))]
+    if kind == "getitem":
+        in_metas = (
+            in_metas[:1]
+            if n.args and isinstance(rec.values.get(n.args[0].name), TensorMeta)
+            else [o for o in outs]
+        )
+    in_shapes = [m.shape for m in in_metas]
+    out_shape = outs[0].shape if outs else ()
+    params = 0
+    own_bytes = 0
+    if module is not None:
+        params = sum(p.numel() for p in module.parameters())
+        own_bytes = sum(tensor_bytes(t) for t in (*module.parameters(), *module.buffers()))
+    path = str(n.target) if n.op == "call_module" else n.meta.get("scope", "")
+    if n.op == "get_attr":
+        tensor = _fetch_attr(gm, str(n.target))
+        path = str(n.target).rpartition(".")[0]
+        if isinstance(tensor, nn.Parameter):
+            params = tensor.numel()
+    args = rec.args.get(n.name, ())
+    if kind in ("other", "size", "input", "output", "param"):
+        flops = 0
+    else:
+        try:
+            flops = node_flops(kind, n.target, module, in_shapes, out_shape, _concrete(args))
+        except Exception as err:
+            raise IRTraceError(
+                f"cannot cost node '{n.name}' (kind {kind}, module '{path}'): "
+                f"{type(err).__name__}: {err}"
+            ) from err
+    bytes_read = sum(m.nbytes for m in in_metas) + own_bytes
+    bytes_written = 0 if kind in ("param", "size", "output") else sum(o.nbytes for o in outs)
+    if kind == "param":
+        bytes_read = sum(o.nbytes for o in outs)
+    return Node(
+        name=n.name,
+        kind=kind,
+        op=n.op,
+        target=type(module).__name__ if module is not None else target_name(n.target),
+        module=path,
+        inputs=inputs,
+        in_shapes=in_shapes,
+        out_shape=out_shape,
+        out_shapes=[o.shape for o in outs],
+        dtype=outs[0].dtype if outs else "",
+        params=params,
+        flops=int(flops),
+        bytes_read=int(bytes_read),
+        bytes_written=int(bytes_written),
+    )
+
+
+def _concrete(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    class _Shaped:
+        def __init__(self, shape: tuple[int, ...]) -> None:
+            self.shape = shape
+
+    return tuple(_Shaped(a.shape) if isinstance(a, TensorMeta) else a for a in args)
+
+
+def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj

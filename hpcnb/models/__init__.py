@@ -1,0 +1,29 @@
+"""Model zoo: our own compact definitions of common architectures (no torchvision).
+
+``ZOO`` maps a name to a :class:`ModelSpec` with ``build(size)`` and
+``example_input(size, batch)``; the factory functions build any size.
+"""
+
+from hpcnb.models.cnn import densenet, mobilenet_v2, resnet50_like, resnet_cifar, shufflenet, vgg
+from hpcnb.models.layers import ChannelShuffle, MultiHeadSelfAttention, SelectiveScan
+from hpcnb.models.sequence import mamba, mlp, mlp_mixer, vit
+from hpcnb.models.zoo import SIZES, ZOO, ModelSpec
+
+__all__ = [
+    "SIZES",
+    "ZOO",
+    "ChannelShuffle",
+    "ModelSpec",
+    "MultiHeadSelfAttention",
+    "SelectiveScan",
+    "densenet",
+    "mamba",
+    "mlp",
+    "mlp_mixer",
+    "mobilenet_v2",
+    "resnet50_like",
+    "resnet_cifar",
+    "shufflenet",
+    "vgg",
+    "vit",
+]
