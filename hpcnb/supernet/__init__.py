@@ -1,0 +1,96 @@
+"""OSF: weight-sharing supernets from pretrained models, samplers, fork-join training, search.
+
+Reproduces "OSF: Optimized Supernet Formation" (Sixing Yu et al.): a model is converted
+into a supernet through the IR's channel groups and residual blocks
+(:meth:`Supernet.from_model`), subnets are real smaller modules extracted by graph
+traversal, training uses the sandwich rule with in-place distillation and uniform,
+sandwich or prioritised samplers, several subnets train concurrently on shared weights
+with a fork-join step whose join is a coverage-count average (MPI ``Allreduce``), and
+evolutionary or exhaustive search returns Pareto fronts.
+"""
+
+from hpcnb.supernet.benchmark import ModelComparison, ModelMeasurement, compare_models, time_call
+from hpcnb.supernet.forkjoin import (
+    LocalResult,
+    assign_subnets,
+    coverage_average,
+    distill_loss,
+    fork_join_step,
+    last_writer_step,
+    local_gradients,
+)
+from hpcnb.supernet.mpi import ForkJoinJob, mpiexec_command, run_job, run_local, run_mpi, write_job
+from hpcnb.supernet.samplers import PrioritizedSampler, Sampler, SandwichSampler, UniformSampler
+from hpcnb.supernet.search import (
+    Candidate,
+    SearchResult,
+    crowding_distance,
+    evolutionary_search,
+    exhaustive_search,
+    pareto_front,
+    pareto_ranks,
+)
+from hpcnb.supernet.sharing import FlatParameters, SubnetBinding, bind_subnet
+from hpcnb.supernet.space import Dimension, SearchSpace, SubnetConfig, width_choices
+from hpcnb.supernet.supernet import Supernet
+from hpcnb.supernet.training import (
+    SupernetTrainConfig,
+    TrainLog,
+    accuracy,
+    batches,
+    make_optimizer,
+    recalibrate_norm,
+    selective_recall,
+    subnet_accuracy,
+    train_model,
+    train_supernet,
+)
+
+__all__ = [
+    "Candidate",
+    "Dimension",
+    "FlatParameters",
+    "ForkJoinJob",
+    "LocalResult",
+    "ModelComparison",
+    "ModelMeasurement",
+    "PrioritizedSampler",
+    "Sampler",
+    "SandwichSampler",
+    "SearchResult",
+    "SearchSpace",
+    "SubnetBinding",
+    "SubnetConfig",
+    "Supernet",
+    "SupernetTrainConfig",
+    "TrainLog",
+    "UniformSampler",
+    "accuracy",
+    "assign_subnets",
+    "batches",
+    "bind_subnet",
+    "compare_models",
+    "coverage_average",
+    "crowding_distance",
+    "distill_loss",
+    "evolutionary_search",
+    "exhaustive_search",
+    "fork_join_step",
+    "last_writer_step",
+    "local_gradients",
+    "make_optimizer",
+    "mpiexec_command",
+    "pareto_front",
+    "pareto_ranks",
+    "recalibrate_norm",
+    "run_job",
+    "run_local",
+    "run_mpi",
+    "selective_recall",
+    "subnet_accuracy",
+    "time_call",
+    "train_model",
+    "train_supernet",
+    "width_choices",
+    "write_job",
+]

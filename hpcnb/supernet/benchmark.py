@@ -1,0 +1,168 @@
+"""Side-by-side measurement of a subnet against its full model on the CPU.
+
+:func:`compare_models` measures, in one run and with the same thread count, each
+model's FLOPs (from the IR), accuracy on held-out data, latency (batch of one) and
+throughput (a large batch), as medians over repeats after a warm-up, and derives the
+ratios the OSF paper reports: FLOPs reduction, throughput gain and latency reduction.
+The two models are timed in interleaved rounds so that load from other processes on a
+shared machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .training import accuracy
+
+__all__ = ["ModelComparison", "ModelMeasurement", "compare_models", "time_call"]
+
+
+@dataclass(frozen=True)
+class ModelMeasurement:
+    """One model's numbers.
+
+    Attributes:
+        flops: FLOPs of one example (multiply-add = 2).
+        params: Trainable parameters.
+        accuracy: Top-1 accuracy on the held-out set.
+        latency_s: Median seconds for a batch of one.
+        throughput: Median examples per second at the throughput batch size.
+    """
+
+    flops: float
+    params: int
+    accuracy: float
+    latency_s: float
+    throughput: float
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    """A subnet against the full model, measured in the same run.
+
+    Attributes:
+        full: The full model's numbers.
+        subnet: The subnet's numbers.
+        threads: Torch threads used for timing.
+    """
+
+    full: ModelMeasurement
+    subnet: ModelMeasurement
+    threads: int
+
+    @property
+    def flops_reduction(self) -> float:
+        """``1 - subnet FLOPs / full FLOPs``."""
+        return 1.0 - self.subnet.flops / self.full.flops
+
+    @property
+    def accuracy_drop(self) -> float:
+        """``full accuracy - subnet accuracy`` (absolute; negative means the subnet is better)."""
+        return self.full.accuracy - self.subnet.accuracy
+
+    @property
+    def throughput_gain(self) -> float:
+        """``subnet throughput / full throughput``."""
+        return self.subnet.throughput / self.full.throughput
+
+    @property
+    def latency_reduction(self) -> float:
+        """``1 - subnet latency / full latency``."""
+        return 1.0 - self.subnet.latency_s / self.full.latency_s
+
+    def table(self) -> list[dict[str, float | str]]:
+        """Rows for a pandas table: one per model."""
+        rows = []
+        for name, m in (("full", self.full), ("subnet", self.subnet)):
+            rows.append(
+                {
+                    "model": name,
+                    "MFLOPs": m.flops / 1e6,
+                    "params": m.params,
+                    "accuracy": m.accuracy,
+                    "latency_ms": m.latency_s * 1e3,
+                    "throughput_per_s": m.throughput,
+                }
+            )
+        return rows
+
+
+def time_call(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> list[float]:
+    """Return ``repeats`` wall-clock durations of ``fn()`` after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def compare_models(
+    full: nn.Module,
+    subnet: nn.Module,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    flops: tuple[float, float],
+    *,
+    batch_size: int = 256,
+    repeats: int = 30,
+    rounds: int = 3,
+    threads: int = 1,
+) -> ModelComparison:
+    """Measure a full model and a subnet side by side.
+
+    Args:
+        full: The full model.
+        subnet: The subnet.
+        x_test: Held-out inputs (also the timing inputs).
+        y_test: Held-out labels.
+        flops: ``(full FLOPs, subnet FLOPs)`` per example.
+        batch_size: Batch of the throughput measurement.
+        repeats: Timed calls per round.
+        rounds: Interleaved rounds (full, subnet, full, subnet, ...).
+        threads: Torch threads during timing (restored afterwards).
+
+    Raises:
+        ValueError: Empty test set or non-positive sizes.
+    """
+    if len(x_test) == 0 or batch_size < 1 or repeats < 1 or rounds < 1:
+        raise ValueError(
+            f"compare_models: need a test set, batch_size={batch_size}, repeats={repeats}, "
+            f"rounds={rounds} all >= 1"
+        )
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        models = {"full": full.eval(), "subnet": subnet.eval()}
+        one = x_test[:1]
+        big = x_test[:batch_size]
+        if len(big) < batch_size:
+            reps = -(-batch_size // len(big))
+            big = big.repeat(reps, *([1] * (big.dim() - 1)))[:batch_size]
+        lat: dict[str, list[float]] = {k: [] for k in models}
+        thr: dict[str, list[float]] = {k: [] for k in models}
+        with torch.inference_mode():
+            for _ in range(rounds):
+                for name, m in models.items():
+                    lat[name] += time_call(lambda m=m: m(one), repeats)
+                    thr[name] += time_call(lambda m=m: m(big), max(3, repeats // 4))
+        meas = {}
+        for (name, m), f in zip(models.items(), flops, strict=True):
+            meas[name] = ModelMeasurement(
+                flops=float(f),
+                params=sum(p.numel() for p in m.parameters()),
+                accuracy=accuracy(m, x_test, y_test),
+                latency_s=float(np.median(lat[name])),
+                throughput=float(batch_size / np.median(thr[name])),
+            )
+    finally:
+        torch.set_num_threads(saved)
+    return ModelComparison(meas["full"], meas["subnet"], threads)

@@ -1,0 +1,297 @@
+"""Fork-join training of several subnets on shared weights.
+
+One training step on ``K`` subnets:
+
+* **fork** — each worker copies the current shared weights into its subnet
+  (:meth:`SubnetBinding.pull`) and computes the subnet's loss and gradients;
+* **join** — every worker adds its gradients into a flat *gradient-sum* vector and a
+  flat *coverage-count* vector (how many subnets use each supernet element); the two are
+  summed over workers (an MPI ``Allreduce`` when a communicator is given) and each
+  supernet element gets the mean gradient of the subnets that cover it;
+* one optimiser step on the supernet.
+
+Sums are accumulated in float64, so the join does not depend on the order in which
+workers arrive (up to float64 rounding). The naive alternative, in which each worker
+takes its own optimiser step and writes its subnet's weights back, is a write-after-write
+hazard: overlapping elements keep the value of whoever wrote last
+(:func:`last_writer_step`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from .space import SubnetConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .supernet import Supernet
+
+__all__ = [
+    "LocalResult",
+    "assign_subnets",
+    "coverage_average",
+    "distill_loss",
+    "fork_join_step",
+    "last_writer_step",
+    "local_gradients",
+]
+
+
+@dataclass
+class LocalResult:
+    """Gradient sums, coverage counts and losses of the subnets one worker trained.
+
+    Attributes:
+        sums: Flat float64 gradient sums over this worker's subnets.
+        counts: Flat float64 coverage counts.
+        losses: Loss per subnet, in the worker's order.
+    """
+
+    sums: torch.Tensor
+    counts: torch.Tensor
+    losses: list[float]
+
+
+def distill_loss(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    teacher: torch.Tensor | None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Cross-entropy on labels, or KL divergence to soft teacher targets.
+
+    Args:
+        logits: Student outputs ``(batch, classes)``.
+        targets: Integer labels ``(batch,)``.
+        teacher: Teacher logits (detached) or ``None`` for plain cross-entropy.
+        temperature: Softmax temperature of the distillation.
+    """
+    if teacher is None:
+        return F.cross_entropy(logits, targets)
+    t = temperature
+    return F.kl_div(
+        F.log_softmax(logits / t, dim=-1),
+        F.softmax(teacher / t, dim=-1),
+        reduction="batchmean",
+    ) * (t * t)
+
+
+def local_gradients(
+    supernet: Supernet,
+    configs: Sequence[SubnetConfig],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    distill: bool = True,
+    teacher_logits: torch.Tensor | None = None,
+) -> LocalResult:
+    """Fork: train-step computations of several subnets from the same shared weights.
+
+    With ``distill`` (in-place distillation, the sandwich rule), the largest subnet is
+    trained on the labels and every other subnet on the largest subnet's soft outputs for
+    the same batch. When the largest subnet is not among ``configs``, its outputs are
+    computed without gradients so that every worker sees the same teacher.
+
+    Args:
+        supernet: The supernet (weights are read, not written).
+        configs: Subnets this worker trains.
+        x: Input batch.
+        y: Labels.
+        distill: Use in-place distillation.
+        teacher_logits: Fixed teacher outputs for ``x`` (overrides in-place distillation).
+
+    Returns:
+        Float64 gradient sums and coverage counts over the supernet's flat parameters.
+    """
+    flat = supernet.flat
+    sums = torch.zeros(flat.numel, dtype=torch.float64)
+    counts = torch.zeros(flat.numel, dtype=torch.float64)
+    losses: list[float] = []
+    big = supernet.space.max()
+    teacher = teacher_logits
+    order = sorted(range(len(configs)), key=lambda i: configs[i] != big)  # max first
+    results: dict[int, float] = {}
+    for i in order:
+        config = configs[i]
+        binding = supernet.bind(config)
+        module = binding.pull()
+        module.train()
+        if distill and teacher is None and config != big:
+            with torch.no_grad():
+                teacher = supernet.bind(big).pull()(x).detach()
+        out = module(x)
+        if teacher_logits is not None:
+            use_teacher = teacher_logits
+        else:
+            use_teacher = teacher if distill and config != big else None
+        loss = distill_loss(out, y, use_teacher)
+        loss.backward()
+        binding.push_grad(sums, counts)
+        if distill and config == big and teacher_logits is None:
+            teacher = out.detach()
+        results[i] = float(loss.detach())
+    losses = [results[i] for i in range(len(configs))]
+    return LocalResult(sums, counts, losses)
+
+
+def assign_subnets(
+    supernet: Supernet,
+    configs: Sequence[SubnetConfig],
+    workers: int,
+    *,
+    distill: bool = True,
+) -> list[list[int]]:
+    """Split a step's subnets over workers by estimated cost (longest processing time first).
+
+    A subnet's cost is ``3 × FLOPs`` (forward and backward); with in-place distillation a
+    worker without the largest subnet pays one extra forward of it for the teacher. The
+    split is deterministic, so every rank computes the same one.
+
+    Args:
+        supernet: The supernet (for FLOPs).
+        configs: The step's subnets.
+        workers: Number of workers.
+        distill: Whether the teacher forward is needed.
+
+    Returns:
+        For each worker, the indices into ``configs`` it trains.
+    """
+    if workers < 1:
+        raise ValueError(f"workers={workers}: expected >= 1")
+    big = supernet.space.max()
+    teacher = float(supernet.flops(big)) if distill else 0.0
+    cost = [3.0 * supernet.flops(c) for c in configs]
+    parts: list[list[int]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    has_big = [False] * workers
+    for i in sorted(range(len(configs)), key=lambda i: (-cost[i], i)):
+
+        def total(w: int, i: int = i) -> float:
+            extra = teacher if (teacher and not has_big[w] and configs[i] != big) else 0.0
+            extra = extra if not any(configs[j] != big for j in parts[w]) else 0.0
+            return load[w] + cost[i] + extra
+
+        w = min(range(workers), key=lambda w: (total(w), w))
+        load[w] = total(w)
+        parts[w].append(i)
+        has_big[w] = has_big[w] or configs[i] == big
+    return [sorted(p) for p in parts]
+
+
+def coverage_average(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Return the per-element mean gradient over the subnets that cover each element.
+
+    Elements no subnet covers get a zero gradient.
+    """
+    return torch.where(counts > 0, sums / counts.clamp_min(1.0), torch.zeros_like(sums))
+
+
+def _allreduce(comm: Any, local: LocalResult) -> tuple[torch.Tensor, torch.Tensor]:
+    from mpi4py import MPI
+
+    buf = torch.cat([local.sums, local.counts]).numpy()
+    out = buf.copy()
+    comm.Allreduce(buf, out, op=MPI.SUM)
+    n = local.sums.numel()
+    total = torch.from_numpy(out)
+    return total[:n], total[n:]
+
+
+def fork_join_step(
+    supernet: Supernet,
+    configs: Sequence[SubnetConfig],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    *,
+    comm: Any = None,
+    distill: bool = True,
+    teacher_logits: torch.Tensor | None = None,
+) -> list[float]:
+    """One fork-join step: subnets' gradients joined by coverage-count average, one update.
+
+    Without ``comm`` all subnets run here in turn. With an ``mpi4py`` communicator of size
+    ``W``, rank ``r`` trains its share from :func:`assign_subnets` and the sums and
+    counts are joined with one ``Allreduce``; every rank then applies the same optimiser
+    step, so the shared weights stay identical on all ranks (one machine or a cluster).
+
+    Args:
+        supernet: The supernet being trained.
+        configs: The subnets of this step (the same list on every rank).
+        x: Input batch (the same on every rank).
+        y: Labels.
+        optimizer: Optimiser over ``supernet.model.parameters()``.
+        comm: Optional MPI communicator.
+        distill: In-place distillation from the largest subnet.
+        teacher_logits: Fixed teacher outputs for ``x``.
+
+    Returns:
+        The losses of the subnets this rank trained.
+    """
+    if comm is not None and comm.Get_size() > 1:
+        parts = assign_subnets(supernet, configs, comm.Get_size(), distill=distill)
+        mine = [configs[i] for i in parts[comm.Get_rank()]]
+        local = local_gradients(
+            supernet, mine, x, y, distill=distill, teacher_logits=teacher_logits
+        )
+        sums, counts = _allreduce(comm, local)
+    else:
+        local = local_gradients(
+            supernet, configs, x, y, distill=distill, teacher_logits=teacher_logits
+        )
+        sums, counts = local.sums, local.counts
+    supernet.flat.refresh_grad_views()
+    supernet.flat.grads.copy_(coverage_average(sums, counts).to(supernet.flat.grads.dtype))
+    optimizer.step()
+    return local.losses
+
+
+def last_writer_step(
+    supernet: Supernet,
+    configs: Sequence[SubnetConfig],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    order: Sequence[int],
+    *,
+    distill: bool = False,
+) -> torch.Tensor:
+    """The naive join: each worker updates its own copy and writes it back in ``order``.
+
+    Every subnet starts from the same shared weights, takes one SGD step of size ``lr``
+    on its own copy, and its weights are then written into the shared vector, one worker
+    after another in ``order``. Elements several subnets cover keep the last writer's
+    value (a write-after-write hazard), so the result depends on the order.
+
+    Args:
+        supernet: The supernet (its weights are not modified).
+        configs: One subnet per worker.
+        x: Input batch.
+        y: Labels.
+        lr: SGD step size of each worker.
+        order: Permutation of ``range(len(configs))``: the order of the write-backs.
+        distill: Train non-largest subnets on the largest one's outputs.
+
+    Returns:
+        The new flat weight vector (a copy).
+    """
+    if sorted(order) != list(range(len(configs))):
+        raise ValueError(f"order={list(order)} is not a permutation of range({len(configs)})")
+    start = supernet.flat.params.clone()
+    updates = []
+    for config in configs:
+        local = local_gradients(supernet, [config], x, y, distill=distill)
+        binding = supernet.bind(config)
+        codes = torch.cat([c.reshape(-1) for c in binding.param_codes.values()])
+        new_vals = start[codes] - lr * local.sums[codes].to(start.dtype)
+        updates.append((codes, new_vals))
+    out = start.clone()
+    for i in order:
+        codes, vals = updates[i]
+        out[codes] = vals
+    return out

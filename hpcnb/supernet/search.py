@@ -1,0 +1,261 @@
+"""Subnet search on a trained supernet: Pareto fronts of accuracy against cost.
+
+The cost is any number to minimise (FLOPs, measured latency, parameters) and the
+objective an accuracy to maximise; both are callables on a :class:`SubnetConfig`.
+:func:`exhaustive_search` enumerates small spaces; :func:`evolutionary_search` is a
+small NSGA-II-style evolution (non-dominated sorting, crowding distance, crossover and
+mutation) for large ones. Both honour a cost budget and return every evaluated
+candidate together with the Pareto front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .space import SearchSpace, SubnetConfig
+
+__all__ = [
+    "Candidate",
+    "SearchResult",
+    "crowding_distance",
+    "evolutionary_search",
+    "exhaustive_search",
+    "pareto_front",
+    "pareto_ranks",
+]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An evaluated subnet.
+
+    Attributes:
+        config: The subnet.
+        accuracy: Objective to maximise (validation accuracy).
+        cost: Objective to minimise (FLOPs or latency).
+    """
+
+    config: SubnetConfig
+    accuracy: float
+    cost: float
+
+
+@dataclass
+class SearchResult:
+    """What a search found.
+
+    Attributes:
+        evaluated: Every candidate evaluated, in evaluation order.
+        front: The Pareto front (max accuracy, min cost), by increasing cost.
+        budget: The cost budget (``None`` for no budget).
+        method: ``"exhaustive"`` or ``"evolutionary"``.
+    """
+
+    evaluated: list[Candidate]
+    front: list[Candidate]
+    budget: float | None
+    method: str
+    history: list[float] = field(default_factory=list)
+
+    def best_under(self, budget: float) -> Candidate:
+        """Return the most accurate front member whose cost is at most ``budget``.
+
+        Raises:
+            ValueError: No front member fits the budget.
+        """
+        fits = [c for c in self.front if c.cost <= budget]
+        if not fits:
+            raise ValueError(f"no subnet on the front costs <= {budget:g}")
+        return max(fits, key=lambda c: (c.accuracy, -c.cost))
+
+
+def pareto_ranks(points: np.ndarray) -> np.ndarray:
+    """Return the non-dominated-sorting rank of each point (0 = Pareto front).
+
+    Args:
+        points: ``(n, m)`` array; every column is minimised.
+    """
+    pts = np.asarray(points, dtype=float)
+    if pts.ndim != 2:
+        raise ValueError(f"points has shape {pts.shape}; expected (n, m)")
+    n = len(pts)
+    le = (pts[:, None, :] <= pts[None, :, :]).all(-1)
+    lt = (pts[:, None, :] < pts[None, :, :]).any(-1)
+    dominates = le & lt  # dominates[i, j]: i dominates j
+    dominated_by = dominates.sum(0)
+    ranks = np.full(n, -1, dtype=int)
+    rank = 0
+    remaining = dominated_by.copy()
+    current = np.where(remaining == 0)[0]
+    while len(current):
+        ranks[current] = rank
+        remaining[current] = -1
+        for i in current:
+            remaining[dominates[i]] -= 1
+        current = np.where(remaining == 0)[0]
+        rank += 1
+    return ranks
+
+
+def crowding_distance(points: np.ndarray) -> np.ndarray:
+    """Return NSGA-II crowding distances of points on one front (larger = more isolated)."""
+    pts = np.asarray(points, dtype=float)
+    n = len(pts)
+    dist = np.zeros(n)
+    if n <= 2:
+        return np.full(n, np.inf)
+    for j in range(pts.shape[1]):
+        order = np.argsort(pts[:, j], kind="stable")
+        span = pts[order[-1], j] - pts[order[0], j]
+        dist[order[0]] = dist[order[-1]] = np.inf
+        if span > 0:
+            dist[order[1:-1]] += (pts[order[2:], j] - pts[order[:-2], j]) / span
+    return dist
+
+
+def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Return the candidates not dominated in (max accuracy, min cost), by cost."""
+    if not candidates:
+        return []
+    pts = np.array([[-c.accuracy, c.cost] for c in candidates])
+    ranks = pareto_ranks(pts)
+    front = {c.config: c for c, r in zip(candidates, ranks, strict=True) if r == 0}
+    return sorted(front.values(), key=lambda c: (c.cost, -c.accuracy))
+
+
+class _Evaluator:
+    def __init__(
+        self,
+        evaluate: Callable[[SubnetConfig], float],
+        cost: Callable[[SubnetConfig], float],
+        budget: float | None,
+    ) -> None:
+        self.evaluate, self.cost, self.budget = evaluate, cost, budget
+        self.done: dict[SubnetConfig, Candidate] = {}
+        self.order: list[Candidate] = []
+
+    def feasible(self, config: SubnetConfig) -> bool:
+        return self.budget is None or self.cost(config) <= self.budget
+
+    def __call__(self, config: SubnetConfig) -> Candidate:
+        if config not in self.done:
+            cand = Candidate(config, float(self.evaluate(config)), float(self.cost(config)))
+            self.done[config] = cand
+            self.order.append(cand)
+        return self.done[config]
+
+
+def exhaustive_search(
+    space: SearchSpace,
+    evaluate: Callable[[SubnetConfig], float],
+    cost: Callable[[SubnetConfig], float],
+    *,
+    budget: float | None = None,
+    limit: int = 4096,
+) -> SearchResult:
+    """Evaluate every configuration within the budget and return the Pareto front.
+
+    Args:
+        space: A small search space.
+        evaluate: Accuracy of a subnet.
+        cost: Cost of a subnet.
+        budget: Keep only subnets with ``cost <= budget``.
+        limit: Refuse spaces larger than this.
+    """
+    ev = _Evaluator(evaluate, cost, budget)
+    for config in space.enumerate(limit):
+        if ev.feasible(config):
+            ev(config)
+    return SearchResult(ev.order, pareto_front(ev.order), budget, "exhaustive")
+
+
+def evolutionary_search(
+    space: SearchSpace,
+    evaluate: Callable[[SubnetConfig], float],
+    cost: Callable[[SubnetConfig], float],
+    *,
+    budget: float | None = None,
+    population: int = 16,
+    generations: int = 8,
+    mutate_prob: float = 0.2,
+    seed: int = 0,
+    seeds: Sequence[SubnetConfig] = (),
+) -> SearchResult:
+    """NSGA-II-style evolution of subnets on (accuracy, cost) under a cost budget.
+
+    Args:
+        space: The search space.
+        evaluate: Accuracy of a subnet (higher is better).
+        cost: Cost of a subnet (lower is better).
+        budget: Only subnets with ``cost <= budget`` are admitted.
+        population: Population size.
+        generations: Number of generations.
+        mutate_prob: Per-dimension mutation probability.
+        seed: Random seed.
+        seeds: Configurations placed in the first population.
+
+    Raises:
+        ValueError: Bad sizes, or no configuration fits the budget.
+    """
+    if population < 2 or generations < 0:
+        raise ValueError(f"population={population} (>= 2), generations={generations} (>= 0)")
+    rng = np.random.default_rng(seed)
+    ev = _Evaluator(evaluate, cost, budget)
+
+    def draw_feasible(make: Callable[[], SubnetConfig], tries: int = 50) -> SubnetConfig | None:
+        for _ in range(tries):
+            c = make()
+            if ev.feasible(c):
+                return c
+        return None
+
+    start = [c for c in (*seeds, space.min(), space.max()) if ev.feasible(c)]
+    pop = [ev(c) for c in dict.fromkeys(start)]
+    while len(pop) < population:
+        c = draw_feasible(lambda: space.sample(rng))
+        if c is None:
+            break
+        pop.append(ev(c))
+    if not pop:
+        raise ValueError(f"no configuration found with cost <= budget={budget}")
+    history = [max(c.accuracy for c in pop)]
+    for _ in range(generations):
+        ranks, crowd = _rank_and_crowd(pop)
+
+        def tournament(
+            ranks: np.ndarray = ranks, crowd: np.ndarray = crowd, pop: list[Candidate] = pop
+        ) -> Candidate:
+            i, j = rng.integers(len(pop), size=2)
+            better = i if (ranks[i], -crowd[i]) < (ranks[j], -crowd[j]) else j
+            return pop[int(better)]
+
+        children: list[Candidate] = []
+        for _ in range(population):
+            c = draw_feasible(
+                lambda: space.mutate(
+                    space.crossover(tournament().config, tournament().config, rng),
+                    rng,
+                    mutate_prob,
+                )
+            )
+            if c is not None:
+                children.append(ev(c))
+        merged = list({c.config: c for c in pop + children}.values())
+        ranks, crowd = _rank_and_crowd(merged)
+        order = sorted(range(len(merged)), key=lambda i: (ranks[i], -crowd[i]))
+        pop = [merged[i] for i in order[:population]]
+        history.append(max(c.accuracy for c in pop))
+    return SearchResult(ev.order, pareto_front(ev.order), budget, "evolutionary", history)
+
+
+def _rank_and_crowd(pop: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+    pts = np.array([[-c.accuracy, c.cost] for c in pop])
+    ranks = pareto_ranks(pts)
+    crowd = np.zeros(len(pop))
+    for r in np.unique(ranks):
+        idx = np.where(ranks == r)[0]
+        crowd[idx] = crowding_distance(pts[idx])
+    return ranks, crowd

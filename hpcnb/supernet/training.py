@@ -1,0 +1,289 @@
+"""Training loops: pretraining a base model, sandwich-rule supernet training, evaluation.
+
+:func:`train_supernet` runs the fork-join step of :mod:`hpcnb.supernet.forkjoin` in one
+process: each step draws ``subnets_per_step`` subnets from a sampler (the largest first
+for the sandwich rule), trains them on the same batch from the same shared weights with
+in-place distillation (the largest on labels, the others on its soft outputs), joins
+their gradients by coverage-count average and takes one optimiser step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from .forkjoin import fork_join_step
+from .space import SubnetConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .samplers import Sampler
+    from .supernet import Supernet
+
+__all__ = [
+    "SupernetTrainConfig",
+    "TrainLog",
+    "accuracy",
+    "batches",
+    "make_optimizer",
+    "recalibrate_norm",
+    "selective_recall",
+    "subnet_accuracy",
+    "train_model",
+    "train_supernet",
+]
+
+
+@dataclass(frozen=True)
+class SupernetTrainConfig:
+    """Settings of supernet training.
+
+    Attributes:
+        steps: Optimiser steps.
+        batch_size: Examples per batch (the same batch for every subnet of a step).
+        subnets_per_step: Subnets trained per step (``K`` of the fork-join).
+        lr: Learning rate.
+        optimizer: ``"adam"`` or ``"sgd"`` (momentum 0.9).
+        distill: In-place distillation from the largest subnet.
+        seed: Seed of batches and subnet draws.
+    """
+
+    steps: int = 200
+    batch_size: int = 64
+    subnets_per_step: int = 4
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    distill: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.batch_size < 1 or self.subnets_per_step < 1:
+            raise ValueError(
+                f"SupernetTrainConfig: steps={self.steps} (>= 0), batch_size="
+                f"{self.batch_size} (>= 1), subnets_per_step={self.subnets_per_step} (>= 1)"
+            )
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer={self.optimizer!r}: expected 'adam' or 'sgd'")
+
+
+@dataclass
+class TrainLog:
+    """Losses recorded during training.
+
+    Attributes:
+        losses: Mean loss of the subnets of each step.
+        max_losses: Loss of the first (largest) subnet of each step.
+        configs: Subnets drawn at each step.
+    """
+
+    losses: list[float] = field(default_factory=list)
+    max_losses: list[float] = field(default_factory=list)
+    configs: list[list[SubnetConfig]] = field(default_factory=list)
+
+
+def make_optimizer(params: Iterator[nn.Parameter], name: str, lr: float) -> torch.optim.Optimizer:
+    """Return an Adam or SGD (momentum 0.9) optimiser.
+
+    Raises:
+        ValueError: Unknown optimiser name.
+    """
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    raise ValueError(f"optimizer={name!r}: expected 'adam' or 'sgd'")
+
+
+def batches(n: int, batch_size: int, rng: np.random.Generator, steps: int) -> Iterator[np.ndarray]:
+    """Yield ``steps`` index batches, reshuffling after every epoch."""
+    order = rng.permutation(n)
+    pos = 0
+    for _ in range(steps):
+        if pos + batch_size > n:
+            order, pos = rng.permutation(n), 0
+        yield order[pos : pos + batch_size]
+        pos += batch_size
+
+
+def train_model(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int = 10,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[float]:
+    """Pretrain a classifier with Adam and cross-entropy; return per-epoch mean losses.
+
+    Args:
+        model: The model to train in place.
+        x: Training inputs.
+        y: Integer labels.
+        epochs: Passes over the data.
+        batch_size: Batch size.
+        lr: Learning rate (cosine-annealed to zero).
+        seed: Shuffle seed.
+        progress: Show a tqdm bar.
+    """
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    steps_per_epoch = max(1, len(x) // batch_size)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
+    model.train()
+    out: list[float] = []
+    for _ in tqdm(range(epochs), disable=not progress, desc="pretrain"):
+        total = 0.0
+        for idx in batches(len(x), batch_size, rng, steps_per_epoch):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach())
+        out.append(total / steps_per_epoch)
+    model.eval()
+    return out
+
+
+@torch.no_grad()
+def accuracy(module: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
+    """Return the top-1 accuracy of ``module`` (eval mode) on ``(x, y)``."""
+    module.eval()
+    correct = 0
+    for lo in range(0, len(x), batch_size):
+        correct += int(
+            (module(x[lo : lo + batch_size]).argmax(-1) == y[lo : lo + batch_size]).sum()
+        )
+    return correct / max(1, len(x))
+
+
+@torch.no_grad()
+def recalibrate_norm(module: nn.Module, x: torch.Tensor, batch_size: int = 256) -> bool:
+    """Re-estimate batch-norm running statistics of a subnet on ``x``.
+
+    Returns:
+        Whether the module has batch-norm layers (otherwise nothing is done).
+    """
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return False
+    saved = [(m, m.momentum) for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the calibration batches
+    module.train()
+    for lo in range(0, len(x), batch_size):
+        module(x[lo : lo + batch_size])
+    for m, mom in saved:
+        m.momentum = mom
+    module.eval()
+    return True
+
+
+def subnet_accuracy(
+    supernet: Supernet,
+    config: SubnetConfig,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    calib_x: torch.Tensor | None = None,
+) -> float:
+    """Accuracy of a subnet with the current shared weights (BN recalibrated on ``calib_x``)."""
+    module = supernet.bind(config).pull()
+    if calib_x is not None:
+        recalibrate_norm(module, calib_x)
+    return accuracy(module, x, y)
+
+
+def train_supernet(
+    supernet: Supernet,
+    sampler: Sampler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: SupernetTrainConfig,
+    *,
+    progress: bool = False,
+) -> TrainLog:
+    """Train a supernet with the sandwich rule and in-place distillation, in one process.
+
+    Args:
+        supernet: The supernet to train (its shared weights change in place).
+        sampler: Draws the subnets of each step.
+        x: Training inputs.
+        y: Labels.
+        config: Training settings.
+        progress: Show a tqdm bar.
+
+    Returns:
+        The losses and the subnets drawn.
+    """
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    opt = make_optimizer(supernet.model.parameters(), config.optimizer, config.lr)
+    log = TrainLog()
+    steps = batches(len(x), config.batch_size, rng, config.steps)
+    for step, idx in enumerate(tqdm(steps, total=config.steps, disable=not progress)):
+        configs = sampler.draw(rng, config.subnets_per_step)
+        losses = fork_join_step(supernet, configs, x[idx], y[idx], opt, distill=config.distill)
+        log.losses.append(float(np.mean(losses)))
+        log.max_losses.append(losses[0])
+        log.configs.append(configs)
+        sampler.update(supernet, step)
+    supernet.model.eval()
+    return log
+
+
+def selective_recall(
+    n: int,
+    *,
+    length: int = 16,
+    features: int = 8,
+    classes: int = 4,
+    noise: float = 0.1,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A synthetic sequence task for state-space models: recall the marked token.
+
+    Each sequence has ``length`` steps of ``features`` features. At every step features
+    ``1 .. classes`` hold a one-hot token drawn at random; feature 0 marks one random step
+    with a 1. The label is the token at the marked step, so a causal model that reads
+    the sequence to the end must select and keep it (content-dependent selection, what
+    a selective SSM is for). Gaussian noise of scale ``noise`` is added everywhere.
+
+    Args:
+        n: Number of sequences.
+        length: Steps per sequence.
+        features: Features per step (``>= classes + 1``).
+        classes: Number of token classes (chance accuracy ``1 / classes``).
+        noise: Noise scale.
+        seed: Random seed.
+
+    Returns:
+        ``x`` of shape ``(n, 1, length, features)`` (rows are steps, as the zoo's Mamba
+        reads images row by row) and labels ``y`` of shape ``(n,)``.
+
+    Raises:
+        ValueError: ``features`` too small or sizes below 1.
+    """
+    if features < classes + 1 or n < 1 or length < 1 or classes < 2:
+        raise ValueError(
+            f"selective_recall: need features >= classes + 1 (got {features}, {classes}), "
+            f"n={n} >= 1, length={length} >= 1, classes >= 2"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(classes, (n, length), generator=gen)
+    marker = torch.randint(length, (n,), generator=gen)
+    x = noise * torch.randn(n, length, features, generator=gen)
+    x[..., 1 : classes + 1] += F.one_hot(tokens, classes).float()
+    x[torch.arange(n), marker, 0] += 1.0
+    y = tokens[torch.arange(n), marker]
+    return x[:, None].contiguous(), y
