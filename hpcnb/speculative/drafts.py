@@ -1,0 +1,146 @@
+"""Draft models that guess the target's next tokens.
+
+* :class:`NgramDraft` — prompt lookup: find the latest earlier occurrence of the last
+  ``n`` tokens in the context and propose what followed it (free, no model).
+* :class:`ModelDraft` — greedy decoding with any small :class:`LlamaModel`, with its own
+  KV cache that follows the context (only new tokens are computed) and a confidence
+  cutoff (stop drafting when the draft's top probability drops below it).
+* :func:`early_exit_draft` — self-drafting: the target's first ``k`` layers, then the
+  target's final norm and head.
+* :func:`measure_acceptance` — acceptance rate of a draft against a known greedy
+  continuation, replaying standard speculative decoding offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from hpcnb.speculative.head import lcp
+from hpcnb.speculative.model import LlamaModel
+
+__all__ = ["ModelDraft", "NgramDraft", "early_exit_draft", "measure_acceptance"]
+
+
+@dataclass
+class NgramDraft:
+    """Prompt-lookup draft: continue the latest earlier match of the trailing n-gram.
+
+    Args:
+        max_n: Longest n-gram tried (then shorter ones down to ``min_n``).
+        min_n: Shortest n-gram accepted as a match.
+    """
+
+    max_n: int = 3
+    min_n: int = 1
+    name: str = "ngram"
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        """Return up to ``k`` tokens that followed the latest earlier match."""
+        ctx = list(context)
+        for n in range(min(self.max_n, len(ctx) - 1), self.min_n - 1, -1):
+            pat = ctx[-n:]
+            for start in range(len(ctx) - n - 1, -1, -1):
+                if ctx[start : start + n] == pat:
+                    follow = ctx[start + n : start + n + k]
+                    if follow:
+                        return follow
+        return []
+
+
+class ModelDraft:
+    """Greedy drafting with a small model and an incremental KV cache.
+
+    Args:
+        model: A complete (small) model: embeddings, layers, norm and head.
+        cutoff: Stop drafting when the softmax probability of the top token is below this.
+        name: Label.
+    """
+
+    def __init__(self, model: LlamaModel, cutoff: float = 0.0, name: str = "model") -> None:
+        self.model = model
+        self.cutoff = float(cutoff)
+        self.name = name
+        self._cache = model.new_cache()
+        self._tokens: list[int] = []
+        self.calls = 0
+
+    def reset(self) -> None:
+        """Forget the cached context."""
+        self._cache.clear()
+        self._tokens = []
+
+    @torch.no_grad()
+    def _advance(self, new: list[int]) -> torch.Tensor:
+        logits = self.model.forward(new, 0, self._cache)
+        self._tokens.extend(new)
+        self.calls += 1
+        return logits[-1]
+
+    @torch.no_grad()
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        """Return up to ``k`` greedy draft tokens continuing ``context``."""
+        ctx = [int(t) for t in context]
+        if k <= 0 or not ctx:
+            return []
+        keep = min(lcp(self._tokens, ctx), len(ctx) - 1)
+        if keep < len(self._tokens):
+            if keep == 0:
+                self._cache.clear()
+            else:
+                self._cache.truncate(0, keep)
+            self._tokens = self._tokens[:keep]
+        last = self._advance(ctx[keep:])
+        out: list[int] = []
+        for _ in range(k):
+            p = torch.softmax(last, -1)
+            conf, tok = torch.max(p, -1)
+            if float(conf) < self.cutoff:
+                break
+            out.append(int(tok))
+            if len(out) < k:
+                last = self._advance([int(tok)])
+        return out
+
+
+def early_exit_draft(target: LlamaModel, n_layers: int, cutoff: float = 0.0) -> ModelDraft:
+    """Return a self-draft: the target's first ``n_layers`` layers, final norm and head."""
+    if not 1 <= n_layers <= target.config.n_layers:
+        raise ValueError(f"n_layers={n_layers} must lie in [1, {target.config.n_layers}]")
+    return ModelDraft(
+        target.slice(0, n_layers, embed=True, head=True), cutoff, name=f"early_exit_{n_layers}"
+    )
+
+
+def measure_acceptance(
+    draft: ModelDraft | NgramDraft, prompt: Sequence[int], greedy: Sequence[int], k: int = 4
+) -> dict[str, float]:
+    """Replay standard speculative decoding against a known greedy continuation.
+
+    Args:
+        draft: The draft.
+        prompt: Prompt tokens.
+        greedy: The target's greedy continuation of ``prompt``.
+        k: Draft tokens per verification.
+
+    Returns:
+        ``acceptance_rate`` (accepted / drafted), ``tokens_per_pass`` (committed tokens per
+        target pass), ``drafted`` and ``passes``.
+    """
+    full = list(prompt) + list(greedy)
+    pos, drafted, accepted, passes = len(prompt), 0, 0, 0
+    while pos < len(full):
+        d = draft.propose(full[:pos], min(k, len(full) - pos))
+        drafted += len(d)
+        a = lcp(d, full[pos : pos + len(d)])
+        accepted += a
+        pos += a + 1
+        passes += 1
+    return {
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "tokens_per_pass": len(greedy) / passes if passes else 0.0,
+        "drafted": float(drafted),
+        "passes": float(passes),
+    }

@@ -1,0 +1,259 @@
+"""The head's decision logic: which run to launch, what to accept, what to cancel.
+
+One policy serves the three strategies, the MPI runtime and the discrete-event simulator:
+
+``pipeline``
+    Plain pipeline-parallel autoregressive decoding: one single-token run in flight.
+``speculative``
+    Standard synchronous speculation: draft up to ``k`` tokens, send them (after the last
+    committed token) through the pipeline as one batch, wait, verify, repeat.
+``pipeinfer``
+    Continuous asynchronous speculation: whenever no result is waiting and fewer than
+    ``max_inflight`` runs are in flight, launch another small speculative run chained on the
+    newest live run's (still unverified) tokens; a non-speculative single-token run is
+    launched whenever no live run covers the next position. When a result invalidates
+    runs still in flight they are cancelled (early inference cancellation).
+
+A *run* evaluates ``tokens`` at positions ``parent_len, parent_len + 1, ...`` in its own
+KV-cache sequence ``seq``, whose first ``parent_len`` positions are copied from
+``parent_seq`` (sequence 0 holds the committed tokens, or the parent is an earlier
+in-flight run). ``assumed`` is the token sequence the run presumes. Verification is
+greedy exact match: output ``i`` (the target's argmax after ``assumed[:parent_len+i+1]``)
+is trusted when that prefix equals the committed tokens, and appended when it extends
+them. Cache edits produced here (``("commit", seq, length)`` = make sequence 0 the first
+``length`` positions of ``seq``; ``("remove", seq)``) must reach every stage in order with
+the runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["STRATEGIES", "Draft", "HeadPolicy", "Run", "lcp"]
+
+STRATEGIES = ("pipeline", "speculative", "pipeinfer")
+Edit = tuple
+
+
+class Draft(Protocol):
+    """What the head needs from a draft: up to ``k`` guesses continuing ``context``."""
+
+    name: str
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        """Return up to ``k`` draft tokens (possibly none) continuing ``context``."""
+        ...
+
+
+def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    """Return the length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class Run:
+    """One batch of tokens travelling through the pipeline."""
+
+    run_id: int
+    seq: int
+    parent_seq: int
+    parent_len: int
+    tokens: list[int]
+    assumed: list[int]
+    speculative: bool
+    cancelled: bool = False
+
+    def header(self) -> dict:
+        """Return what the stages need to know about the run (no token history)."""
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "parent_seq": self.parent_seq,
+            "parent_len": self.parent_len,
+            "tokens": self.tokens,
+            "speculative": self.speculative,
+        }
+
+
+@dataclass
+class HeadPolicy:
+    """Launch / verify / cancel decisions of the head rank.
+
+    Args:
+        strategy: One of :data:`STRATEGIES`.
+        prompt: Prompt token ids.
+        n_new: Tokens to generate.
+        draft: Draft model (unused by ``pipeline``).
+        k: Most tokens per speculative run.
+        max_inflight: Most runs in flight (``pipeinfer``).
+        max_ahead: Most unverified tokens beyond the committed ones (``pipeinfer``).
+        first_run_id: Id of the first run (ids stay unique across generations of one job).
+    """
+
+    strategy: str
+    prompt: list[int]
+    n_new: int
+    draft: Draft | None = None
+    k: int = 4
+    max_inflight: int = 4
+    max_ahead: int = 12
+    first_run_id: int = 0
+    committed: list[int] = field(default_factory=list)
+    inflight: dict[int, Run] = field(default_factory=dict)
+    seq0_len: int = 0
+    n_runs: int = 0
+    n_cancelled: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    commit_times: list[float] = field(default_factory=list)
+    _next_seq: int = 1
+    _guess: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Validate the settings and start from the prompt."""
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy={self.strategy!r}; expected one of {STRATEGIES}")
+        if not self.prompt:
+            raise ValueError("prompt must hold at least one token")
+        if self.n_new < 1 or self.k < 1 or self.max_inflight < 1:
+            raise ValueError("n_new, k and max_inflight must be >= 1")
+        if self.strategy != "pipeline" and self.draft is None:
+            raise ValueError(f"strategy {self.strategy!r} needs a draft")
+        self.committed = list(self.prompt)
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def target_len(self) -> int:
+        """Length of prompt plus generated tokens at the end."""
+        return len(self.prompt) + self.n_new
+
+    @property
+    def done(self) -> bool:
+        """Whether all tokens are committed."""
+        return len(self.committed) >= self.target_len
+
+    def generated(self) -> list[int]:
+        """Return the generated tokens."""
+        return self.committed[len(self.prompt) : self.target_len]
+
+    def _live(self) -> list[Run]:
+        c = self.committed
+        return [
+            r
+            for r in self.inflight.values()
+            if not r.cancelled and lcp(r.assumed, c) == min(len(r.assumed), len(c))
+        ]
+
+    # -- launching ------------------------------------------------------------------------
+
+    def _new_run(self, parent_seq: int, parent_len: int, assumed: list[int], spec: bool) -> Run:
+        run = Run(
+            run_id=self.first_run_id + self.n_runs,
+            seq=self._next_seq,
+            parent_seq=parent_seq,
+            parent_len=parent_len,
+            tokens=assumed[parent_len:],
+            assumed=assumed,
+            speculative=spec,
+        )
+        self.n_runs += 1
+        self._next_seq += 1
+        self.inflight[run.run_id] = run
+        return run
+
+    def _propose(self, context: list[int], k: int) -> list[int]:
+        if self.draft is None or k <= 0:
+            return []
+        room = self.target_len - len(context)
+        d = [int(t) for t in self.draft.propose(context, min(k, max(room, 0)))][:k]
+        self.drafted += len(d)
+        for j, t in enumerate(d):
+            self._guess[len(context) + j] = t
+        return d
+
+    def next_run(self) -> Run | None:
+        """Return the next run to launch now, or ``None`` to wait for a result."""
+        if self.done:
+            return None
+        c = self.committed
+        if self.strategy in ("pipeline", "speculative"):
+            if self.inflight:
+                return None
+            d = self._propose(c, self.k) if self.strategy == "speculative" else []
+            return self._new_run(0, self.seq0_len, c + d, bool(d))
+        # pipeinfer
+        if len(self.inflight) >= self.max_inflight:
+            return None
+        live = [r for r in self._live() if len(r.assumed) >= len(c)]
+        if not live:
+            return self._new_run(0, self.seq0_len, list(c), False)
+        tip = max(live, key=lambda r: (len(r.assumed), r.run_id))
+        room = min(self.k, len(c) + self.max_ahead - len(tip.assumed))
+        d = self._propose(tip.assumed, room)
+        if not d:
+            return None
+        return self._new_run(tip.seq, len(tip.assumed), tip.assumed + d, True)
+
+    # -- results --------------------------------------------------------------------------
+
+    def on_result(
+        self, run_id: int, outputs: Sequence[int] | None, now: float = 0.0
+    ) -> tuple[list[Edit], list[int]]:
+        """Verify a run's outputs; return cache edits and newly cancelled run ids.
+
+        Args:
+            run_id: The run whose result arrived (results arrive in launch order).
+            outputs: The target's argmax after each of the run's tokens, or ``None`` for a
+                cancelled run's placeholder.
+            now: Time stamp of the commit (for inter-token latency).
+        """
+        run = self.inflight.pop(run_id, None)
+        if run is None:
+            raise KeyError(f"result for unknown run {run_id}")
+        edits: list[Edit] = []
+        if outputs is not None and not run.cancelled:
+            if len(outputs) != len(run.tokens):
+                raise ValueError(
+                    f"run {run_id}: {len(outputs)} outputs for {len(run.tokens)} tokens"
+                )
+            c = self.committed
+            before = len(c)
+            for i, y in enumerate(outputs):
+                q = run.parent_len + i
+                if q + 1 > len(c) or run.assumed[q] != c[q] or lcp(run.assumed[: q + 1], c) < q + 1:
+                    break
+                if q + 1 == len(c) and len(c) < self.target_len:
+                    if self._guess.pop(len(c), None) == int(y):
+                        self.accepted += 1
+                    c.append(int(y))
+            gained = len(c) - before
+            self.commit_times.extend([now] * gained)
+            keep = min(len(run.assumed), lcp(run.assumed, c))
+            if keep > self.seq0_len:
+                edits.append(("commit", run.seq, keep))
+                self.seq0_len = keep
+        edits.append(("remove", run.seq))
+        cancels = []
+        c = self.committed
+        for r in self.inflight.values():
+            if not r.cancelled and lcp(r.assumed, c) < min(len(r.assumed), len(c)):
+                r.cancelled = True
+                cancels.append(r.run_id)
+        if self.done:
+            for r in self.inflight.values():
+                if not r.cancelled:
+                    r.cancelled = True
+                    cancels.append(r.run_id)
+        self.n_cancelled += len(cancels)
+        return edits, cancels
+
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens / drafted tokens (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0

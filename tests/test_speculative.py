@@ -1,0 +1,161 @@
+"""Tests of hpcnb.speculative: decoder, KV cache, GGUF loading, drafts and head policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hpcnb.speculative import (
+    GGUFFormatError,
+    HeadPolicy,
+    KVCache,
+    LlamaModel,
+    NgramDraft,
+    early_exit_draft,
+    load_gguf,
+    measure_acceptance,
+    smollm2_path,
+    tiny_config,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LlamaModel:
+    return LlamaModel.random(tiny_config(), seed=2)
+
+
+PROMPT = [1, 5, 9, 3, 7, 5, 9, 3]
+
+
+def test_kv_cache_copy_truncate_remove() -> None:
+    c = KVCache((0, 1))
+    k = torch.arange(2 * 5 * 3, dtype=torch.float32).view(2, 5, 3)
+    for layer in (0, 1):
+        c.put(7, layer, k, -k)
+    assert c.length(7) == 5 and c.has(7)
+    c.copy(7, 8, 3)
+    assert c.length(8) == 3 and c.length(7) == 5
+    assert torch.equal(c.get(8, 1)[1], -k[:, :3])
+    c.truncate(7, 2)
+    assert c.length(7) == 2 and c.length(8) == 3
+    c.remove(7)
+    assert not c.has(7) and c.seq_ids() == [8]
+    with pytest.raises(KeyError):
+        c.copy(7, 9)
+    with pytest.raises(ValueError, match="length 4 > length 3"):
+        c.copy(8, 9, 4)
+    with pytest.raises(KeyError):
+        c.put(8, 5, k, k)
+
+
+def test_cache_matches_recompute(tiny: LlamaModel) -> None:
+    cache = tiny.new_cache()
+    tiny.forward(PROMPT[:5], 0, cache)
+    inc = tiny.forward(PROMPT[5:], 0, cache)[-1]
+    full = tiny.forward(PROMPT, 0, None)[-1]
+    assert torch.allclose(inc, full, atol=1e-4)
+    assert tiny.greedy(PROMPT, 32, use_cache=True) == tiny.greedy(PROMPT, 32, use_cache=False)
+
+
+def test_cache_sequences_are_independent(tiny: LlamaModel) -> None:
+    cache = tiny.new_cache()
+    tiny.forward(PROMPT, 0, cache)
+    cache.copy(0, 1, 4)
+    a = tiny.forward(PROMPT[4:], 1, cache)[-1]
+    cache.truncate(0, 4)
+    b = tiny.forward(PROMPT[4:], 0, cache)[-1]
+    assert torch.allclose(a, b, atol=1e-5)
+    assert cache.length(0) == cache.length(1) == len(PROMPT)
+
+
+def test_drafts_and_acceptance(tiny: LlamaModel) -> None:
+    ref = tiny.greedy(PROMPT, 24)
+    full = early_exit_draft(tiny, tiny.config.n_layers)
+    assert full.propose(PROMPT, 4) == ref[:4]  # all layers = the target itself
+    assert measure_acceptance(full, PROMPT, ref, 4)["acceptance_rate"] == 1.0
+    part = measure_acceptance(early_exit_draft(tiny, 1), PROMPT, ref, 4)
+    assert 0.0 <= part["acceptance_rate"] < 1.0
+    assert NgramDraft().propose([1, 2, 3, 9, 1, 2], 3) == [3, 9, 1]
+    assert NgramDraft().propose([4, 5, 6], 3) == []
+
+
+class _Oracle:
+    """A draft that proposes the known greedy tokens, wrong at chosen positions."""
+
+    name = "oracle"
+
+    def __init__(self, truth: list[int], wrong: set[int]) -> None:
+        self.truth, self.wrong = truth, wrong
+
+    def propose(self, context: list[int], k: int) -> list[int]:
+        n = len(context)
+        return [
+            (self.truth[i] + 1) % 50 if i in self.wrong else self.truth[i]
+            for i in range(n, min(n + k, len(self.truth)))
+        ]
+
+
+@pytest.mark.parametrize("strategy", ["pipeline", "speculative", "pipeinfer"])
+def test_policy_lossless_in_process(tiny: LlamaModel, strategy: str) -> None:
+    """Drive HeadPolicy with a one-stage executor: every strategy gives greedy tokens."""
+    ref = tiny.greedy(PROMPT, 20)
+    truth = PROMPT + ref
+    pol = HeadPolicy(strategy, PROMPT, 20, _Oracle(truth, {12, 13, 19}), k=3, max_inflight=3)
+    cache = tiny.new_cache()
+    queue = []
+    while not pol.done or pol.inflight:
+        run = None if pol.done else pol.next_run()
+        if run is not None:
+            if run.seq != run.parent_seq:
+                cache.copy(run.parent_seq, run.seq, run.parent_len)
+            logits = tiny.forward(run.tokens, run.seq, cache)
+            queue.append((run.run_id, torch.argmax(logits, -1).tolist()))
+            continue
+        rid, out = queue.pop(0)
+        cancelled = pol.inflight[rid].cancelled
+        edits, _ = pol.on_result(rid, None if cancelled else out)
+        for e in edits:
+            if e[0] == "commit":
+                cache.copy(e[1], 0, e[2])
+            else:
+                cache.remove(e[1])
+    assert pol.generated() == ref
+    if strategy == "pipeinfer":
+        assert pol.n_cancelled > 0
+
+
+def test_smollm2_loads_and_is_cache_consistent() -> None:
+    try:
+        path = smollm2_path()
+    except FileNotFoundError as err:
+        pytest.skip(f"SmolLM2 GGUF absent: {err}")
+    model, tok = load_gguf(path, layers=(0, 2))
+    ids = tok.encode("Hello world, 123!")
+    assert tok.decode(ids) == "Hello world, 123!"
+    assert model.config.dim == 576 and len(model.layers) == 2
+    cache = model.new_cache()
+    model.forward(ids[:3], 0, cache)
+    inc = model.forward(ids[3:], 0, cache)[-1]
+    assert torch.allclose(inc, model.forward(ids, 0, None)[-1], atol=1e-4)
+
+
+def test_corrupt_and_truncated_gguf(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + b"\0" * 64)
+    with pytest.raises(GGUFFormatError, match="not a GGUF file"):
+        load_gguf(bad)
+    hdr = tmp_path / "hdr.gguf"
+    hdr.write_bytes(b"GGUF" + b"\x03\0\0\0" + b"\xff" * 40)
+    with pytest.raises(GGUFFormatError, match=r"hdr\.gguf"):
+        load_gguf(hdr)
+    try:
+        src = smollm2_path()
+    except FileNotFoundError:
+        return
+    cut = tmp_path / "cut.gguf"
+    with open(src, "rb") as f:
+        cut.write_bytes(f.read(8_000_000))
+    with pytest.raises(GGUFFormatError, match="truncated"):
+        load_gguf(cut)
