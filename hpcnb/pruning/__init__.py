@@ -1,0 +1,82 @@
+"""GNN-RL: topology-aware, FLOPs-constrained channel pruning (notebook 02).
+
+Reconstruction of Yu, Mazaheri & Jannesari, "Topology-Aware Network Pruning using
+Multi-stage Graph Embedding and Reinforcement Learning" (ICML 2022): a hierarchical graph
+of the network (:mod:`~hpcnb.pruning.hiergraph`), a multi-stage GNN encoder in PyG
+(:mod:`~hpcnb.pruning.encoder`), a gymnasium environment (:mod:`~hpcnb.pruning.env`),
+the PPO agent and baselines (:mod:`~hpcnb.pruning.agents`,
+:mod:`~hpcnb.pruning.peers`), real pruning through ``hpcnb.ir``
+(:mod:`~hpcnb.pruning.task`) and training / latency helpers
+(:mod:`~hpcnb.pruning.training`).
+"""
+
+from hpcnb.pruning.agents import (
+    DDPGConfig,
+    PPOConfig,
+    SearchResult,
+    amc_ddpg_search,
+    gnnrl_search,
+    learning_curve,
+    random_search,
+    uniform_search,
+)
+from hpcnb.pruning.encoder import (
+    EdgeConditionedConv,
+    GNNFeaturesExtractor,
+    MultiStageGNN,
+    WeightedGCNConv,
+)
+from hpcnb.pruning.env import EnvConfig, EpisodeRecord, LayerwiseEnv, PruningEnv
+from hpcnb.pruning.hiergraph import KIND_VOCAB, LEVEL1_FEATURES, HierarchicalGraph
+from hpcnb.pruning.problem import (
+    FlopsModel,
+    PruningProblem,
+    keep_counts,
+    project_to_budget,
+    uniform_ratios,
+)
+from hpcnb.pruning.training import (
+    LatencyResult,
+    TrainConfig,
+    accuracy,
+    count_params,
+    fine_tune,
+    measure_latency,
+    torch_threads,
+    train_classifier,
+)
+
+__all__ = [
+    "KIND_VOCAB",
+    "LEVEL1_FEATURES",
+    "DDPGConfig",
+    "EdgeConditionedConv",
+    "EnvConfig",
+    "EpisodeRecord",
+    "FlopsModel",
+    "GNNFeaturesExtractor",
+    "HierarchicalGraph",
+    "LatencyResult",
+    "LayerwiseEnv",
+    "MultiStageGNN",
+    "PPOConfig",
+    "PruningEnv",
+    "PruningProblem",
+    "SearchResult",
+    "TrainConfig",
+    "WeightedGCNConv",
+    "accuracy",
+    "amc_ddpg_search",
+    "count_params",
+    "fine_tune",
+    "gnnrl_search",
+    "keep_counts",
+    "learning_curve",
+    "measure_latency",
+    "project_to_budget",
+    "random_search",
+    "torch_threads",
+    "train_classifier",
+    "uniform_ratios",
+    "uniform_search",
+]

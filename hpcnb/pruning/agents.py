@@ -1,0 +1,308 @@
+"""Search methods at a FLOPs budget: GNN-RL (PPO), AMC-style DDPG, random, uniform.
+
+Every method returns a :class:`SearchResult` with per-group keep ratios that meet the
+budget on the problem's FLOPs model, the accuracy of the pruned network before
+fine-tuning on the held-out split, and the search time. The RL searches return the best
+feasible policy met during training (as the paper's code keeps the best episode) or the
+deterministic final policy, whichever scores higher on the held-out split.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from stable_baselines3 import DDPG, PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import NormalActionNoise
+
+from hpcnb.pruning.encoder import GNNFeaturesExtractor
+from hpcnb.pruning.env import EnvConfig, LayerwiseEnv, PruningEnv, _HistoryMixin
+from hpcnb.pruning.problem import PruningProblem, keep_counts, uniform_ratios
+from hpcnb.pruning.training import torch_threads
+
+__all__ = [
+    "DDPGConfig",
+    "PPOConfig",
+    "SearchResult",
+    "amc_ddpg_search",
+    "gnnrl_search",
+    "learning_curve",
+    "random_search",
+    "uniform_search",
+]
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO and GNN settings of the GNN-RL agent.
+
+    Attributes:
+        timesteps: Environment steps of training.
+        n_steps: Rollout length per update.
+        batch_size: PPO minibatch size.
+        n_epochs: PPO epochs per update.
+        learning_rate: Adam learning rate.
+        hidden: GNN width.
+        stage2_layers: Stage-2 message-passing layers.
+        ent_coef: Entropy bonus.
+        seed: Seed of the agent and the environment.
+        threads: Torch intra-op threads during the search.
+    """
+
+    timesteps: int = 1024
+    n_steps: int = 128
+    batch_size: int = 64
+    n_epochs: int = 5
+    learning_rate: float = 1e-3
+    hidden: int = 32
+    stage2_layers: int = 3
+    ent_coef: float = 0.0
+    seed: int = 0
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class DDPGConfig:
+    """Settings of the AMC-style DDPG agent (one episode = one pass over the groups).
+
+    Attributes:
+        timesteps: Environment steps (``episodes * G``).
+        learning_starts: Random-action steps before learning.
+        noise: Std of the Gaussian exploration noise on the action in ``[-1, 1]``.
+        learning_rate: Adam learning rate of actor and critic.
+        seed: Seed.
+        threads: Torch intra-op threads during the search.
+    """
+
+    timesteps: int = 600
+    learning_starts: int = 100
+    noise: float = 0.5
+    learning_rate: float = 1e-3
+    seed: int = 0
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Outcome of one search at a FLOPs budget.
+
+    Attributes:
+        method: Short method name.
+        keep: ``(G,)`` keep ratios.
+        counts: ``(G,)`` kept channels per group.
+        flops_ratio: FLOPs kept (FLOPs model) / original.
+        val_accuracy: Accuracy on the held-out split before fine-tuning.
+        seconds: Wall time of the search.
+        episode_rewards: Reward of each training episode (RL methods; empty otherwise).
+    """
+
+    method: str
+    keep: np.ndarray
+    counts: np.ndarray
+    flops_ratio: float
+    val_accuracy: float
+    seconds: float
+    episode_rewards: tuple[float, ...] = field(default=(), repr=False)
+
+
+def _result(
+    problem: PruningProblem, method: str, keep: np.ndarray, seconds: float, rewards=()
+) -> SearchResult:
+    sizes = np.asarray(problem.group_sizes)
+    counts = keep_counts(keep, sizes)
+    return SearchResult(
+        method=method,
+        keep=np.asarray(keep, dtype=np.float64),
+        counts=counts,
+        flops_ratio=problem.flops_model(counts / sizes) / problem.flops_model.total,
+        val_accuracy=float(problem.accuracy(counts)),
+        seconds=seconds,
+        episode_rewards=tuple(float(r) for r in rewards),
+    )
+
+
+def uniform_search(problem: PruningProblem, target: float) -> SearchResult:
+    """Return the same keep ratio for every group, as large as the budget allows."""
+    start = time.perf_counter()
+    keep = uniform_ratios(problem, target)
+    return _result(problem, "uniform", keep, time.perf_counter() - start)
+
+
+def random_search(
+    problem: PruningProblem, target: float, samples: int = 100, seed: int = 0, min_keep: float = 0.1
+) -> SearchResult:
+    """Sample random keep-ratio directions, scale each onto the budget, keep the best.
+
+    A sample draws ``r ~ U(min_keep, 1)`` per group and uses ``1 - s (1 - r)`` with the
+    smallest ``s`` in ``[0, 1]`` that meets the budget (directions that cannot meet it are
+    redrawn, at most ``10 * samples`` draws).
+
+    Args:
+        problem: The pruning problem.
+        target: FLOPs budget fraction.
+        samples: Evaluated candidates.
+        seed: RNG seed.
+        min_keep: Smallest keep ratio.
+    """
+    if samples < 1:
+        raise ValueError(f"random_search: samples={samples}, expected >= 1")
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    env = PruningEnv(problem, EnvConfig(target=target, min_keep=min_keep))
+    best: tuple[float, np.ndarray] | None = None
+    evaluated = 0
+    for _ in range(10 * samples):
+        if evaluated >= samples:
+            break
+        r = rng.uniform(min_keep, 1.0, len(problem.group_sizes))
+        if env.flops_ratio(r) > target:
+            continue
+        lo, hi = 0.0, 1.0
+        while hi - lo > 1e-4:
+            mid = 0.5 * (lo + hi)
+            if env.flops_ratio(1.0 - mid * (1.0 - r)) <= target:
+                hi = mid
+            else:
+                lo = mid
+        keep = 1.0 - hi * (1.0 - r)
+        acc = float(problem.accuracy(keep_counts(keep, env.sizes)))
+        evaluated += 1
+        if best is None or acc > best[0]:
+            best = (acc, keep)
+    if best is None:
+        raise RuntimeError(f"random_search: no sample met the FLOPs budget {target}")
+    return _result(problem, "random", best[1], time.perf_counter() - start)
+
+
+class _EpisodeLog(BaseCallback):
+    """Collects the terminal reward of each finished episode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rewards: list[float] = []
+
+    def _on_step(self) -> bool:
+        for done, reward in zip(self.locals["dones"], self.locals["rewards"], strict=True):
+            if done:
+                self.rewards.append(float(reward))
+        return True
+
+
+def _best_of(
+    problem: PruningProblem, env: _HistoryMixin, final_keep: np.ndarray | None
+) -> np.ndarray:
+    best = env.best()
+    candidates = [e.keep for e in ([best] if best is not None else [])]
+    if final_keep is not None:
+        candidates.append(final_keep)
+    if not candidates:
+        raise RuntimeError("search found no policy that meets the FLOPs budget; train longer")
+    sizes = np.asarray(problem.group_sizes)
+    scores = [problem.accuracy(keep_counts(k, sizes)) for k in candidates]
+    return candidates[int(np.argmax(scores))]
+
+
+def _rollout(model, env, deterministic: bool = True) -> np.ndarray | None:
+    obs, _ = env.reset()
+    for _ in range(10_000):
+        action, _ = model.predict(obs, deterministic=deterministic)
+        obs, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            return (
+                info["keep"] if info.get("flops_ratio", 2.0) <= env.config.target + 1e-9 else None
+            )
+    return None
+
+
+def gnnrl_search(
+    problem: PruningProblem, env_config: EnvConfig, config: PPOConfig = PPOConfig()
+) -> SearchResult:
+    """Train the GNN-RL agent (PPO + multi-stage GNN extractor) and return its policy.
+
+    Args:
+        problem: The pruning problem.
+        env_config: Budget and episode settings.
+        config: PPO and GNN settings.
+    """
+    start = time.perf_counter()
+    torch.manual_seed(config.seed)
+    env = PruningEnv(problem, env_config)
+    env.reset(seed=config.seed)
+    model = PPO(
+        "MultiInputPolicy",
+        env,
+        n_steps=config.n_steps,
+        batch_size=config.batch_size,
+        n_epochs=config.n_epochs,
+        learning_rate=config.learning_rate,
+        ent_coef=config.ent_coef,
+        gamma=1.0,
+        policy_kwargs={
+            "features_extractor_class": GNNFeaturesExtractor,
+            "features_extractor_kwargs": {
+                "hidden": config.hidden,
+                "stage2_layers": config.stage2_layers,
+            },
+            "net_arch": {"pi": [64], "vf": [64]},
+        },
+        seed=config.seed,
+        device="cpu",
+        verbose=0,
+    )
+    log = _EpisodeLog()
+    with torch_threads(config.threads):
+        model.learn(total_timesteps=config.timesteps, callback=log)
+        keep = _best_of(problem, env, _rollout(model, env))
+    return _result(problem, "gnnrl", keep, time.perf_counter() - start, log.rewards)
+
+
+def amc_ddpg_search(
+    problem: PruningProblem, env_config: EnvConfig, config: DDPGConfig = DDPGConfig()
+) -> SearchResult:
+    """Train the AMC-style layer-by-layer DDPG agent (SB3) and return its policy.
+
+    Args:
+        problem: The pruning problem.
+        env_config: Uses ``target`` and ``min_keep``.
+        config: DDPG settings.
+    """
+    start = time.perf_counter()
+    torch.manual_seed(config.seed)
+    env = LayerwiseEnv(problem, env_config)
+    env.reset(seed=config.seed)
+    model = DDPG(
+        "MlpPolicy",
+        env,
+        learning_rate=config.learning_rate,
+        learning_starts=config.learning_starts,
+        action_noise=NormalActionNoise(np.zeros(1), np.full(1, config.noise)),
+        gamma=1.0,
+        policy_kwargs={"net_arch": [64, 64]},
+        seed=config.seed,
+        device="cpu",
+        verbose=0,
+    )
+    log = _EpisodeLog()
+    with torch_threads(config.threads):
+        model.learn(total_timesteps=config.timesteps, callback=log)
+        keep = _best_of(problem, env, _rollout(model, env))
+    return _result(problem, "amc_ddpg", keep, time.perf_counter() - start, log.rewards)
+
+
+def learning_curve(rewards: tuple[float, ...] | list[float], window: int = 20) -> np.ndarray:
+    """Return the running mean of episode rewards over ``window`` episodes.
+
+    Args:
+        rewards: Reward per episode in training order.
+        window: Averaging window (shrinks at the start).
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.size == 0:
+        return r
+    csum = np.cumsum(np.insert(r, 0, 0.0))
+    idx = np.arange(1, r.size + 1)
+    lo = np.maximum(0, idx - window)
+    return (csum[idx] - csum[lo]) / (idx - lo)

@@ -1,0 +1,176 @@
+"""Multi-stage GNN encoder (PyG ``MessagePassing``) and the SB3 features extractor.
+
+Stage 1 embeds every op's level-1 channel graph with two weighted GCN layers
+(:class:`WeightedGCNConv`) and mean-pools it to one vector per op. Stage 2 runs
+edge-conditioned message passing (:class:`EdgeConditionedConv`) on the level-2 network
+graph, where the feature of edge ``u -> v`` is the stage-1 embedding of op ``v`` (plus a
+direction flag: messages flow both with and against the data flow). A readout gives a
+graph embedding (mean and max over feature maps) and one embedding per prunable group
+(mean over the feature maps the group sets), which :class:`GNNFeaturesExtractor` hands
+to the PPO policy and value heads.
+
+Shapes for a batch of ``B`` observations of one network (``N`` nodes, ``E`` edges,
+``K2`` level-1 nodes, ``G`` groups, hidden width ``H``):
+
+* ``op_x (B, N, K2, F1)``, ``op_adj (B, N, K2, K2)`` -> stage 1 -> ``op_emb (B, N, H1)``
+* ``node_x (B, N, F2)``, ``edge_index (B, 2, E)`` -> stage 2 -> ``node_emb (B, N, H)``
+* readout -> ``graph_emb (B, 2H)``, ``group_emb (B, G, H)``
+* extractor output ``(B, 2H + G*H + G + 1)`` (``keep`` and ``step`` appended).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+from torch_geometric.utils import add_remaining_self_loops, scatter
+
+__all__ = ["EdgeConditionedConv", "GNNFeaturesExtractor", "MultiStageGNN", "WeightedGCNConv"]
+
+
+class WeightedGCNConv(MessagePassing):
+    """GCN layer with edge weights and symmetric normalisation (stage 1).
+
+    ``h_i' = W * sum_{j in N(i) + i} w_ij / sqrt(d_i d_j) * h_j + b`` with ``d_i`` the
+    weighted degree including a unit self-loop.
+
+    Shapes: ``x (V, F_in)``, ``edge_index (2, M)``, ``edge_weight (M,)`` -> ``(V, F_out)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__(aggr="add")
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor) -> Tensor:
+        """Apply the layer (see class docstring for shapes)."""
+        edge_index, edge_weight = add_remaining_self_loops(
+            edge_index, edge_weight, fill_value=1.0, num_nodes=x.size(0)
+        )
+        row, col = edge_index
+        deg = scatter(edge_weight, col, dim=0, dim_size=x.size(0), reduce="sum")
+        inv_sqrt = deg.clamp(min=1e-12).pow(-0.5)
+        norm = inv_sqrt[row] * edge_weight * inv_sqrt[col]
+        return self.propagate(edge_index, x=self.lin(x), norm=norm) + self.bias
+
+    def message(self, x_j: Tensor, norm: Tensor) -> Tensor:
+        """Scale the neighbour's features by the normalised edge weight."""
+        return norm.unsqueeze(-1) * x_j
+
+
+class EdgeConditionedConv(MessagePassing):
+    """Message passing whose messages depend on edge features (stage 2).
+
+    ``m_ij = ReLU(W_m [h_j ; e_ij])``, ``h_i' = ReLU(W_r h_i + mean_j m_ij)``.
+
+    Shapes: ``x (V, F_in)``, ``edge_index (2, M)``, ``edge_attr (M, F_e)`` -> ``(V, F_out)``.
+    """
+
+    def __init__(self, in_channels: int, edge_channels: int, out_channels: int) -> None:
+        super().__init__(aggr="mean")
+        self.msg = nn.Linear(in_channels + edge_channels, out_channels)
+        self.root = nn.Linear(in_channels, out_channels)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
+        """Apply the layer (see class docstring for shapes)."""
+        return torch.relu(self.root(x) + self.propagate(edge_index, x=x, edge_attr=edge_attr))
+
+    def message(self, x_j: Tensor, edge_attr: Tensor) -> Tensor:
+        """Message from neighbour ``j`` conditioned on the edge feature."""
+        return torch.relu(self.msg(torch.cat([x_j, edge_attr], dim=-1)))
+
+
+class MultiStageGNN(nn.Module):
+    """Two-stage encoder of the hierarchical graph (see module docstring for shapes).
+
+    Args:
+        level1_features: ``F1``.
+        level2_features: ``F2`` (including the dynamic keep column).
+        hidden: ``H``, width of both stages.
+        stage2_layers: Number of :class:`EdgeConditionedConv` layers.
+    """
+
+    def __init__(
+        self, level1_features: int, level2_features: int, hidden: int = 32, stage2_layers: int = 3
+    ) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.stage1 = nn.ModuleList(
+            [WeightedGCNConv(level1_features, hidden), WeightedGCNConv(hidden, hidden)]
+        )
+        self.node_in = nn.Linear(level2_features, hidden)
+        self.stage2 = nn.ModuleList(
+            [EdgeConditionedConv(hidden, hidden + 1, hidden) for _ in range(stage2_layers)]
+        )
+
+    def embed_ops(self, op_x: Tensor, op_adj: Tensor) -> Tensor:
+        """Stage 1: ``op_x (B, N, K2, F1)``, ``op_adj (B, N, K2, K2)`` -> ``(B, N, H)``."""
+        b, n, k2, f1 = op_x.shape
+        x = op_x.reshape(b * n * k2, f1)
+        graph, src, dst = torch.nonzero(op_adj.reshape(b * n, k2, k2) > 0, as_tuple=True)
+        weight = op_adj.reshape(b * n, k2, k2)[graph, src, dst]
+        edge_index = torch.stack([graph * k2 + src, graph * k2 + dst])
+        for i, conv in enumerate(self.stage1):
+            x = conv(x, edge_index, weight)
+            if i + 1 < len(self.stage1):
+                x = torch.relu(x)
+        return x.reshape(b, n, k2, self.hidden).mean(dim=2)
+
+    def forward(self, obs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Return ``(node_emb (B, N, H), op_emb (B, N, H))`` of a batch of observations."""
+        op_emb = self.embed_ops(obs["op_x"], obs["op_adj"])
+        b, n, _ = obs["node_x"].shape
+        edges = obs["edge_index"].long()  # (B, 2, E)
+        offset = (torch.arange(b, device=edges.device) * n).view(b, 1, 1)
+        flat = (edges + offset).permute(1, 0, 2).reshape(2, -1)  # (2, B*E)
+        src, dst = flat
+        op_flat = op_emb.reshape(b * n, self.hidden)
+        edge_feat = op_flat[dst]  # edge u->v carries op v's level-1 embedding
+        both = torch.cat([flat, flat.flip(0)], dim=1)
+        direction = torch.cat([torch.ones(src.numel(), 1), -torch.ones(src.numel(), 1)]).to(op_flat)
+        attr = torch.cat([torch.cat([edge_feat, edge_feat]), direction], dim=1)
+        h = torch.relu(self.node_in(obs["node_x"].reshape(b * n, -1)))
+        for conv in self.stage2:
+            h = conv(h, both, attr)
+        return h.reshape(b, n, self.hidden), op_emb
+
+
+class GNNFeaturesExtractor(BaseFeaturesExtractor):
+    """SB3 features extractor: the multi-stage GNN plus a graph and per-group readout.
+
+    Args:
+        observation_space: The ``Dict`` space of :class:`~hpcnb.pruning.env.PruningEnv`.
+        hidden: GNN width ``H``.
+        stage2_layers: Stage-2 message-passing layers.
+    """
+
+    def __init__(
+        self, observation_space: gym.spaces.Dict, hidden: int = 32, stage2_layers: int = 3
+    ) -> None:
+        f1 = observation_space["op_x"].shape[2]
+        f2 = observation_space["node_x"].shape[1]
+        groups = observation_space["keep"].shape[0]
+        super().__init__(observation_space, features_dim=2 * hidden + groups * hidden + groups + 1)
+        self.num_groups = groups
+        self.gnn = MultiStageGNN(f1, f2, hidden=hidden, stage2_layers=stage2_layers)
+
+    def forward(self, observations: dict[str, Tensor]) -> Tensor:
+        """Map a batch of observations to ``(B, features_dim)``."""
+        node_emb, _ = self.gnn(observations)
+        b, n, h = node_emb.shape
+        graph_emb = torch.cat([node_emb.mean(dim=1), node_emb.max(dim=1).values], dim=1)
+        group = observations["node_group"].long()  # (B, N), -1 = none
+        index = torch.where(group < 0, torch.full_like(group, self.num_groups), group)
+        index = index + (torch.arange(b, device=group.device) * (self.num_groups + 1)).view(b, 1)
+        pooled = scatter(
+            node_emb.reshape(b * n, h),
+            index.reshape(-1),
+            dim=0,
+            dim_size=b * (self.num_groups + 1),
+            reduce="mean",
+        ).reshape(b, self.num_groups + 1, h)[:, : self.num_groups]
+        return torch.cat(
+            [graph_emb, pooled.reshape(b, -1), observations["keep"], observations["step"]], dim=1
+        )

@@ -1,0 +1,267 @@
+"""Gymnasium environments: the GNN-RL pruning episode and the AMC layer-by-layer episode.
+
+:class:`PruningEnv` follows the paper's public code: one action per prunable group per
+step, keep ratio multiplied by ``1 - a`` and clipped to ``[min_keep, 1]``; the episode ends
+when the FLOPs fall to the budget, with reward = accuracy of the pruned (not fine-tuned)
+network on a held-out split of the training data, or after ``max_steps`` steps with the
+failure reward (the paper: -100 with accuracy in percent; here -1 with accuracy in
+``[0, 1]``). One addition, switchable: on the step that crosses the budget the move is
+shortened to land on it (:func:`~hpcnb.pruning.problem.project_to_budget`).
+
+:class:`LayerwiseEnv` is the AMC-style episode (He et al., ECCV 2018): one group per step
+in network order, a small state embedding per group, the action is that group's keep
+ratio, limited so that the budget stays reachable; reward = accuracy at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from hpcnb.pruning.problem import PruningProblem, keep_counts, project_to_budget
+
+__all__ = ["EnvConfig", "EpisodeRecord", "LayerwiseEnv", "PruningEnv"]
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Settings of a pruning episode.
+
+    Attributes:
+        target: FLOPs budget as a fraction of the original network (0.5 = keep 50%).
+        max_steps: Steps before the episode fails (paper: 5).
+        max_prune_per_step: Largest per-step pruning fraction ``a`` (action 1 -> this).
+        min_keep: Smallest keep ratio of any group (paper: 0.1).
+        failure_reward: Reward when the budget is not met within ``max_steps``.
+        project: Shorten the budget-crossing step to land on the budget.
+    """
+
+    target: float = 0.5
+    max_steps: int = 5
+    max_prune_per_step: float = 0.5
+    min_keep: float = 0.1
+    failure_reward: float = -1.0
+    project: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target <= 1:
+            raise ValueError(f"EnvConfig.target={self.target}: expected in (0, 1]")
+        if self.max_steps < 1:
+            raise ValueError(f"EnvConfig.max_steps={self.max_steps}: expected >= 1")
+        if not 0 < self.max_prune_per_step < 1:
+            raise ValueError(
+                f"EnvConfig.max_prune_per_step={self.max_prune_per_step}: expected in (0, 1)"
+            )
+        if not 0 < self.min_keep <= 1:
+            raise ValueError(f"EnvConfig.min_keep={self.min_keep}: expected in (0, 1]")
+
+
+@dataclass
+class EpisodeRecord:
+    """Outcome of one finished episode."""
+
+    reward: float
+    success: bool
+    flops_ratio: float
+    keep: np.ndarray = field(repr=False)
+
+
+class _HistoryMixin:
+    """Keeps every finished episode and the best feasible one."""
+
+    history: list[EpisodeRecord]
+
+    def _finish(self, reward: float, success: bool, flops_ratio: float, keep: np.ndarray) -> None:
+        self.history.append(EpisodeRecord(reward, success, flops_ratio, keep.copy()))
+
+    def best(self) -> EpisodeRecord | None:
+        """Return the feasible episode with the highest reward seen so far, if any."""
+        feasible = [e for e in self.history if e.success]
+        return max(feasible, key=lambda e: e.reward) if feasible else None
+
+
+class PruningEnv(_HistoryMixin, gym.Env):
+    """GNN-RL pruning episode over a :class:`~hpcnb.pruning.problem.PruningProblem`.
+
+    Observation: the ``Dict`` of :meth:`HierarchicalGraph.observation`. Action:
+    ``Box(-1, 1, (G,))``, mapped to per-group pruning fractions
+    ``a = max_prune_per_step * (action + 1) / 2``.
+
+    Args:
+        problem: The pruning problem (groups, FLOPs model, accuracy oracle, graph).
+        config: Episode settings.
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium convention
+
+    def __init__(self, problem: PruningProblem, config: EnvConfig = EnvConfig()) -> None:
+        super().__init__()
+        self.problem = problem
+        self.config = config
+        self.sizes = np.asarray(problem.group_sizes, dtype=np.int64)
+        g = len(self.sizes)
+        if g == 0:
+            raise ValueError("PruningEnv: the problem has no prunable groups")
+        self.observation_space = problem.graph.observation_space()
+        self.action_space = spaces.Box(-1.0, 1.0, (g,), np.float32)
+        self.budget = config.target * problem.flops_model.total
+        self.keep = np.ones(g)
+        self.steps = 0
+        self.history = []
+
+    def flops_ratio(self, keep: np.ndarray) -> float:
+        """FLOPs of the network at keep ratios ``keep`` (rounded to channels) / original."""
+        counts = keep_counts(keep, self.sizes)
+        return self.problem.flops_model(counts / self.sizes) / self.problem.flops_model.total
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return self.problem.graph.observation(self.keep, self.steps / self.config.max_steps)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, np.ndarray], dict]:
+        """Start an episode at full width."""
+        super().reset(seed=seed)
+        self.keep = np.ones(len(self.sizes))
+        self.steps = 0
+        return self._obs(), {"flops_ratio": 1.0}
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        """Prune every group by its action; end when the budget is met or steps run out."""
+        act = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
+        if act.shape != self.keep.shape:
+            raise ValueError(
+                f"PruningEnv.step: action of shape {act.shape}, expected {self.keep.shape}"
+            )
+        prune = self.config.max_prune_per_step * (act + 1.0) / 2.0
+        proposal = np.clip(self.keep * (1.0 - prune), self.config.min_keep, 1.0)
+        if self.config.project:
+            proposal = project_to_budget(self.problem, self.keep, proposal, self.config.target)
+        self.keep = proposal
+        self.steps += 1
+        ratio = self.flops_ratio(self.keep)
+        info: dict = {"flops_ratio": ratio, "keep": self.keep.copy()}
+        if ratio <= self.config.target + 1e-12:
+            reward = float(self.problem.accuracy(keep_counts(self.keep, self.sizes)))
+            info["accuracy"] = reward
+            self._finish(reward, True, ratio, self.keep)
+            return self._obs(), reward, True, False, info
+        if self.steps >= self.config.max_steps:
+            reward = float(self.config.failure_reward)
+            self._finish(reward, False, ratio, self.keep)
+            return self._obs(), reward, True, False, info
+        return self._obs(), 0.0, False, False, info
+
+
+class LayerwiseEnv(_HistoryMixin, gym.Env):
+    """AMC-style episode: choose one group's keep ratio per step, in network order.
+
+    State (7 values): step index / G, group size (log2 / 10), share of FLOPs that depend on
+    the group, FLOPs removed so far, FLOPs still prunable after this group, the previous
+    action, the budget. Action ``Box(-1, 1, (1,))`` -> keep ratio in ``[min_keep, 1]``,
+    then clipped to the largest keep ratio that still lets the budget be met when every
+    later group is cut to ``min_keep`` (AMC's constraint enforcement).
+
+    Args:
+        problem: The pruning problem.
+        config: Uses ``target`` and ``min_keep``.
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium convention
+
+    def __init__(self, problem: PruningProblem, config: EnvConfig = EnvConfig()) -> None:
+        super().__init__()
+        self.problem = problem
+        self.config = config
+        self.sizes = np.asarray(problem.group_sizes, dtype=np.int64)
+        g = len(self.sizes)
+        if g == 0:
+            raise ValueError("LayerwiseEnv: the problem has no prunable groups")
+        fm = problem.flops_model
+        share = np.zeros(g)
+        for t in range(len(fm.coef)):
+            for grp in {int(fm.out_group[t]), int(fm.in_group[t])} - {-1}:
+                share[grp] += fm.coef[t]
+        self.share = share / fm.total
+        self.observation_space = spaces.Box(-1.0, 2.0, (7,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.keep = np.ones(g)
+        self.t = 0
+        self.prev = 1.0
+        self.history = []
+
+    def _flops(self, keep: np.ndarray) -> float:
+        counts = keep_counts(keep, self.sizes)
+        return self.problem.flops_model(counts / self.sizes) / self.problem.flops_model.total
+
+    def _state(self) -> np.ndarray:
+        g = len(self.sizes)
+        t = min(self.t, g - 1)
+        rest = np.ones(g)
+        rest[: t + 1] = self.keep[: t + 1]
+        removed = 1.0 - self._flops(self.keep)
+        return np.array(
+            [
+                t / g,
+                np.log2(self.sizes[t] + 1) / 10.0,
+                self.share[t],
+                removed,
+                float(self.share[t + 1 :].sum()),
+                self.prev,
+                self.config.target,
+            ],
+            dtype=np.float32,
+        )
+
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[np.ndarray, dict]:
+        """Start at full width on the first group."""
+        super().reset(seed=seed)
+        self.keep = np.ones(len(self.sizes))
+        self.t = 0
+        self.prev = 1.0
+        return self._state(), {}
+
+    def max_keep(self) -> float:
+        """Largest keep ratio of the current group that keeps the budget reachable."""
+        lo, hi = self.config.min_keep, 1.0
+        trial = self.keep.copy()
+        trial[self.t + 1 :] = self.config.min_keep
+        trial[self.t] = hi
+        if self._flops(trial) <= self.config.target:
+            return hi
+        trial[self.t] = lo
+        if self._flops(trial) > self.config.target:
+            return lo
+        while hi - lo > 1e-3:
+            mid = 0.5 * (lo + hi)
+            trial[self.t] = mid
+            if self._flops(trial) <= self.config.target:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """Set the current group's keep ratio; reward the accuracy after the last group."""
+        a = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1.0, 1.0))
+        keep = self.config.min_keep + (1.0 - self.config.min_keep) * (a + 1.0) / 2.0
+        keep = min(keep, self.max_keep())
+        self.keep[self.t] = keep
+        self.prev = keep
+        self.t += 1
+        if self.t < len(self.sizes):
+            return self._state(), 0.0, False, False, {}
+        ratio = self._flops(self.keep)
+        success = ratio <= self.config.target + 1e-9
+        reward = (
+            float(self.problem.accuracy(keep_counts(self.keep, self.sizes)))
+            if success
+            else float(self.config.failure_reward)
+        )
+        self._finish(reward, success, ratio, self.keep)
+        return self._state(), reward, True, False, {"flops_ratio": ratio, "keep": self.keep.copy()}

@@ -1,0 +1,177 @@
+"""The abstract pruning problem: prunable groups, FLOPs as a function of keep ratios.
+
+A channel-pruning problem, as the environment and every search method see it, is
+
+* a list of prunable groups ``g`` of sizes ``n_g`` (the IR's channel groups: channels that
+  must be removed together, e.g. all convolutions feeding one residual sum),
+* the FLOPs of the network as a function of the kept counts ``k_g`` — for convolutions and
+  linear layers exactly ``sum_l F_l * (k_out(l)/n_out(l)) * (k_in(l)/n_in(l))`` plus
+  constant terms (:class:`FlopsModel`),
+* an accuracy oracle ``accuracy(k)`` of the pruned, not yet fine-tuned network on a
+  held-out split of the training data,
+* a hierarchical graph observation (:class:`~hpcnb.pruning.hiergraph.HierarchicalGraph`).
+
+:class:`PruningProblem` is the protocol; :class:`~hpcnb.pruning.task.ModelPruningTask`
+implements it for a real ``nn.Module`` through ``hpcnb.ir``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from hpcnb.pruning.hiergraph import HierarchicalGraph
+
+__all__ = [
+    "FlopsModel",
+    "PruningProblem",
+    "keep_counts",
+    "project_to_budget",
+    "uniform_ratios",
+]
+
+
+@dataclass(frozen=True)
+class FlopsModel:
+    """FLOPs of a network as a bilinear function of per-group keep fractions.
+
+    ``flops(f) = constant + sum_t coef[t] * f[out_group[t]] * f[in_group[t]]`` where
+    ``f[-1]`` is taken as 1 (a term not affected by pruning on that side). With ``f`` the
+    exact fractions ``k_g / n_g`` of kept channels this is exact for convolutions
+    (grouped/depthwise included) and linear layers, whose multiply-adds scale with the
+    kept output and input channels.
+
+    Attributes:
+        constant: FLOPs no group affects.
+        coef: ``(T,)`` FLOPs of each term at full width.
+        out_group: ``(T,)`` group of the output channels, ``-1`` for none.
+        in_group: ``(T,)`` group of the input channels, ``-1`` for none.
+        num_groups: Number of groups.
+    """
+
+    constant: float
+    coef: np.ndarray
+    out_group: np.ndarray
+    in_group: np.ndarray
+    num_groups: int
+
+    def __post_init__(self) -> None:
+        t = len(self.coef)
+        if len(self.out_group) != t or len(self.in_group) != t:
+            raise ValueError(
+                f"FlopsModel: coef has {t} terms but out_group has {len(self.out_group)} "
+                f"and in_group {len(self.in_group)}: expected equal lengths"
+            )
+        for name, arr in (("out_group", self.out_group), ("in_group", self.in_group)):
+            if t and (arr.min() < -1 or arr.max() >= self.num_groups):
+                raise ValueError(f"FlopsModel.{name}: entries must be in [-1, {self.num_groups})")
+
+    @property
+    def total(self) -> float:
+        """FLOPs of the unpruned network."""
+        return float(self.constant + self.coef.sum())
+
+    def __call__(self, fractions: np.ndarray) -> float:
+        """Return the FLOPs at per-group keep fractions ``fractions`` (shape ``(G,)``)."""
+        f = np.asarray(fractions, dtype=np.float64)
+        if f.shape != (self.num_groups,):
+            raise ValueError(
+                f"FlopsModel: fractions of shape {f.shape}, expected ({self.num_groups},)"
+            )
+        ext = np.append(f, 1.0)  # index -1 -> 1.0
+        return float(self.constant + np.sum(self.coef * ext[self.out_group] * ext[self.in_group]))
+
+
+def keep_counts(ratios: np.ndarray, sizes: np.ndarray, min_keep: int = 1) -> np.ndarray:
+    """Round keep ratios to whole channel counts, at least ``min_keep`` per group.
+
+    Args:
+        ratios: ``(G,)`` keep ratios in ``[0, 1]``.
+        sizes: ``(G,)`` group sizes.
+        min_keep: Fewest channels a group keeps.
+    """
+    ratios = np.asarray(ratios, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if ratios.shape != sizes.shape:
+        raise ValueError(f"keep_counts: ratios {ratios.shape} vs sizes {sizes.shape}")
+    counts = np.round(np.clip(ratios, 0.0, 1.0) * sizes).astype(np.int64)
+    return np.clip(counts, np.minimum(min_keep, sizes), sizes)
+
+
+@runtime_checkable
+class PruningProblem(Protocol):
+    """What :class:`~hpcnb.pruning.env.PruningEnv` and the baselines need from a task."""
+
+    group_ids: list[str]
+    group_sizes: np.ndarray
+    flops_model: FlopsModel
+    graph: HierarchicalGraph
+
+    def accuracy(self, counts: np.ndarray) -> float:
+        """Accuracy of the network pruned to ``counts`` channels per group (no fine-tuning)."""
+        ...
+
+
+def _flops_at(problem: PruningProblem, ratios: np.ndarray) -> float:
+    counts = keep_counts(ratios, problem.group_sizes)
+    return problem.flops_model(counts / problem.group_sizes)
+
+
+def uniform_ratios(problem: PruningProblem, target: float, tol: float = 1e-4) -> np.ndarray:
+    """Return the largest equal keep ratio for all groups whose FLOPs meet ``target``.
+
+    Args:
+        problem: The pruning problem.
+        target: FLOPs budget as a fraction of the original (e.g. 0.5).
+        tol: Bisection tolerance on the ratio.
+    """
+    if not 0 < target <= 1:
+        raise ValueError(f"uniform_ratios: target={target}, expected in (0, 1]")
+    g = len(problem.group_sizes)
+    budget = target * problem.flops_model.total
+    lo, hi = 0.0, 1.0
+    if _flops_at(problem, np.ones(g)) <= budget:
+        return np.ones(g)
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if _flops_at(problem, np.full(g, mid)) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return np.full(g, lo)
+
+
+def project_to_budget(
+    problem: PruningProblem,
+    start: np.ndarray,
+    proposal: np.ndarray,
+    target: float,
+    tol: float = 1e-4,
+) -> np.ndarray:
+    """Move from ``start`` towards ``proposal`` only as far as needed to meet the budget.
+
+    Finds the smallest ``t`` in ``[0, 1]`` with ``flops(start + t (proposal - start)) <=
+    target * flops0`` by bisection (FLOPs fall monotonically along the segment when
+    ``proposal <= start``). If even ``proposal`` misses the budget it is returned as is.
+
+    Args:
+        problem: The pruning problem.
+        start: ``(G,)`` keep ratios before the step (budget not yet met).
+        proposal: ``(G,)`` keep ratios the agent asked for.
+        target: FLOPs budget as a fraction of the original.
+        tol: Bisection tolerance on ``t``.
+    """
+    budget = target * problem.flops_model.total
+    if _flops_at(problem, proposal) > budget or _flops_at(problem, start) <= budget:
+        return proposal if _flops_at(problem, start) > budget else start
+    lo, hi = 0.0, 1.0  # flops(lo) > budget, flops(hi) <= budget
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if _flops_at(problem, start + mid * (proposal - start)) <= budget:
+            hi = mid
+        else:
+            lo = mid
+    return start + hi * (proposal - start)
