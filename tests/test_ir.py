@@ -91,3 +91,316 @@ def test_untraceable_model_names_module_and_suggests_leaf() -> None:
     assert graph.count_by_kind()["other"] == 1
     with pytest.raises(ValueError, match="not a sub-module path"):
         trace(model, torch.randn(2, 4), leaf_modules=("nope",))
+
+
+# --- channel groups -----------------------------------------------------------------------
+from hpcnb.ir import (  # noqa: E402
+    PYG_FEATURES,
+    ChannelGroup,
+    ParamSlice,
+    draw_graph,
+    extract,
+    importance,
+    reorder,
+    to_networkx,
+    to_pyg,
+)
+
+
+def _randomize(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Non-trivial norm statistics and biases, so identities are really tested."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.running_mean.copy_(torch.rand(m.running_mean.shape, generator=gen) - 0.5)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
+            for name, p in m.named_parameters(recurse=False):
+                if name == "bias" or p.dim() == 3 or isinstance(m, nn.LayerNorm):
+                    p.add_(0.1 * torch.randn(p.shape, generator=gen))
+        for name, p in model.named_parameters():
+            if name in ("cls_token", "pos_embed"):
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return model.eval()
+
+
+def _group_with(graph, param: str, axis: int, offset: int | None = None) -> ChannelGroup:
+    for g in graph.groups():
+        for m in g.members:
+            if m.param == param and m.axis == axis and (offset is None or m.offset == offset):
+                return g
+    raise AssertionError(f"no group slices {param} axis {axis}")
+
+
+def _has(group: ChannelGroup, param: str, axis: int, offset: int = 0, unit: int = 1) -> bool:
+    return any(
+        m.param == param and m.axis == axis and m.offset == offset and m.unit == unit
+        for m in group.members
+    )
+
+
+def test_groups_resnet_stage_ties_residual_adds() -> None:
+    model = models.resnet_cifar(14, 8, 10, 1).eval()
+    graph = trace(model, torch.randn(2, 1, 8, 8))
+    stage = _group_with(graph, "layers.0.conv2.weight", 0)
+    assert stage.size == 8 and stage.prunable and stage.kind == "channel"
+    for param, axis in [
+        ("stem.0.weight", 0),
+        ("stem.1.running_mean", 0),
+        ("layers.0.conv1.weight", 1),
+        ("layers.1.conv2.weight", 0),
+        ("layers.1.bn2.weight", 0),
+        ("layers.2.conv1.weight", 1),
+        ("layers.2.shortcut.0.weight", 1),
+    ]:
+        assert _has(stage, param, axis), (param, axis)
+    inner = _group_with(graph, "layers.0.conv1.weight", 0)
+    assert inner.id != stage.id and inner.prunable
+    assert {(m.param, m.axis) for m in inner.members} == {
+        ("layers.0.conv1.weight", 0),
+        ("layers.0.bn1.weight", 0),
+        ("layers.0.bn1.bias", 0),
+        ("layers.0.bn1.running_mean", 0),
+        ("layers.0.bn1.running_var", 0),
+        ("layers.0.conv2.weight", 1),
+    }
+    first = _group_with(graph, "stem.0.weight", 1)
+    assert not first.prunable and first.reason == "model input"
+    head = _group_with(graph, "fc.weight", 0)
+    assert not head.prunable and head.reason == "model output"
+
+
+def test_groups_mobilenet_depthwise_ties_in_and_out() -> None:
+    spec = models.ZOO["mobilenet_v2"]
+    graph = trace(spec.build("tiny"), spec.example_input("tiny"))
+    block = "features.4.conv"
+    g = _group_with(graph, f"{block}.0.weight", 0)
+    assert g.size == 32 and g.prunable
+    for param, axis in [
+        (f"{block}.1.weight", 0),
+        (f"{block}.3.weight", 0),  # depthwise conv: in == out
+        (f"{block}.4.running_var", 0),
+        (f"{block}.6.weight", 1),
+    ]:
+        assert _has(g, param, axis), (param, axis)
+    assert not any(m.param == f"{block}.3.weight" and m.axis == 1 for m in g.members)
+    residual = _group_with(graph, "features.4.conv.6.weight", 0)
+    assert _has(residual, "features.5.conv.6.weight", 0)  # x + f(x) in features.5
+
+
+def test_groups_vit_heads_and_mlp_hidden() -> None:
+    spec = models.ZOO["vit"]
+    graph = trace(spec.build("tiny"), spec.example_input("tiny"))
+    heads = _group_with(graph, "blocks.0.attn.proj.weight", 1)
+    assert heads.kind == "head" and heads.size == 4 and heads.prunable
+    for offset in (0, 32, 64):
+        assert _has(heads, "blocks.0.attn.qkv.weight", 0, offset, unit=8)
+        assert _has(heads, "blocks.0.attn.qkv.bias", 0, offset, unit=8)
+    assert _has(heads, "blocks.0.attn.proj.weight", 1, 0, unit=8)
+    hidden = _group_with(graph, "blocks.1.mlp.fc1.weight", 0)
+    assert hidden.kind == "hidden" and hidden.size == 64 and hidden.prunable
+    assert {(m.param, m.axis) for m in hidden.members} == {
+        ("blocks.1.mlp.fc1.weight", 0),
+        ("blocks.1.mlp.fc1.bias", 0),
+        ("blocks.1.mlp.fc2.weight", 1),
+    }
+    width = _group_with(graph, "patch.proj.weight", 0)
+    for param, axis in [("cls_token", 2), ("pos_embed", 2), ("blocks.1.attn.qkv.weight", 1)]:
+        assert _has(width, param, axis)
+    assert _has(width, "head.weight", 1)
+
+
+def test_groups_shufflenet_concat_and_shuffle() -> None:
+    spec = models.ZOO["shufflenet"]
+    graph = trace(spec.build("tiny"), spec.example_input("tiny"))
+    # The two branches of a downsampling unit are concatenated, then shuffled: the
+    # shuffle reshape mixes the channel axis, so their outputs are not prunable ...
+    left = _group_with(graph, "features.3.branch1.2.weight", 0)
+    right = _group_with(graph, "features.3.branch2.5.weight", 0)
+    assert not left.prunable and not right.prunable and "reshape" in left.reason
+    # ... while each branch's internal width is.
+    inner = _group_with(graph, "features.3.branch2.0.weight", 0)
+    assert inner.prunable and _has(inner, "features.3.branch2.3.weight", 0)
+    # A stride-1 unit splits its input in half: the kept half and the branch input are
+    # separate slices of the previous (shuffled) tensor.
+    assert _group_with(graph, "features.4.branch2.0.weight", 1).size == 8
+
+
+def test_groups_densenet_concat_offsets() -> None:
+    spec = models.ZOO["densenet"]
+    graph = trace(spec.build("tiny"), spec.example_input("tiny"))
+    stem, growth = 8, 4
+    new = _group_with(graph, "features.1.conv2.weight", 0)
+    assert new.size == growth and new.prunable
+    assert _has(new, "features.2.bn1.weight", 0, offset=stem)
+    assert _has(new, "features.2.conv1.weight", 1, offset=stem)
+    assert _has(new, "features.3.running_mean", 0, offset=stem)  # transition BN
+    assert _has(new, "features.5.weight", 1, offset=stem)  # transition conv
+    second = _group_with(graph, "features.2.conv2.weight", 0)
+    assert _has(second, "features.5.weight", 1, offset=stem + growth)
+    first = _group_with(graph, "features.0.weight", 0)
+    assert _has(first, "features.2.bn1.weight", 0, offset=0)
+
+
+# --- extraction, reorder ------------------------------------------------------------------
+
+
+def _half(graph) -> dict[str, int]:
+    return {g.id: max(1, g.size // 2) for g in graph.groups() if g.prunable}
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_zoo_extract_half_keep_all_and_reorder(name: str) -> None:
+    spec = models.ZOO[name]
+    model = _randomize(spec.build("tiny"))
+    x = spec.example_input("tiny", batch=3)
+    graph = trace(model, x)
+    with torch.no_grad():
+        ref = model(x)
+        same = extract(model, graph, {})(x)
+        assert (same - ref).abs().max().item() <= 1e-6
+        keep = _half(graph)
+        assert keep, "every zoo model has prunable groups"
+        small = extract(model, graph, keep)
+        out = small(x)
+        assert out.shape == ref.shape
+        small_graph = trace(small, x)
+        assert small_graph.total_flops() < graph.total_flops()
+        assert small_graph.total_params() < graph.total_params()
+        for gid, k in keep.items():  # the smaller model's groups have the kept sizes
+            assert k <= graph.group(gid).size
+        blocks = graph.blocks()
+        if blocks:
+            skipped = extract(model, graph, keep, skip_blocks=blocks[:1])
+            assert skipped(x).shape == ref.shape
+            assert trace(skipped, x).total_flops() < small_graph.total_flops()
+        perms = reorder(model, graph)
+        assert set(perms) == {g.id for g in graph.groups() if g.prunable}
+        after = model(x)
+        assert (after - ref).abs().max().item() <= 1e-5
+        scores = importance(model, graph)
+        for gid in perms:
+            s = scores[gid]
+            assert torch.all(s[:-1] >= s[1:] - 1e-4 * s.abs().max()), gid
+
+
+def test_extract_index_list_matches_manual_slicing() -> None:
+    torch.manual_seed(0)
+    model = models.mlp(4, 1, (6, 5), 3).eval()
+    x = torch.randn(4, 1, 4, 4)
+    graph = trace(model, x)
+    hidden = _group_with(graph, "net.0.weight", 0)
+    small = extract(model, graph, {hidden.id: [4, 1, 2]})
+    w0, b0 = model.net[0].weight[[4, 1, 2]], model.net[0].bias[[4, 1, 2]]
+    h = torch.relu(x.flatten(1) @ w0.T + b0)
+    h = torch.relu(h @ model.net[2].weight[:, [4, 1, 2]].T + model.net[2].bias)
+    manual = h @ model.net[4].weight.T + model.net[4].bias
+    with torch.no_grad():
+        assert torch.allclose(small(x), manual, atol=1e-6)
+    assert small.get_submodule("net.0").out_features == 3
+    assert small.get_submodule("net.2").in_features == 3
+
+
+def test_extract_rejects_bad_keep() -> None:
+    spec = models.ZOO["resnet"]
+    model = spec.build("tiny")
+    graph = trace(model, spec.example_input("tiny"))
+    fixed = next(g for g in graph.groups() if not g.prunable and g.size > 1)
+    free = graph.prunable_groups()[0]
+    with pytest.raises(KeyError, match="unknown group"):
+        extract(model, graph, {"g999": 1})
+    with pytest.raises(ValueError, match="not prunable"):
+        extract(model, graph, {fixed.id: 1})
+    with pytest.raises(ValueError, match=r"expected 1\.\."):
+        extract(model, graph, {free.id: 0})
+    with pytest.raises(ValueError, match="distinct"):
+        extract(model, graph, {free.id: [0, 0]})
+    with pytest.raises(KeyError, match="unknown block"):
+        extract(model, graph, {}, skip_blocks=["nope"])
+
+
+def test_blocks_of_resnet_and_vit() -> None:
+    model = models.resnet_cifar(14, 8, 10, 1).eval()
+    graph = trace(model, torch.randn(1, 1, 8, 8))
+    # Identity-shortcut blocks only: the first block of stages 2 and 3 has a projection.
+    assert graph.blocks() == ["layers.0", "layers.1", "layers.3", "layers.5"]
+    spec = models.ZOO["vit"]
+    graph = trace(spec.build("tiny"), spec.example_input("tiny"))
+    assert graph.blocks() == ["blocks.0.attn", "blocks.0.mlp", "blocks.1.attn", "blocks.1.mlp"]
+
+
+# --- a model that is not in the zoo -------------------------------------------------------
+
+
+class TwoPath(nn.Module):
+    """Concat of two convs, a residual over the concat, a channel split, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(2, 6, 3, padding=1)
+        self.b = nn.Conv2d(2, 4, 1)
+        self.bn = nn.BatchNorm2d(10)
+        self.mix = nn.Conv2d(10, 10, 3, padding=1, groups=10)
+        self.post = nn.Conv2d(10, 10, 1)
+        self.left = nn.Conv2d(3, 5, 1)
+        self.fc = nn.Linear(5 + 7, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(torch.cat([self.a(x), self.b(x)], dim=1)))
+        y = y + self.post(torch.relu(self.mix(y)))
+        p, q = torch.split(y, [3, 7], dim=1)
+        z = torch.cat([self.left(p), q], dim=1).mean(dim=(2, 3))
+        return self.fc(z)
+
+
+def test_model_defined_in_the_test_goes_through_everything() -> None:
+    model = _randomize(TwoPath())
+    x = torch.randn(2, 2, 6, 6)
+    graph = trace(model, x)
+    ref_flops = _reference_flops(model, x)
+    ours = sum(v for k, v in graph.flops_by_kind().items() if k in COUNTED_KINDS)
+    assert abs(ours - ref_flops) <= 0.01 * ref_flops
+    # concat + residual + split cut the 10 channels into atoms [0,3) [3,6) [6,10)
+    sizes = sorted(
+        g.size for g in graph.groups() if any(m.param == "post.weight" for m in g.members)
+    )
+    assert sizes == [3, 3, 4]  # the depthwise "mix" keeps post's input tied to y
+    a_tail = _group_with(graph, "a.weight", 0, offset=3)
+    assert _has(a_tail, "bn.weight", 0, offset=3) and _has(a_tail, "mix.weight", 0, offset=3)
+    assert _has(a_tail, "post.weight", 0, offset=3) and _has(a_tail, "post.weight", 1, offset=3)
+    assert _has(a_tail, "fc.weight", 1, offset=5)  # q starts at concat offset 5 after left(p)
+    b_part = _group_with(graph, "b.weight", 0)
+    assert _has(b_part, "fc.weight", 1, offset=8)
+    with torch.no_grad():
+        ref = model(x)
+        assert (extract(model, graph, {})(x) - ref).abs().max().item() <= 1e-6
+        keep = _half(graph)
+        small = extract(model, graph, keep)
+        assert small(x).shape == ref.shape
+        assert trace(small, x).total_flops() < graph.total_flops()
+        assert graph.blocks() == ["add"]
+        reorder(model, graph)
+        assert (model(x) - ref).abs().max().item() <= 1e-5
+
+
+# --- exports ------------------------------------------------------------------------------
+
+
+def test_exports_pyg_networkx_and_drawing() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    spec = models.ZOO["resnet"]
+    graph = trace(spec.build("tiny"), spec.example_input("tiny"))
+    data = to_pyg(graph)
+    n = sum(1 for node in graph.nodes if node.kind != "size")
+    assert data.x.shape == (n, len(KINDS) + len(PYG_FEATURES))
+    assert torch.all(data.x[:, : len(KINDS)].sum(1) == 1)
+    assert data.edge_index.shape[0] == 2 and int(data.edge_index.max()) < n
+    assert data.kinds[0] == "input"
+    nxg = to_networkx(graph)
+    assert nxg.number_of_nodes() == len(graph.nodes)
+    assert nxg.nodes["stem_0"]["kind"] == "conv"
+    ax = draw_graph(graph)
+    assert ax.get_xlabel().startswith("topological depth")
+    assert isinstance(graph.groups()[0].members[0], ParamSlice)

@@ -1,6 +1,44 @@
-"""Graph IR over torch.fx: op kinds, shapes, costs, channel groups, extraction, exports."""
+"""Graph IR over torch.fx: op kinds, shapes, costs, channel groups, extraction, exports.
 
-from hpcnb.ir.graph import KINDS, ChannelGroup, Graph, IRTraceError, Node, ParamSlice
+>>> from hpcnb import models
+>>> from hpcnb.ir import trace, extract
+>>> spec = models.ZOO["resnet"]
+>>> model, x = spec.build("tiny"), spec.example_input("tiny")
+>>> graph = trace(model, x)
+>>> keep = {g.id: g.size // 2 for g in graph.groups() if g.prunable and g.size > 1}
+>>> extract(model, graph, keep)(x).shape
+torch.Size([2, 10])
+"""
+
+from hpcnb.ir.export import PYG_FEATURES, draw_graph, to_networkx, to_pyg
+from hpcnb.ir.extract import Block, extract, find_blocks, importance, reorder
+from hpcnb.ir.graph import (
+    COUNTED_KINDS,
+    KINDS,
+    ChannelGroup,
+    Graph,
+    IRTraceError,
+    Node,
+    ParamSlice,
+)
 from hpcnb.ir.trace import trace
 
-__all__ = ["KINDS", "ChannelGroup", "Graph", "IRTraceError", "Node", "ParamSlice", "trace"]
+__all__ = [
+    "COUNTED_KINDS",
+    "KINDS",
+    "PYG_FEATURES",
+    "Block",
+    "ChannelGroup",
+    "Graph",
+    "IRTraceError",
+    "Node",
+    "ParamSlice",
+    "draw_graph",
+    "extract",
+    "find_blocks",
+    "importance",
+    "reorder",
+    "to_networkx",
+    "to_pyg",
+    "trace",
+]

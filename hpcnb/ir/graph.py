@@ -188,11 +188,18 @@ class Graph:
         nodes: IR nodes in topological order.
         gm: The ``torch.fx.GraphModule`` produced by tracing.
         leaf_modules: Module paths traced as leaves.
+        values: Per fx node, its output seen during shape propagation (tensors as
+            ``TensorMeta``, other values as is).
+        call_args: Per fx node, its concrete positional arguments (same convention).
+        call_kwargs: Per fx node, its concrete keyword arguments.
     """
 
     nodes: list[Node]
     gm: torch.fx.GraphModule
     leaf_modules: tuple[str, ...] = ()
+    values: dict[str, Any] = field(default_factory=dict, repr=False)
+    call_args: dict[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
+    call_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     _groups: list[ChannelGroup] | None = field(default=None, repr=False)
     _analysis: Any = field(default=None, repr=False)
 
@@ -271,7 +278,7 @@ class Graph:
 
     def blocks(self) -> list[str]:
         """Ids of skippable residual blocks (output = input + f(input)), in graph order."""
-        from hpcnb.ir.blocks import find_blocks
+        from hpcnb.ir.extract import find_blocks
 
         return [b.id for b in find_blocks(self)]
 

@@ -81,10 +81,12 @@ class _Recorder(fx.Interpreter):
         super().__init__(gm)
         self.values: dict[str, Any] = {}
         self.args: dict[str, tuple[Any, ...]] = {}
+        self.kwargs: dict[str, dict[str, Any]] = {}
 
     def run_node(self, n: fx.Node) -> Any:
-        args, _ = self.fetch_args_kwargs_from_env(n)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
         self.args[n.name] = tuple(_meta(a) for a in args)
+        self.kwargs[n.name] = {k: _meta(v) for k, v in kwargs.items()}
         try:
             out = super().run_node(n)
         except Exception as err:
@@ -194,7 +196,14 @@ def trace(
         for p, m in model.named_modules()
         if p in leaf_names or (leaf_types and isinstance(m, leaf_types))
     )
-    return Graph(nodes=nodes, gm=gm, leaf_modules=leaves)
+    return Graph(
+        nodes=nodes,
+        gm=gm,
+        leaf_modules=leaves,
+        values=recorder.values,
+        call_args=recorder.args,
+        call_kwargs=recorder.kwargs,
+    )
 
 
 def _make_node(

@@ -1,0 +1,382 @@
+"""Subnet extraction, residual blocks, channel importance and function-preserving reorder.
+
+:func:`extract` copies the traced ``GraphModule``, slices every parameter
+tensor along the axes the channel groups name (real smaller tensors, no
+masks), re-sizes the modules (``in_channels``, ``out_features``, ...) and the
+constant arguments of split / slice / view nodes, and optionally removes
+skippable residual blocks (``x + f(x)`` becomes ``x``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from hpcnb.ir.costs import target_name
+from hpcnb.ir.graph import ChannelGroup, Graph, ParamSlice
+
+__all__ = ["Block", "extract", "find_blocks", "importance", "normalize_keep", "reorder"]
+
+_PASS_KINDS = ("identity", "dropout")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A skippable residual block ``out = x + f(x)``.
+
+    Attributes:
+        id: Module path of the block (unique; e.g. "layers.1" or "blocks.0.attn").
+        add: Name of the fx node computing the sum.
+        skip: Name of the fx node holding ``x``.
+        modules: Module paths called on the residual branch ``f``.
+    """
+
+    id: str
+    add: str
+    skip: str
+    modules: tuple[str, ...]
+
+
+def _strip(node: fx.Node, kinds: dict[str, str]) -> fx.Node:
+    while kinds.get(node.name) in _PASS_KINDS and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    return node
+
+
+def _ancestors(node: fx.Node) -> set[str]:
+    seen: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for a in n.all_input_nodes:
+            if a.name not in seen:
+                seen.add(a.name)
+                stack.append(a)
+    return seen
+
+
+def _common_prefix(paths: Sequence[str]) -> str:
+    parts = [p.split(".") for p in paths if p]
+    if not parts:
+        return ""
+    prefix = []
+    for items in zip(*parts, strict=False):
+        if len(set(items)) != 1:
+            break
+        prefix.append(items[0])
+    return ".".join(prefix)
+
+
+def find_blocks(graph: Graph) -> list[Block]:
+    """Residual blocks whose output is ``x + f(x)`` with ``x`` an ancestor of ``f(x)``.
+
+    Args:
+        graph: A traced graph.
+
+    Returns:
+        The blocks in graph order.
+    """
+    kinds = {n.name: n.kind for n in graph.nodes}
+    values = graph.values
+    found: list[tuple[fx.Node, fx.Node, list[str]]] = []
+    for node in graph.gm.graph.nodes:
+        if kinds.get(node.name) != "add" or target_name(node.target) not in ("add", "iadd"):
+            continue
+        ops = [a for a in node.args if isinstance(a, fx.Node)]
+        if len(ops) != 2:
+            continue
+        shapes = [getattr(values.get(o.name), "shape", None) for o in ops]
+        out = getattr(values.get(node.name), "shape", None)
+        if shapes[0] != out or shapes[1] != out:
+            continue
+        for skip_op, branch in ((ops[0], ops[1]), (ops[1], ops[0])):
+            x = _strip(skip_op, kinds)
+            anc = _ancestors(branch)
+            if x.name not in anc:
+                continue
+            between = [
+                n.target
+                for n in graph.gm.graph.nodes
+                if n.op == "call_module"
+                and (n.name in anc or n is branch)
+                and x.name in _ancestors(n)
+            ]
+            if between:
+                found.append((node, x, [str(t) for t in between]))
+                break
+    prefixes = [add.meta.get("scope") or _common_prefix(mods) or add.name for add, _, mods in found]
+    blocks = []
+    for (add, x, mods), prefix in zip(found, prefixes, strict=True):
+        ident = prefix
+        if prefixes.count(prefix) > 1:
+            rest = mods[-1][len(prefix) :].lstrip(".").split(".")[0] if prefix else add.name
+            ident = f"{prefix}.{rest}" if prefix else add.name
+        blocks.append(Block(ident, add.name, x.name, tuple(mods)))
+    return blocks
+
+
+def normalize_keep(graph: Graph, keep: Mapping[str, int | Sequence[int]]) -> dict[str, list[int]]:
+    """Validate ``keep`` and turn counts into index lists (a count k means the first k).
+
+    Raises:
+        KeyError: For an unknown group id.
+        ValueError: For a non-prunable group or indices out of range / repeated / empty.
+    """
+    out: dict[str, list[int]] = {}
+    groups = {g.id: g for g in graph.groups()}
+    for gid, spec in keep.items():
+        if gid not in groups:
+            raise KeyError(f"keep: unknown group {gid!r}; groups are g0..g{len(groups) - 1}")
+        group = groups[gid]
+        if isinstance(spec, int | torch.SymInt):
+            idx = list(range(int(spec)))
+        else:
+            idx = [int(i) for i in spec]
+        if idx == list(range(group.size)):
+            continue
+        if not group.prunable:
+            raise ValueError(f"keep[{gid!r}]: group is not prunable ({group.reason})")
+        if not idx or len(idx) > group.size:
+            raise ValueError(f"keep[{gid!r}]: expected 1..{group.size} channels, got {len(idx)}")
+        if len(set(idx)) != len(idx) or min(idx) < 0 or max(idx) >= group.size:
+            raise ValueError(
+                f"keep[{gid!r}]: indices must be distinct and in 0..{group.size - 1}, got {idx}"
+            )
+        out[gid] = idx
+    return out
+
+
+def _index_plan(
+    graph: Graph, keep: dict[str, list[int]]
+) -> dict[tuple[str, int], list[tuple[ParamSlice, list[int]]]]:
+    plan: dict[tuple[str, int], list[tuple[ParamSlice, list[int]]]] = {}
+    for g in graph.groups():
+        if g.id in keep:
+            for m in g.members:
+                plan.setdefault((m.param, m.axis), []).append((m, keep[g.id]))
+    return plan
+
+
+def _axis_indices(size: int, pieces: list[tuple[ParamSlice, list[int]]]) -> list[int]:
+    starts = {m.offset: (m, k) for m, k in pieces}
+    out: list[int] = []
+    pos = 0
+    while pos < size:
+        if pos in starts:
+            m, k = starts[pos]
+            out.extend(m.indices(k))
+            pos += m.length * m.unit
+        else:
+            out.append(pos)
+            pos += 1
+    return out
+
+
+def _owner(root: nn.Module, name: str) -> tuple[nn.Module, str]:
+    path, _, attr = name.rpartition(".")
+    return (root.get_submodule(path) if path else root), attr
+
+
+def _refresh(module: nn.Module) -> None:
+    if hasattr(module, "ir_refresh") and isinstance(getattr(module, "ir_kind", None), str):
+        module.ir_refresh()
+    elif isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+        out_c = module.weight.shape[0]
+        if module.groups > 1 and module.groups == module.in_channels == module.out_channels:
+            module.groups = module.in_channels = out_c
+        else:
+            module.in_channels = module.weight.shape[1] * module.groups
+        module.out_channels = out_c
+    elif isinstance(module, nn.Linear):
+        module.out_features, module.in_features = module.weight.shape
+    elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+        ref = module.weight if module.weight is not None else module.running_mean
+        module.num_features = ref.shape[0]
+    elif isinstance(module, nn.LayerNorm | nn.RMSNorm) and module.weight is not None:
+        module.normalized_shape = tuple(module.weight.shape)
+    elif isinstance(module, nn.Embedding):
+        module.embedding_dim = module.weight.shape[1]
+
+
+def _slice_tensors(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]]) -> None:
+    touched: set[str] = set()
+    for (pname, axis), pieces in _index_plan(graph, keep).items():
+        owner, attr = _owner(gm, pname)
+        tensor = getattr(owner, attr)
+        idx = torch.tensor(_axis_indices(tensor.shape[axis], pieces), dtype=torch.long)
+        new = tensor.detach().index_select(axis, idx).clone()
+        if attr in owner._parameters:
+            owner._parameters[attr] = nn.Parameter(new, requires_grad=tensor.requires_grad)
+        else:
+            owner._buffers[attr] = new
+        touched.add(pname.rpartition(".")[0])
+    modules = dict(gm.named_modules())
+    for path in sorted(touched, key=len, reverse=True):
+        for prefix in _prefixes(path):
+            if prefix in modules:
+                _refresh(modules[prefix])
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.split(".") if path else []
+    return [".".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _patch_args(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]]) -> None:
+    analysis = graph._analysis
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for name, rec in analysis.records.items():
+        node = nodes.get(name)
+        if node is None:
+            continue
+        if rec[0] == "split":
+            _, dim, pieces = rec
+            sizes = [analysis.kept(p, keep) for p in pieces]
+            if sizes == [sum(e - s for _, s, e in p) for p in pieces]:
+                continue
+            x = node.args[0] if node.args else node.kwargs["input"]
+            node.target = "split" if node.op == "call_method" else torch.split
+            node.args = (x, sizes)
+            node.kwargs = {"dim": dim}
+        elif rec[0] == "getitem":
+            index = node.args[1]
+            items = list(index) if isinstance(index, tuple) else [index]
+            for pos, segs, start, stop in rec[1]:
+                new_start = analysis.kept(_seg_slice(segs, 0, start), keep)
+                new_stop = new_start + analysis.kept(_seg_slice(segs, start, stop), keep)
+                if (new_start, new_stop) != (start, stop):
+                    items[pos] = slice(new_start, new_stop)
+            node.args = (node.args[0], tuple(items) if isinstance(index, tuple) else items[0])
+        elif rec[0] == "reshape":
+            out_axes = rec[1]
+            args = list(node.args)
+            flat = args[1:]
+            if len(flat) == 1 and isinstance(flat[0], tuple | list):
+                dims, wrap = list(flat[0]), True
+            else:
+                dims, wrap = flat, False
+            if len(dims) != len(out_axes):
+                continue
+            for i, d in enumerate(dims):
+                if isinstance(d, int) and d != -1 and out_axes[i]:
+                    dims[i] = analysis.kept(out_axes[i], keep)
+            node.args = (args[0], tuple(dims)) if wrap else (args[0], *dims)
+
+
+def _seg_slice(segs: list[tuple[int, int, int]], start: int, stop: int) -> list:
+    from hpcnb.ir.groups import slice_segments
+
+    return slice_segments(segs, start, stop)
+
+
+def extract(
+    model: nn.Module,
+    graph: Graph,
+    keep: Mapping[str, int | Sequence[int]] | None = None,
+    *,
+    skip_blocks: Iterable[str] = (),
+) -> fx.GraphModule:
+    """A real, smaller copy of ``model``: sliced weights, re-sized modules, skipped blocks.
+
+    Args:
+        model: The model ``graph`` was traced from (its current weights are used).
+        graph: Its IR graph.
+        keep: ``{group id: k or [indices]}``; a count k keeps the first k channels.
+            Groups not named are kept whole.
+        skip_blocks: Ids from :meth:`Graph.blocks` to remove (``x + f(x)`` -> ``x``).
+
+    Returns:
+        An independent ``torch.fx.GraphModule`` whose forward runs on the same inputs.
+    """
+    keep_idx = normalize_keep(graph, keep or {})
+    blocks = {b.id: b for b in find_blocks(graph)}
+    skip = list(skip_blocks)
+    for b in skip:
+        if b not in blocks:
+            raise KeyError(f"skip_blocks: unknown block {b!r}; blocks are {sorted(blocks)}")
+    gm = copy.deepcopy(fx.GraphModule(model, copy.deepcopy(graph.gm.graph), type(model).__name__))
+    if keep_idx:
+        _slice_tensors(gm, graph, keep_idx)
+        _patch_args(gm, graph, keep_idx)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for b in skip:
+        add = nodes[blocks[b].add]
+        add.replace_all_uses_with(nodes[blocks[b].skip])
+        gm.graph.erase_node(add)
+    if skip:
+        gm.graph.eliminate_dead_code()
+        gm.delete_all_unused_submodules()
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def importance(model: nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
+    """Per-channel L1 norm of every group, summed over the weight slices it ties.
+
+    Only weight tensors with >= 2 axes (conv/linear/attention weights) count; groups
+    without such a member use all members (norm scales, embeddings).
+
+    Returns:
+        ``{group id: scores of shape (size,)}`` for every group.
+    """
+    state = dict(model.named_parameters())
+    state.update(dict(model.named_buffers()))
+    scores: dict[str, torch.Tensor] = {}
+    for g in graph.groups():
+        members = [m for m in g.members if m.param in state and state[m.param].dim() >= 2]
+        members = members or [m for m in g.members if m.param in state]
+        total = torch.zeros(g.size)
+        for m in members:
+            t = state[m.param].detach().abs().float()
+            t = t.movedim(m.axis, 0)[m.offset : m.offset + m.length * m.unit]
+            total += t.reshape(m.length, -1).sum(dim=1)
+        scores[g.id] = total
+    return scores
+
+
+@torch.no_grad()
+def reorder(
+    model: nn.Module, graph: Graph, scores: Mapping[str, torch.Tensor] | None = None
+) -> dict[str, list[int]]:
+    """Permute the channels of every prunable group in place, most important first.
+
+    Every tensor slice a group ties is permuted the same way, so the model's function
+    is unchanged, and keeping the first k channels keeps the k most important ones.
+
+    Args:
+        model: The model ``graph`` was traced from (modified in place).
+        graph: Its IR graph.
+        scores: Per-group scores (default: :func:`importance`).
+
+    Returns:
+        ``{group id: permutation}`` (new position i holds old channel perm[i]).
+    """
+    scores = dict(scores) if scores is not None else importance(model, graph)
+    state = dict(model.named_parameters())
+    state.update(dict(model.named_buffers()))
+    perms: dict[str, list[int]] = {}
+    for g in graph.groups():
+        if not g.prunable or g.id not in scores:
+            continue
+        perm = torch.argsort(scores[g.id], descending=True, stable=True).tolist()
+        perms[g.id] = perm
+        for m in g.members:
+            _permute(state[m.param], m, perm)
+    return perms
+
+
+def _permute(tensor: torch.Tensor, m: ParamSlice, perm: list[int]) -> None:
+    src = torch.tensor(m.indices(perm), dtype=torch.long)
+    dst = torch.arange(m.offset, m.offset + m.length * m.unit)
+    tensor.index_copy_(m.axis, dst, tensor.index_select(m.axis, src))
+
+
+def group_of(graph: Graph, param: str) -> list[ChannelGroup]:
+    """The groups that slice parameter ``param`` (any axis)."""
+    return [g for g in graph.groups() if any(m.param == param for m in g.members)]

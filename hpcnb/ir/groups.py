@@ -1,0 +1,324 @@
+"""Channel-dependency groups by graph traversal.
+
+Every axis of every tensor in the graph is described by a list of *segments*
+``(space, start, end)``: pieces of *spaces*. A space is either a parameter (or
+buffer) axis - ``("layer1.0.conv1.weight", 0)`` - a virtual space declared by
+a leaf operator (attention heads), or an anonymous axis (batch, spatial, the
+network input) that no parameter owns.
+
+The traversal walks the fx graph once in topological order and applies one
+rule per op (:mod:`hpcnb.ir.rules`): a convolution's output channel axis *is*
+its weight's axis 0; a residual add *unifies* its inputs' channel axes; a
+concat *concatenates* segment lists (so offsets are carried); a chunk/split
+*slices* them; a depthwise convolution and a norm follow their input, and so
+on. Unifying two segment lists whose boundaries differ cuts the spaces so that
+they align; the walk repeats until no new cut appears. The union-find classes
+of the resulting atomic intervals are the channel groups. Ops whose channel
+mapping is unknown (a reshape that mixes a channel axis with another axis, an
+unsupported op) *fix* their axes: groups touching a fixed atom, the model
+input or the model output are reported with ``prunable=False``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hpcnb.ir.graph import ChannelGroup, IRTraceError, ParamSlice
+
+if TYPE_CHECKING:
+    from hpcnb.ir.graph import Graph
+
+__all__ = ["Analysis", "Segment", "analyse_channels"]
+
+Segment = tuple[int, int, int]  # (space id, start, end)
+Axes = list[list[Segment]]  # per tensor axis, its segments
+Atom = tuple[int, int, int]
+
+
+@dataclass
+class Space:
+    """A channel space: ``size`` elements, optionally mapped onto parameter slices."""
+
+    key: tuple[Any, ...]
+    size: int
+    members: list[tuple[str, int, int, int]] = field(default_factory=list)  # param, axis, off, unit
+    kind: str = "channel"
+    fixed: str = ""
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[Atom, Atom] = {}
+
+    def find(self, a: Atom) -> Atom:
+        self.parent.setdefault(a, a)
+        root = a
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[a] != root:
+            self.parent[a], a = root, self.parent[a]
+        return root
+
+    def union(self, a: Atom, b: Atom) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+class Analysis:
+    """State of the channel traversal; also the ``ctx`` handed to leaf operators.
+
+    Attributes:
+        graph: The IR graph.
+        spaces: All spaces, by id.
+        groups: The resulting channel groups (after :meth:`run`).
+        axes: Per fx node name, the output's per-axis segments (tuple outputs: a list of them).
+        records: Per fx node name, what extraction needs to re-size the node's constant args.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.spaces: list[Space] = []
+        self._space_ids: dict[tuple[Any, ...], int] = {}
+        self._cuts: dict[int, set[int]] = {}
+        self._changed = False
+        self._uf = _UnionFind()
+        self._fixed: dict[Atom, str] = {}
+        self._prefix = ""
+        self.axes: dict[str, Any] = {}
+        self.records: dict[str, Any] = {}
+        self.groups: list[ChannelGroup] = []
+        self.atom_group: dict[Atom, str] = {}
+        self._params = dict(graph.gm.named_parameters())
+        self._params.update(dict(graph.gm.named_buffers()))
+
+    # --- spaces --------------------------------------------------------------------------
+    def space(self, key: tuple[Any, ...], size: int, kind: str = "channel") -> int:
+        """Id of the space ``key``, created with ``size`` elements on first use."""
+        sid = self._space_ids.get(key)
+        if sid is None:
+            sid = len(self.spaces)
+            self.spaces.append(Space(key, size, kind=kind))
+            self._space_ids[key] = sid
+        return sid
+
+    def param(self, name: str, axis: int) -> list[Segment]:
+        """Segments of axis ``axis`` of parameter/buffer ``name`` (relative to the current leaf)."""
+        full = f"{self._prefix}{name}"
+        tensor = self._params.get(full)
+        if tensor is None:
+            return []
+        axis = axis % tensor.dim()
+        size = int(tensor.shape[axis])
+        sid = self.space(("param", full, axis), size)
+        if not self.spaces[sid].members:
+            self.spaces[sid].members.append((full, axis, 0, 1))
+        return [(sid, 0, size)] if size else []
+
+    def virtual(
+        self, name: str, size: int, members: Sequence[tuple[str, int, int, int]], kind: str
+    ) -> list[Segment]:
+        """Declare a virtual space (e.g. attention heads) of ``size`` units over param slices.
+
+        Args:
+            name: Name within the current leaf module.
+            size: Number of units.
+            members: ``(param, axis, offset, unit)`` relative to the leaf module.
+            kind: Group kind to report ("head").
+
+        Returns:
+            The space's segments.
+        """
+        sid = self.space(("virtual", f"{self._prefix}{name}"), size, kind=kind)
+        space = self.spaces[sid]
+        if not space.members:
+            space.members = [(f"{self._prefix}{p}", a, o, u) for p, a, o, u in members]
+        return [(sid, 0, size)]
+
+    def fresh(self, key: tuple[Any, ...], size: int, reason: str) -> list[Segment]:
+        """Segments of an anonymous (parameter-free) space, fixed with ``reason``."""
+        if size == 0:
+            return []
+        sid = self.space(("anon", *key), size)
+        self.fix([(sid, 0, size)], reason)
+        return [(sid, 0, size)]
+
+    # --- cuts, atoms, unify, fix ------------------------------------------------------------
+    def _cut(self, sid: int, pos: int) -> None:
+        if 0 < pos < self.spaces[sid].size:
+            cuts = self._cuts.setdefault(sid, set())
+            if pos not in cuts:
+                cuts.add(pos)
+                self._changed = True
+
+    def atoms(self, segs: Sequence[Segment]) -> list[Atom]:
+        """Split segments into atomic intervals under the current cuts."""
+        out: list[Atom] = []
+        for sid, start, end in segs:
+            self._cut(sid, start)
+            self._cut(sid, end)
+            points = sorted(p for p in self._cuts.get(sid, ()) if start < p < end)
+            edges = [start, *points, end]
+            out.extend((sid, a, b) for a, b in itertools.pairwise(edges))
+        return out
+
+    def unify(self, a: Sequence[Segment], b: Sequence[Segment]) -> None:
+        """Tie two equally long segment lists element by element (no-op if either has length 1)."""
+        la, lb = length(a), length(b)
+        if not a or not b or (la != lb and 1 in (la, lb)):
+            return  # broadcasting (or an empty axis): nothing to tie
+        if la != lb:
+            self.fix(a, f"cannot align axes of length {la} and {lb}")
+            self.fix(b, f"cannot align axes of length {la} and {lb}")
+            return
+        atoms_a, atoms_b = self.atoms(a), self.atoms(b)
+        for x, y in ((atoms_a, atoms_b), (atoms_b, atoms_a)):
+            pos, bounds = 0, set()
+            for _, s, e in x:
+                pos += e - s
+                bounds.add(pos)
+            pos = 0
+            for sid, s, e in y:
+                for p in sorted(bounds):
+                    if pos < p < pos + (e - s):
+                        self._cut(sid, s + p - pos)
+                pos += e - s
+        if self._changed:
+            return  # retry on the next pass, once both sides are cut alike
+        for x, y in zip(atoms_a, atoms_b, strict=True):
+            self._uf.union(x, y)
+
+    def fix(self, segs: Sequence[Segment], reason: str) -> None:
+        """Mark the atoms of ``segs`` as not prunable, with ``reason``."""
+        for atom in self.atoms(segs):
+            self._fixed.setdefault(atom, reason)
+
+    def fix_axes(self, axes: Any, reason: str) -> None:
+        """Fix every axis of a (possibly nested) per-axis segment structure."""
+        if axes is None:
+            return
+        if axes and isinstance(axes[0], list) and (not axes[0] or isinstance(axes[0][0], tuple)):
+            for segs in axes:
+                self.fix(segs, reason)
+        else:
+            for item in axes:
+                self.fix_axes(item, reason)
+
+    # --- driver --------------------------------------------------------------------------
+    def run(self, max_passes: int = 50) -> None:
+        """Traverse until no new cut appears, then build the groups."""
+        from hpcnb.ir.rules import apply_rule
+
+        gm = self.graph.gm
+        modules = dict(gm.named_modules())
+        for _ in range(max_passes):
+            self._changed = False
+            self._uf = _UnionFind()
+            self._fixed = {}
+            self.axes = {}
+            self.records = {}
+            for n in gm.graph.nodes:
+                try:
+                    self.axes[n.name] = apply_rule(self, n, modules)
+                except IRTraceError:
+                    raise
+                except Exception as err:
+                    raise IRTraceError(
+                        f"channel analysis failed at node '{n.name}' "
+                        f"(module '{n.meta.get('scope', '')}'): {type(err).__name__}: {err}"
+                    ) from err
+            if not self._changed:
+                break
+        else:
+            raise IRTraceError(f"channel analysis did not converge in {max_passes} passes")
+        self._build_groups()
+
+    def with_prefix(self, prefix: str) -> Analysis:
+        """Set the parameter-name prefix used by :meth:`param` and :meth:`virtual`."""
+        self._prefix = prefix
+        return self
+
+    def _build_groups(self) -> None:
+        classes: dict[Atom, list[Atom]] = {}
+        for sid, space in enumerate(self.spaces):
+            for atom in self.atoms([(sid, 0, space.size)]):
+                classes.setdefault(self._uf.find(atom), []).append(atom)
+        ordered = sorted(classes.values(), key=min)
+        modules = {p for p, _ in self.graph.gm.named_modules()}
+        linear_like = {
+            p for p, m in self.graph.gm.named_modules() if type(m).__name__ in ("Linear",)
+        }
+        self.groups, self.atom_group = [], {}
+        for atoms in ordered:
+            members: list[ParamSlice] = []
+            kinds = set()
+            for sid, s, e in sorted(atoms):
+                space = self.spaces[sid]
+                kinds.add(space.kind)
+                for pname, axis, off, unit in space.members:
+                    members.append(ParamSlice(pname, axis, off + s * unit, e - s, unit))
+            if not members:
+                continue
+            reasons = [self._fixed[a] for a in atoms if a in self._fixed]
+            owners = []
+            for m in members:
+                owner = m.param.rpartition(".")[0]
+                owner = owner if owner in modules else ""
+                if owner not in owners:
+                    owners.append(owner)
+            if "head" in kinds:
+                kind = "head"
+            elif all(o in linear_like for o in owners if o):
+                kind = "hidden"
+            else:
+                kind = "channel"
+            gid = f"g{len(self.groups)}"
+            for a in atoms:
+                self.atom_group[a] = gid
+            self.groups.append(
+                ChannelGroup(
+                    id=gid,
+                    size=atoms[0][2] - atoms[0][1],
+                    kind=kind,
+                    members=tuple(members),
+                    prunable=not reasons,
+                    reason=reasons[0] if reasons else "",
+                    modules=tuple(owners),
+                )
+            )
+
+    def kept(self, segs: Sequence[Segment], keep: dict[str, list[int]]) -> int:
+        """Length of ``segs`` after keeping ``keep[group]`` elements of each pruned group."""
+        total = 0
+        for atom in self.atoms(segs):
+            gid = self.atom_group.get(atom)
+            total += len(keep[gid]) if gid in keep else atom[2] - atom[1]
+        return total
+
+
+def length(segs: Sequence[Segment]) -> int:
+    """Total number of elements covered by ``segs``."""
+    return sum(e - s for _, s, e in segs)
+
+
+def slice_segments(segs: Sequence[Segment], start: int, stop: int) -> list[Segment]:
+    """The sub-list of ``segs`` covering elements ``start:stop``."""
+    out: list[Segment] = []
+    pos = 0
+    for sid, s, e in segs:
+        n = e - s
+        lo, hi = max(start, pos), min(stop, pos + n)
+        if lo < hi:
+            out.append((sid, s + lo - pos, s + hi - pos))
+        pos += n
+    return out
+
+
+def analyse_channels(graph: Graph) -> Analysis:
+    """Run the channel traversal over ``graph`` and return the finished analysis."""
+    analysis = Analysis(graph)
+    analysis.run()
+    return analysis
