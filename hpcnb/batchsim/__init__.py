@@ -1,0 +1,131 @@
+"""ElastiSim-style batch-system simulation of rigid, moldable, malleable and evolving jobs.
+
+The public API: a discrete-event :class:`Simulator` with an ElastiSim-like scheduler
+protocol (:class:`Scheduler`, :class:`SchedulerView`, :class:`InvocationReason`),
+:func:`simulate` returning a :class:`SimulationResult`, jobs and work models, the safe
+expression evaluator, SWF and ElastiSim readers, workload generators, DL jobs from
+measured throughput tables, schedulers and plots.
+"""
+
+from hpcnb.batchsim.dl import DLWork, StepTimeModel, dl_jobs, read_dl_tables, scaling_validation
+from hpcnb.batchsim.elastisim import (
+    ApplicationModel,
+    ElastiSimInput,
+    read_application_model,
+    read_elastisim,
+)
+from hpcnb.batchsim.engine import (
+    InvocationReason,
+    JobRecord,
+    JobStatus,
+    SchedulerError,
+    SchedulerView,
+    SimulationError,
+    Simulator,
+)
+from hpcnb.batchsim.expressions import Expression, ExpressionError, evaluate, parse_expression
+from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext, ScaledWork, WorkModel
+from hpcnb.batchsim.platform import Platform, read_platform_xml
+from hpcnb.batchsim.plots import plot_gantt, plot_policy_bars, plot_utilization
+from hpcnb.batchsim.policies import (
+    DRF,
+    SCHEDULERS,
+    SRTF,
+    MalleableEasy,
+    expand_into_idle,
+    make_scheduler,
+    shrink_to_admit,
+)
+from hpcnb.batchsim.rigid import simulate_rigid_arrays
+from hpcnb.batchsim.scheduler import (
+    FCFS,
+    SJF,
+    ConservativeBackfilling,
+    EasyBackfilling,
+    Scheduler,
+)
+from hpcnb.batchsim.simulation import (
+    JOB_STATISTICS_COLUMNS,
+    SimulationResult,
+    check_invariants,
+    simulate,
+)
+from hpcnb.batchsim.swf import (
+    SWF_FIELDS,
+    SWFError,
+    SWFTrace,
+    read_swf,
+    trace_from_arrays,
+    write_swf,
+)
+from hpcnb.batchsim.workloads import (
+    LublinParameters,
+    MalleablePolicy,
+    TraceJobs,
+    jobs_from_swf,
+    lublin_feitelson,
+    make_malleable,
+)
+
+__all__ = [
+    "DRF",
+    "FCFS",
+    "JOB_STATISTICS_COLUMNS",
+    "SCHEDULERS",
+    "SJF",
+    "SRTF",
+    "SWF_FIELDS",
+    "ApplicationModel",
+    "ConservativeBackfilling",
+    "DLWork",
+    "EasyBackfilling",
+    "ElastiSimInput",
+    "Expression",
+    "ExpressionError",
+    "FixedWork",
+    "InvocationReason",
+    "Job",
+    "JobRecord",
+    "JobStatus",
+    "JobType",
+    "LublinParameters",
+    "MalleableEasy",
+    "MalleablePolicy",
+    "Platform",
+    "RunContext",
+    "SWFError",
+    "SWFTrace",
+    "ScaledWork",
+    "Scheduler",
+    "SchedulerError",
+    "SchedulerView",
+    "SimulationError",
+    "SimulationResult",
+    "Simulator",
+    "StepTimeModel",
+    "TraceJobs",
+    "WorkModel",
+    "check_invariants",
+    "dl_jobs",
+    "evaluate",
+    "expand_into_idle",
+    "jobs_from_swf",
+    "lublin_feitelson",
+    "make_malleable",
+    "make_scheduler",
+    "parse_expression",
+    "plot_gantt",
+    "plot_policy_bars",
+    "plot_utilization",
+    "read_application_model",
+    "read_dl_tables",
+    "read_elastisim",
+    "read_platform_xml",
+    "read_swf",
+    "scaling_validation",
+    "shrink_to_admit",
+    "simulate",
+    "simulate_rigid_arrays",
+    "trace_from_arrays",
+    "write_swf",
+]

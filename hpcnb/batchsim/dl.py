@@ -1,0 +1,244 @@
+"""Deep-learning jobs whose scaling comes from measured training throughput.
+
+The measured tables (Pollux artifact format, ``<model>/scalability.csv`` with
+``num_nodes, num_replicas, local_bsz, step_time, sync_time`` and
+``<model>/placements.csv``) give seconds per training step. :class:`StepTimeModel`
+is the workload model we fit to them, written as ElastiSim-style expressions and
+evaluated with the safe evaluator:
+
+* compute per replica: ``t_compute = c0 + c1 · local_bsz`` (a GPU task whose flops
+  grow with the per-GPU batch);
+* gradient all-reduce among ``r`` replicas on ``m`` nodes (ring, Hockney):
+  ``t_sync = 2(r-1)·lat + 2(m-1)/m · bytes_over_bw`` (only inter-node links limit
+  bandwidth);
+* overlap of the two (back-propagation overlaps communication):
+  ``step = (t_compute^g + t_sync^g)^(1/g)`` with ``g >= 1``.
+
+The five parameters are fitted by least squares on the relative error.
+:func:`scaling_validation` reports the mean absolute percentage error (MAPE) of
+predictions on runs left out of the fit: by cross-validation over all runs, or by
+extrapolation from small to large node counts.
+
+:class:`DLWork` uses a fitted model as a job's work: a fixed number of steps with a
+fixed global batch split over ``nodes × gpus_per_node`` replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from hpcnb.batchsim.expressions import parse_expression
+from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
+
+__all__ = [
+    "DLWork",
+    "StepTimeModel",
+    "dl_jobs",
+    "read_dl_tables",
+    "scaling_validation",
+]
+
+STEP_EXPRESSION = (
+    "((c0 + c1*local_bsz)^g + (2*(num_replicas-1)*lat"
+    " + 2*(num_nodes-1)/num_nodes*bytes_over_bw)^g)^(1/g)"
+)
+_PARAMS = ("c0", "c1", "lat", "bytes_over_bw", "g")
+
+
+def read_dl_tables(model_dir: str | Path, placements: bool = False) -> pd.DataFrame:
+    """Read ``scalability.csv`` (and, if asked, ``placements.csv``) of one model.
+
+    Args:
+        model_dir: Folder of one model.
+        placements: Also read the small-placement table (1–4 nodes, packed GPUs).
+
+    Returns:
+        Columns ``num_nodes, num_replicas, local_bsz, step_time`` (placements give
+        ``num_nodes = len(placement)`` and ``num_replicas = sum of its digits``).
+
+    Raises:
+        FileNotFoundError: ``scalability.csv`` is missing.
+        ValueError: A required column is missing (the message names the file).
+    """
+    model_dir = Path(model_dir)
+    path = model_dir / "scalability.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: measured scalability table not found")
+    frames = [pd.read_csv(path)]
+    extra = model_dir / "placements.csv"
+    if placements and extra.exists():
+        p = pd.read_csv(extra, dtype={"placement": str})
+        if "placement" not in p.columns:
+            raise ValueError(f"{extra}: missing column 'placement'")
+        p["num_nodes"] = p["placement"].str.len()
+        p["num_replicas"] = p["placement"].map(lambda s: sum(int(c) for c in s))
+        frames.append(p)
+    out = pd.concat(frames, ignore_index=True)
+    for column in ("num_nodes", "num_replicas", "local_bsz", "step_time"):
+        if column not in out.columns:
+            raise ValueError(f"{path}: missing column {column!r}")
+    return out[["num_nodes", "num_replicas", "local_bsz", "step_time"]].astype(float)
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Seconds per training step as a function of nodes, replicas and per-GPU batch.
+
+    Attributes:
+        params: Fitted ``c0, c1, lat, bytes_over_bw, g``.
+        expression: The expression text evaluated (see the module docstring).
+    """
+
+    params: dict[str, float]
+    expression: str = STEP_EXPRESSION
+
+    def step_time(self, num_nodes: float, num_replicas: float, local_bsz: float) -> float:
+        """Evaluate the model for one configuration."""
+        env = {**self.params, "num_nodes": num_nodes, "num_replicas": num_replicas,
+               "local_bsz": local_bsz}  # fmt: skip
+        return parse_expression(self.expression).evaluate(env)
+
+    def predict(self, table: pd.DataFrame) -> np.ndarray:
+        """Evaluate the model on every row of a table."""
+        return np.array([self.step_time(r.num_nodes, r.num_replicas, r.local_bsz)
+                         for r in table.itertuples(index=False)])  # fmt: skip
+
+    @staticmethod
+    def _vector(x: np.ndarray, t: pd.DataFrame) -> np.ndarray:
+        c0, c1, lat, bw, g = x
+        compute = c0 + c1 * t["local_bsz"].to_numpy()
+        m = t["num_nodes"].to_numpy()
+        sync = 2 * (t["num_replicas"].to_numpy() - 1) * lat + 2 * (m - 1) / m * bw
+        return (compute**g + sync**g) ** (1 / g)
+
+    @classmethod
+    def fit(cls, table: pd.DataFrame) -> StepTimeModel:
+        """Fit the five parameters on a table (relative least squares).
+
+        Raises:
+            ValueError: Fewer than five rows.
+        """
+        if len(table) < 5:
+            raise ValueError(f"need at least 5 measurements to fit, got {len(table)}")
+        y = table["step_time"].to_numpy()
+
+        def residual(x: np.ndarray) -> np.ndarray:
+            return cls._vector(x, table) / y - 1.0
+
+        x0 = np.array([float(np.min(y)) / 2, float(np.median(y)) / 500, 1e-3, float(np.min(y)), 2])
+        fit = least_squares(residual, x0, bounds=([0, 0, 0, 0, 1.0], [np.inf] * 4 + [20.0]))
+        return cls(dict(zip(_PARAMS, (float(v) for v in fit.x), strict=True)))
+
+
+def scaling_validation(
+    model_dir: str | Path, train_max_nodes: int | None = None, folds: int = 5, seed: int = 0
+) -> tuple[StepTimeModel, pd.DataFrame, float]:
+    """Measure how well the workload model predicts measured step times it was not fit on.
+
+    Two protocols: with ``train_max_nodes`` set, fit on runs with at most that many
+    nodes and test on the larger ones (extrapolation); otherwise ``folds``-fold
+    cross-validation over all runs (seeded shuffle), every row predicted by a model
+    fitted without it.
+
+    Returns:
+        ``(model fitted on all rows, tested rows with a 'predicted' column, MAPE)``.
+    """
+    table = read_dl_tables(model_dir)
+    if train_max_nodes is not None:
+        train = table[table["num_nodes"] <= train_max_nodes]
+        test = table[table["num_nodes"] > train_max_nodes].copy()
+        if test.empty:
+            raise ValueError(f"{model_dir}: no runs with more than {train_max_nodes} nodes")
+        test["predicted"] = StepTimeModel.fit(train).predict(test)
+    else:
+        test = table.copy()
+        fold = np.random.default_rng(seed).permutation(len(table)) % folds
+        predicted = np.empty(len(table))
+        for k in range(folds):
+            model_k = StepTimeModel.fit(table[fold != k])
+            predicted[fold == k] = model_k.predict(table[fold == k])
+        test["predicted"] = predicted
+    mape = float(np.mean(np.abs(test["predicted"] / test["step_time"] - 1.0)))
+    return StepTimeModel.fit(table), test, mape
+
+
+@dataclass(frozen=True, eq=False)
+class DLWork(WorkModel):
+    """A data-parallel training job: ``steps`` steps of a fixed ``global_batch``.
+
+    Attributes:
+        model: The fitted step-time model.
+        steps: Training steps in total.
+        global_batch: Samples per step, split over the replicas.
+        gpus_per_node: Replicas per node.
+        units: Iterations (scheduling points between them).
+        reconfiguration_cost: Cost of a resize (checkpoint and restart) in seconds.
+    """
+
+    model: StepTimeModel
+    steps: float
+    global_batch: float
+    gpus_per_node: int = 4
+    units: int = 10
+    reconfiguration_cost: float = 30.0
+    num_units: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_units", self.units)
+
+    def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
+        """Return ``steps / units`` steps on ``nodes × gpus_per_node`` replicas."""
+        replicas = nodes * self.gpus_per_node
+        step = self.model.step_time(nodes, replicas, max(1.0, self.global_batch / replicas))
+        return self.steps / self.units * step
+
+    def reconfiguration_time(self, old: int, new: int, ctx: RunContext) -> float:
+        """Return the fixed checkpoint–restart cost."""
+        return self.reconfiguration_cost
+
+    def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
+        """Return the remaining time in closed form."""
+        return max(0, self.units - from_unit) * self.unit_time(0, nodes, ctx)
+
+
+def dl_jobs(
+    workload: pd.DataFrame,
+    models: dict[str, StepTimeModel],
+    durations: np.ndarray,
+    seed: int = 0,
+    gpus_per_node: int = 4,
+    max_nodes: int = 16,
+    malleable: bool = True,
+) -> list[Job]:
+    """Build DL jobs from a Pollux-style workload table.
+
+    Each row (``name, time, application, num_replicas, batch_size``) becomes a job
+    submitted at ``time`` that prefers ``ceil(num_replicas / gpus_per_node)`` nodes. Its
+    length is set so that at the preferred size it runs for a duration drawn (seeded)
+    from ``durations`` (e.g. Philly job durations); at other sizes the fitted model
+    scales it. Jobs are malleable in ``[1, max_nodes]`` nodes, or rigid.
+
+    Raises:
+        ValueError: An application has no fitted model.
+    """
+    rng = np.random.default_rng(seed)
+    ctx = None
+    jobs: list[Job] = []
+    for k, row in enumerate(workload.itertuples(index=False)):
+        if row.application not in models:
+            raise ValueError(f"workload row {k}: no measured model for {row.application!r}")
+        nodes = int(min(max_nodes, max(1, -(-int(row.num_replicas) // gpus_per_node))))
+        target = float(rng.choice(durations))
+        probe = DLWork(models[row.application], 1.0, float(row.batch_size), gpus_per_node)
+        steps = target / probe.estimate(nodes, ctx)  # type: ignore[arg-type]
+        work = DLWork(models[row.application], steps, float(row.batch_size), gpus_per_node)
+        kind = JobType.MALLEABLE if malleable else JobType.RIGID
+        jobs.append(Job(k, float(row.time), kind, nodes, work, 1 if malleable else nodes,
+                        max_nodes if malleable else nodes, gpus_per_node=gpus_per_node,
+                        user=k))  # fmt: skip
+    return jobs

@@ -1,0 +1,460 @@
+"""The discrete-event core and the ElastiSim-like scheduler protocol.
+
+Events live in a binary heap keyed ``(time, rank, sequence)``: at equal times unit
+ends (which free nodes) come before submissions, which come before periodic ticks,
+and events of one kind keep the order they were created in. All events of one
+time stamp are handled, then the scheduler is invoked once with the set of reasons
+(:class:`InvocationReason`) and a :class:`SchedulerView` on which it acts:
+``start`` a waiting job, ``resize`` (``expand`` / ``shrink``) a running malleable or
+evolving job, ``kill`` a job.
+
+A running job works through its units; between two units it sits at a *scheduling
+point*. Jobs that may change size (malleable, evolving, adaptive) pause there while
+the scheduler runs, so a resize of such a job takes effect at once (nodes of a
+shrink are free in the same invocation); a resize ordered for a job in the middle of
+a unit takes effect at its next scheduling point (nodes of an expansion are
+reserved at once, nodes of a shrink are freed then). Each resize pays the work
+model's reconfiguration cost before the next unit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hpcnb.batchsim.jobs import Job, JobType, RunContext
+from hpcnb.batchsim.platform import Platform
+
+if TYPE_CHECKING:
+    from hpcnb.batchsim.scheduler import Scheduler
+
+__all__ = [
+    "InvocationReason",
+    "JobRecord",
+    "JobStatus",
+    "SchedulerError",
+    "SchedulerView",
+    "SimulationError",
+    "Simulator",
+]
+
+_UNIT_END, _SUBMIT, _PERIODIC = 0, 1, 2
+
+
+class InvocationReason(StrEnum):
+    """Why the scheduler is invoked (ElastiSim's invocation types)."""
+
+    JOB_SUBMIT = "job_submit"
+    JOB_COMPLETED = "job_completed"
+    SCHEDULING_POINT = "scheduling_point"
+    EVOLVING_REQUEST = "evolving_request"
+    PERIODIC = "periodic"
+
+
+class JobStatus(StrEnum):
+    """Life cycle of a job in a simulation."""
+
+    PENDING = "pending"
+    WAITING = "waiting"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    KILLED = "killed"
+
+
+class SchedulerError(RuntimeError):
+    """The scheduler asked for something impossible (the message says what)."""
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot finish (for instance jobs left waiting forever)."""
+
+
+class JobRecord:
+    """A job's state during a simulation, as the scheduler sees it.
+
+    Attributes:
+        job: The submitted :class:`Job`.
+        status: Current :class:`JobStatus`.
+        nodes: Nodes allocated now (an expansion reserves them at once).
+        target: Size after the next reconfiguration.
+        active: Size the current unit runs with.
+        unit: Index of the unit being run (number of units completed).
+        start_time: Start time (``nan`` before the start).
+        end_time: End time (``nan`` before the end).
+        at_point: Whether the job sits at a scheduling point now.
+        evolving_request: Size an evolving job asked for at its last point, or ``None``.
+        resizes: ``(time, old, new)`` for each applied reconfiguration.
+    """
+
+    __slots__ = ("active", "at_point", "end_time", "epoch", "evolving_request", "job", "nodes",
+                 "resizes", "start_time", "status", "target", "unit", "unit_end")  # fmt: skip
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.status = JobStatus.PENDING
+        self.nodes = 0
+        self.target = 0
+        self.active = 0
+        self.unit = 0
+        self.start_time = math.nan
+        self.end_time = math.nan
+        self.unit_end = math.nan
+        self.at_point = False
+        self.evolving_request: int | None = None
+        self.resizes: list[tuple[float, int, int]] = []
+        self.epoch = 0
+
+    @property
+    def id(self) -> int:
+        """The job id."""
+        return self.job.id
+
+    @property
+    def type(self) -> JobType:
+        """The job type."""
+        return self.job.type
+
+    def __repr__(self) -> str:
+        return f"JobRecord(id={self.id}, {self.type}, {self.status}, nodes={self.nodes})"
+
+
+class SchedulerView:
+    """The scheduler's window on the system and its means to act.
+
+    Attributes:
+        time: Current simulated time (s).
+        platform: The machine.
+        queue: Waiting jobs in submit order (do not modify; use the actions).
+        running: Running jobs in start order.
+        free_nodes: Nodes neither allocated nor reserved.
+        ctx: Context for timing work models.
+    """
+
+    def __init__(self, sim: Simulator) -> None:
+        self._sim = sim
+        self.time = 0.0
+        self.platform = sim.platform
+        self.queue: list[JobRecord] = []
+        self.running: list[JobRecord] = []
+        self.free_nodes = sim.platform.num_nodes
+        self.ctx = RunContext(sim.platform)
+        self._requested: dict[int, float] = {}
+
+    @property
+    def total_nodes(self) -> int:
+        """Nodes of the machine."""
+        return self.platform.num_nodes
+
+    def start(self, rec: JobRecord, nodes: int | None = None) -> None:
+        """Start a waiting job on ``nodes`` nodes (default: its ``num_nodes``).
+
+        Raises:
+            SchedulerError: The job is not waiting, the size is outside the job's range
+                (rigid jobs only take their own size) or not enough nodes are free.
+        """
+        n = rec.job.num_nodes if nodes is None else int(nodes)
+        if rec.status is not JobStatus.WAITING:
+            raise SchedulerError(f"start(job {rec.id}): job is {rec.status}, not waiting")
+        if not rec.job.num_nodes_min <= n <= rec.job.num_nodes_max:
+            raise SchedulerError(
+                f"start(job {rec.id}, {n}): size outside [{rec.job.num_nodes_min}, "
+                f"{rec.job.num_nodes_max}] of this {rec.type} job"
+            )
+        if n > self.free_nodes:
+            raise SchedulerError(f"start(job {rec.id}, {n}): only {self.free_nodes} nodes free")
+        self._sim._start(rec, n)
+
+    def resize(self, rec: JobRecord, nodes: int) -> None:
+        """Set the size of a running malleable / evolving / adaptive job.
+
+        Growth reserves nodes now; the new size takes effect at the job's scheduling
+        point (now, if it sits at one).
+
+        Raises:
+            SchedulerError: Not running, not resizable, size out of range, or not
+                enough free nodes.
+        """
+        n = int(nodes)
+        if rec.status is not JobStatus.RUNNING or not rec.type.resizable:
+            raise SchedulerError(f"resize(job {rec.id}): {rec.status} {rec.type} job")
+        if not rec.job.num_nodes_min <= n <= rec.job.num_nodes_max:
+            raise SchedulerError(
+                f"resize(job {rec.id}, {n}): outside [{rec.job.num_nodes_min}, "
+                f"{rec.job.num_nodes_max}]"
+            )
+        if n - rec.nodes > self.free_nodes:
+            raise SchedulerError(
+                f"resize(job {rec.id}, {n}): needs {n - rec.nodes}, {self.free_nodes} free"
+            )
+        self._sim._resize(rec, n)
+
+    def expand(self, rec: JobRecord, nodes: int) -> None:
+        """Grow a running job to ``nodes`` nodes (see :meth:`resize`)."""
+        if nodes <= rec.target:
+            raise SchedulerError(f"expand(job {rec.id}, {nodes}): not above {rec.target}")
+        self.resize(rec, nodes)
+
+    def shrink(self, rec: JobRecord, nodes: int) -> None:
+        """Shrink a running job to ``nodes`` nodes (see :meth:`resize`)."""
+        if nodes >= rec.target:
+            raise SchedulerError(f"shrink(job {rec.id}, {nodes}): not below {rec.target}")
+        self.resize(rec, nodes)
+
+    def kill(self, rec: JobRecord) -> None:
+        """Kill a waiting or running job; its nodes are freed at once."""
+        if rec.status not in (JobStatus.WAITING, JobStatus.RUNNING):
+            raise SchedulerError(f"kill(job {rec.id}): job is {rec.status}")
+        self._sim._finish(rec, JobStatus.KILLED)
+
+    def requested_time(self, rec: JobRecord) -> float:
+        """Return the time a job reserves: its walltime, else its model estimate.
+
+        The estimate is the uncontended one (PFS not shared), computed once per job.
+        """
+        value = self._requested.get(rec.job.id)
+        if value is None:
+            value = self._requested[rec.job.id] = rec.job.requested_time(self.ctx)
+        return value
+
+    def remaining_time(self, rec: JobRecord) -> float:
+        """Return the estimated remaining run time of a job at its current (target) size.
+
+        For waiting jobs: the requested time; for running ones: the current unit's end
+        plus the model's estimate of the units after it.
+        """
+        if rec.status is JobStatus.WAITING:
+            return self.requested_time(rec)
+        rest = rec.job.work.estimate(max(rec.target, 1), self.ctx, rec.unit + 1)
+        current = 0.0 if rec.at_point else max(0.0, rec.unit_end - self.time)
+        if rec.at_point:
+            rest = rec.job.work.estimate(max(rec.target, 1), self.ctx, rec.unit)
+        return current + rest
+
+    def expected_end(self, rec: JobRecord) -> float:
+        """Return when a running job is expected to end for reservations.
+
+        Rigid jobs: start + requested time (or now, if already over it).
+        """
+        if rec.type is JobType.RIGID and rec.job.walltime is not None:
+            return max(self.time, rec.start_time + rec.job.walltime)
+        return self.time + self.remaining_time(rec)
+
+
+@dataclass(frozen=True)
+class SimulationTrace:
+    """Raw output of :meth:`Simulator.run`.
+
+    Attributes:
+        records: Every job's final :class:`JobRecord`, in submit order.
+        usage_times: Times at which the allocated node count changed.
+        usage_nodes: Allocated nodes from each of those times on.
+        invocations: Number of scheduler invocations.
+        events: Number of events handled.
+    """
+
+    records: Sequence[JobRecord]
+    usage_times: np.ndarray
+    usage_nodes: np.ndarray
+    invocations: int
+    events: int
+
+
+class Simulator:
+    """Run a set of jobs on a platform under a scheduler.
+
+    Args:
+        platform: The machine.
+        scheduler: Decides what runs (see :class:`~hpcnb.batchsim.scheduler.Scheduler`).
+        scheduling_interval: Periodic invocation interval (s); 0 for none.
+        on_scheduling_point: Invoke the scheduler when a resizable job reaches a point.
+        clip_evolving_requests: Clip evolving requests to the job's size range.
+    """
+
+    def __init__(
+        self,
+        platform: Platform,
+        scheduler: Scheduler,
+        scheduling_interval: float = 0.0,
+        on_scheduling_point: bool = True,
+        clip_evolving_requests: bool = True,
+    ) -> None:
+        self.platform = platform
+        self.scheduler = scheduler
+        self.interval = float(scheduling_interval)
+        self.on_point = on_scheduling_point
+        self.clip = clip_evolving_requests
+
+    # -- internal actions -------------------------------------------------------------
+    def _push(self, time: float, rank: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time, rank, self._seq, payload))
+
+    def _alloc(self, delta: int) -> None:
+        view = self._view
+        view.free_nodes -= delta
+        if self._usage_t and self._usage_t[-1] == view.time:
+            self._usage_n[-1] = self.platform.num_nodes - view.free_nodes
+        else:
+            self._usage_t.append(view.time)
+            self._usage_n.append(self.platform.num_nodes - view.free_nodes)
+
+    def _ctx(self) -> RunContext:
+        sharers = sum(1 for r in self._view.running if r.job.work.uses_pfs)
+        return RunContext(self.platform, max(1, sharers))
+
+    def _start(self, rec: JobRecord, n: int) -> None:
+        view = self._view
+        view.queue.remove(rec)
+        view.running.append(rec)
+        rec.status = JobStatus.RUNNING
+        rec.start_time = view.time
+        rec.nodes = rec.target = rec.active = n
+        self._alloc(n)
+        ctx = self._ctx()
+        self._schedule_unit(rec, rec.job.work.init_time(n, ctx), ctx)
+
+    def _schedule_unit(self, rec: JobRecord, extra: float, ctx: RunContext) -> None:
+        rec.at_point = False
+        duration = extra + rec.job.work.unit_time(rec.unit, rec.active, ctx)
+        if not (duration >= 0 and math.isfinite(duration)):
+            raise SimulationError(
+                f"job {rec.id}: unit {rec.unit} on {rec.active} nodes lasts {duration} s "
+                "(expected a finite time >= 0; check the work model)"
+            )
+        rec.unit_end = self._view.time + duration
+        self._push(rec.unit_end, _UNIT_END, (rec, rec.epoch))
+
+    def _resize(self, rec: JobRecord, n: int) -> None:
+        if n > rec.nodes:
+            self._alloc(n - rec.nodes)
+            rec.nodes = n
+        rec.target = n
+        if rec.at_point and rec.nodes > n:
+            self._alloc(n - rec.nodes)
+            rec.nodes = n
+
+    def _finish(self, rec: JobRecord, status: JobStatus) -> None:
+        view = self._view
+        if rec.status is JobStatus.WAITING:
+            view.queue.remove(rec)
+            rec.start_time = view.time
+        else:
+            view.running.remove(rec)
+            self._alloc(-rec.nodes)
+        rec.status = status
+        rec.end_time = view.time
+        rec.epoch += 1
+        rec.at_point = False
+        self._open -= 1
+
+    def _resume(self, rec: JobRecord) -> None:
+        if rec.status is not JobStatus.RUNNING or not rec.at_point:
+            return
+        ctx = self._ctx()
+        extra = 0.0
+        if rec.nodes > rec.target:
+            self._alloc(rec.target - rec.nodes)
+            rec.nodes = rec.target
+        if rec.target != rec.active:
+            extra = rec.job.work.reconfiguration_time(rec.active, rec.target, ctx)
+            rec.resizes.append((self._view.time, rec.active, rec.target))
+            rec.active = rec.target
+        self._schedule_unit(rec, extra, ctx)
+
+    # -- main loop --------------------------------------------------------------------
+    def run(self, jobs: Sequence[Job]) -> SimulationTrace:
+        """Simulate ``jobs`` to the end.
+
+        Raises:
+            ValueError: A job does not fit the machine or ids repeat.
+            SchedulerError: The scheduler ordered something impossible.
+            SimulationError: Jobs are left waiting with nothing more to happen.
+        """
+        n_nodes = self.platform.num_nodes
+        ids = set()
+        for job in jobs:
+            if job.num_nodes_min > n_nodes:
+                raise ValueError(f"job {job.id}: needs {job.num_nodes_min} nodes, "
+                                 f"the machine has {n_nodes}")  # fmt: skip
+            if job.id in ids:
+                raise ValueError(f"job id {job.id} appears twice")
+            ids.add(job.id)
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
+        records = [JobRecord(jobs[i]) for i in order]
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._view = view = SchedulerView(self)
+        self._usage_t: list[float] = [0.0]
+        self._usage_n: list[int] = [0]
+        self._open = len(records)
+        for rec in records:
+            self._push(rec.job.submit_time, _SUBMIT, rec)
+        if self.interval > 0 and records:
+            self._push(records[0].job.submit_time, _PERIODIC, None)
+        invocations = events = 0
+        heap = self._heap
+        scheduler = self.scheduler
+        while heap:
+            now = heap[0][0]
+            view.time = now
+            reasons: set[InvocationReason] = set()
+            paused: list[JobRecord] = []
+            while heap and heap[0][0] == now:
+                _, rank, _, payload = heapq.heappop(heap)
+                events += 1
+                if rank == _SUBMIT:
+                    payload.status = JobStatus.WAITING  # type: ignore[attr-defined]
+                    view.queue.append(payload)  # type: ignore[arg-type]
+                    reasons.add(InvocationReason.JOB_SUBMIT)
+                elif rank == _UNIT_END:
+                    rec, epoch = payload  # type: ignore[misc]
+                    if epoch != rec.epoch:
+                        continue
+                    rec.unit += 1
+                    if rec.unit >= rec.job.work.num_units:
+                        self._finish(rec, JobStatus.COMPLETED)
+                        reasons.add(InvocationReason.JOB_COMPLETED)
+                        continue
+                    rec.at_point = True
+                    paused.append(rec)
+                    if rec.nodes > rec.target:  # a shrink ordered earlier takes effect now
+                        self._alloc(rec.target - rec.nodes)
+                        rec.nodes = rec.target
+                    if rec.type.resizable and self.on_point:
+                        reasons.add(InvocationReason.SCHEDULING_POINT)
+                    if rec.type in (JobType.EVOLVING, JobType.ADAPTIVE):
+                        want = rec.job.work.evolving_request(rec.unit, rec.active)
+                        if want is not None and self.clip:
+                            want = min(max(want, rec.job.num_nodes_min), rec.job.num_nodes_max)
+                        if want is not None and want != rec.active:
+                            rec.evolving_request = want
+                            reasons.add(InvocationReason.EVOLVING_REQUEST)
+                else:
+                    reasons.add(InvocationReason.PERIODIC)
+                    if self._open > 0:
+                        self._push(now + self.interval, _PERIODIC, None)
+            if reasons and (view.queue or paused or view.running):
+                invocations += 1
+                scheduler.schedule(view, frozenset(reasons))
+            for rec in paused:
+                rec.evolving_request = None
+                self._resume(rec)
+            if view.queue and not view.running and all(e[1] == _PERIODIC for e in heap):
+                raise SimulationError(
+                    f"{len(view.queue)} job(s) still waiting (first: job {view.queue[0].id}) "
+                    f"at t={now} with nothing left to happen; scheduler {scheduler.name!r} "
+                    "never started them"
+                )
+        return SimulationTrace(
+            records,
+            np.asarray(self._usage_t, dtype=np.float64),
+            np.asarray(self._usage_n, dtype=np.int64),
+            invocations,
+            events,
+        )

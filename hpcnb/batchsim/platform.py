@@ -1,0 +1,201 @@
+"""The simulated machine: homogeneous nodes, a crossbar network and a shared PFS.
+
+Communication times follow a latency–bandwidth (Hockney) model on a full-bisection
+crossbar where every node has one link of ``link_bandwidth`` bytes/s:
+
+* ``all_to_all``: the payload is spread evenly over all pairs of nodes (ElastiSim's
+  definition), so each link carries ``bytes / n``: ``lat + bytes / (n·bw)``.
+* ``ring``: a ring pass of ``n-1`` steps of ``bytes / n``: ``(n-1)·(lat + bytes/(n·bw))``.
+* ``allreduce``: ring all-reduce, twice the ring: ``2(n-1)·(lat + bytes/(n·bw))``.
+* ``scatter`` / ``gather`` / ``master_worker``: the root's link carries ``(n-1)/n · bytes``:
+  ``lat + (n-1)/n · bytes / bw``.
+* ``none`` / ``""``: no communication.
+
+On one node all patterns cost nothing. ``bytes`` is the total payload of the task.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["COMMUNICATION_PATTERNS", "Platform", "parse_quantity", "read_platform_xml"]
+
+COMMUNICATION_PATTERNS = (
+    "all_to_all", "ring", "allreduce", "scatter", "gather", "master_worker", "none", "",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A homogeneous cluster.
+
+    Attributes:
+        num_nodes: Number of compute nodes.
+        node_flops: CPU speed of a node (flop/s).
+        gpus_per_node: GPUs per node (0 for none).
+        gpu_flops: Speed of one GPU (flop/s).
+        link_bandwidth: Bandwidth of a node's network link (bytes/s).
+        link_latency: Latency of a message (s).
+        pfs_read_bandwidth: Aggregate PFS read bandwidth shared by all jobs (bytes/s).
+        pfs_write_bandwidth: Aggregate PFS write bandwidth shared by all jobs (bytes/s).
+        pfs_latency: Latency of a PFS request (s).
+    """
+
+    num_nodes: int
+    node_flops: float = 100e9
+    gpus_per_node: int = 0
+    gpu_flops: float = 0.0
+    link_bandwidth: float = 100e9 / 8
+    link_latency: float = 50e-6
+    pfs_read_bandwidth: float = 80e9
+    pfs_write_bandwidth: float = 50e9
+    pfs_latency: float = 500e-6
+
+    def __post_init__(self) -> None:
+        if int(self.num_nodes) != self.num_nodes or self.num_nodes < 1:
+            raise ValueError(f"Platform.num_nodes={self.num_nodes}: expected an integer >= 1")
+        for name in ("node_flops", "link_bandwidth", "pfs_read_bandwidth", "pfs_write_bandwidth"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Platform.{name}={getattr(self, name)}: expected > 0")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"Platform.gpus_per_node={self.gpus_per_node}: expected >= 0")
+
+    @property
+    def num_gpus(self) -> int:
+        """Total GPUs of the machine."""
+        return self.num_nodes * self.gpus_per_node
+
+    def communication_time(self, pattern: str, total_bytes: float, nodes: int) -> float:
+        """Return the time (s) of one collective among ``nodes`` nodes.
+
+        Raises:
+            ValueError: Unknown pattern.
+        """
+        if pattern not in COMMUNICATION_PATTERNS:
+            raise ValueError(
+                f"communication pattern {pattern!r}: expected one of {COMMUNICATION_PATTERNS}"
+            )
+        if nodes <= 1 or total_bytes <= 0 or pattern in ("none", ""):
+            return 0.0
+        lat, bw, n = self.link_latency, self.link_bandwidth, nodes
+        if pattern == "all_to_all":
+            return lat + total_bytes / (n * bw)
+        if pattern == "ring":
+            return (n - 1) * (lat + total_bytes / (n * bw))
+        if pattern == "allreduce":
+            return 2 * (n - 1) * (lat + total_bytes / (n * bw))
+        return lat + (n - 1) / n * total_bytes / bw  # scatter / gather / master_worker
+
+    def pfs_time(self, total_bytes: float, write: bool, sharers: int = 1) -> float:
+        """Return the time (s) to move ``total_bytes`` through the PFS.
+
+        The aggregate bandwidth is divided equally among ``sharers`` jobs doing I/O.
+        """
+        bandwidth = self.pfs_write_bandwidth if write else self.pfs_read_bandwidth
+        return self.pfs_latency + total_bytes * max(1, sharers) / bandwidth
+
+
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+_QUANTITY = re.compile(r"^\s*([0-9.eE+-]+)\s*([A-Za-z]*)\s*$")
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "ps": 1e-12, "m": 60.0, "h": 3600.0}
+
+
+def parse_quantity(text: str, kind: str, where: str = "") -> float:
+    """Convert a SimGrid quantity (``100Gf``, ``100Gbps``, ``80GBps``, ``50us``) to SI.
+
+    Args:
+        text: The attribute value.
+        kind: ``"speed"`` (→ flop/s), ``"bandwidth"`` (→ bytes/s) or ``"time"`` (→ s).
+        where: Context for the error message (file and element).
+
+    Raises:
+        ValueError: The value or its unit is not understood.
+    """
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"{where}: {kind} {text!r} is not a number with a unit")
+    value, unit = float(match.group(1)), match.group(2)
+    if kind == "time":
+        if unit == "":
+            return value
+        if unit in _TIME:
+            return value * _TIME[unit]
+    elif kind == "speed":
+        base = unit[:-1] if unit.endswith("f") else None
+        if base is not None and base in _PREFIX:
+            return value * _PREFIX[base]
+        if unit == "":
+            return value
+    elif kind == "bandwidth":
+        for suffix, scale in (("Bps", 1.0), ("bps", 1 / 8)):
+            if unit.endswith(suffix):
+                prefix = unit[: -len(suffix)]
+                factor = _BINARY.get(prefix, _PREFIX.get(prefix))
+                if factor is not None:
+                    return value * factor * scale
+        if unit == "":
+            return value
+    raise ValueError(f"{where}: {kind} {text!r} has an unknown unit {unit!r}")
+
+
+def _radical_count(radical: str, where: str) -> int:
+    total = 0
+    for part in radical.split(","):
+        lo, sep, hi = part.partition("-")
+        try:
+            total += (int(hi) - int(lo) + 1) if sep else 1
+        except ValueError:
+            raise ValueError(f"{where}: radical {radical!r} is not like '0-127'") from None
+    return total
+
+
+def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
+    """Read the SimGrid platform subset used by ElastiSim's example.
+
+    Supported: one ``<cluster>`` (``radical``, ``speed``, ``bw``, ``lat``) for the
+    compute nodes, and ``<link>`` elements whose ids are named as PFS read / write links
+    (``PFS_read`` / ``PFS_write``, matched case-insensitively on ``read`` / ``write``).
+
+    Raises:
+        ValueError: No cluster, or an attribute with an unknown unit; the message names
+            the file and element.
+    """
+    path = Path(path)
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as exc:
+        raise ValueError(f"{path}: not a valid platform XML ({exc})") from exc
+    clusters = list(root.iter("cluster"))
+    if not clusters:
+        raise ValueError(f"{path}: no <cluster> element (expected the compute nodes)")
+    cluster = clusters[0]
+    where = f"{path}: <cluster id={cluster.get('id')!r}>"
+    for attribute in ("radical", "speed"):
+        if cluster.get(attribute) is None:
+            raise ValueError(f"{where}: missing attribute {attribute!r}")
+    kwargs: dict[str, float | int] = {
+        "num_nodes": _radical_count(cluster.get("radical", ""), where),
+        "node_flops": parse_quantity(cluster.get("speed", ""), "speed", where),
+        "gpus_per_node": gpus_per_node,
+    }
+    if cluster.get("bw"):
+        kwargs["link_bandwidth"] = parse_quantity(cluster.get("bw", ""), "bandwidth", where)
+    if cluster.get("lat"):
+        kwargs["link_latency"] = parse_quantity(cluster.get("lat", ""), "time", where)
+    for link in root.iter("link"):
+        name = (link.get("id") or "").lower()
+        if "pfs" not in name:
+            continue
+        lwhere = f"{path}: <link id={link.get('id')!r}>"
+        bandwidth = parse_quantity(link.get("bandwidth", ""), "bandwidth", lwhere)
+        if "read" in name:
+            kwargs["pfs_read_bandwidth"] = bandwidth
+        elif "write" in name:
+            kwargs["pfs_write_bandwidth"] = bandwidth
+        if link.get("latency"):
+            kwargs["pfs_latency"] = parse_quantity(link.get("latency", ""), "time", lwhere)
+    return Platform(**kwargs)  # type: ignore[arg-type]

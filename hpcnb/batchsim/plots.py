@@ -1,0 +1,114 @@
+"""Plots of simulation results: Gantt chart, utilisation over time, per-policy bars."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+
+from hpcnb.batchsim.simulation import SimulationResult
+
+__all__ = ["plot_gantt", "plot_policy_bars", "plot_utilization"]
+
+_TYPE_COLOURS = {
+    "rigid": "tab:blue",
+    "moldable": "tab:green",
+    "malleable": "tab:orange",
+    "evolving": "tab:purple",
+    "adaptive": "tab:red",
+}
+
+
+def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
+    if ax is None:
+        _, ax = plt.subplots(figsize=size)
+    return ax
+
+
+def plot_gantt(
+    result: SimulationResult, ax: Axes | None = None, max_jobs: int = 150, hours: bool = True
+) -> Axes:
+    """Draw one bar per job from start to end (wait as a thin grey line before it).
+
+    Bars are coloured by job type; the bar height grows with the job's start size.
+
+    Args:
+        result: A simulation result.
+        ax: Axes to draw on (new figure if ``None``).
+        max_jobs: Only the first ``max_jobs`` jobs (submit order) are drawn.
+        hours: Time axis in hours (else seconds).
+    """
+    ax = _axes(ax, (9, 4))
+    df = result.jobs.head(max_jobs)
+    scale = 3600.0 if hours else 1.0
+    height = 0.2 + 0.7 * df["nodes"].to_numpy() / max(1, int(df["nodes"].max()))
+    y = np.arange(len(df))
+    ax.hlines(y, df["submit"] / scale, df["start"] / scale, colors="0.7", linewidth=0.8)
+    colours = [_TYPE_COLOURS.get(t, "tab:gray") for t in df["type"]]
+    ax.barh(y, df["runtime"] / scale, left=df["start"] / scale, height=height, color=colours)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for t, c in _TYPE_COLOURS.items()
+               if t in set(df["type"])]  # fmt: skip
+    ax.legend(handles, [t for t in _TYPE_COLOURS if t in set(df["type"])], loc="lower right")
+    ax.set_xlabel(f"time ({'h' if hours else 's'})")
+    ax.set_ylabel("job (submit order)")
+    ax.invert_yaxis()
+    ax.set_title(f"Gantt chart, {result.scheduler} (first {len(df)} jobs)")
+    return ax
+
+
+def plot_utilization(
+    results: Mapping[str, SimulationResult] | SimulationResult,
+    ax: Axes | None = None,
+    hours: bool = True,
+) -> Axes:
+    """Draw allocated nodes (as a fraction of the machine) over time, one line per result."""
+    ax = _axes(ax, (9, 3.5))
+    if isinstance(results, SimulationResult):
+        results = {results.scheduler: results}
+    scale = 3600.0 if hours else 1.0
+    for label, res in results.items():
+        ax.step(res.usage_times / scale, res.usage_nodes / res.num_nodes, where="post",
+                label=label, linewidth=0.9)  # fmt: skip
+    ax.set_xlabel(f"time ({'h' if hours else 's'})")
+    ax.set_ylabel("allocated nodes (fraction)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="lower right", fontsize="small")
+    return ax
+
+
+def plot_policy_bars(
+    table: pd.DataFrame,
+    metric: str,
+    group: str = "scheduler",
+    hue: str | None = "malleable_fraction",
+    ax: Axes | None = None,
+    unit: str = "",
+) -> Axes:
+    """Draw grouped bars of ``metric`` per ``group`` (one bar per ``hue`` value).
+
+    Args:
+        table: One row per simulation with columns ``group``, ``hue`` and ``metric``.
+        metric: Column to plot.
+        group: Column giving the x groups.
+        hue: Column giving the bars inside a group (``None``: one bar per group).
+        ax: Axes to draw on.
+        unit: Unit shown on the y label.
+    """
+    ax = _axes(ax, (9, 3.5))
+    groups: Sequence = list(dict.fromkeys(table[group]))
+    hues: Sequence = [None] if hue is None else list(dict.fromkeys(table[hue]))
+    width = 0.8 / len(hues)
+    for k, h in enumerate(hues):
+        sub = table if h is None else table[table[hue] == h]
+        values = [sub.loc[sub[group] == g, metric].mean() for g in groups]
+        ax.bar(np.arange(len(groups)) + k * width, values, width,
+               label=None if h is None else f"{hue} = {h}")  # fmt: skip
+    ax.set_xticks(np.arange(len(groups)) + width * (len(hues) - 1) / 2, groups)
+    ax.set_ylabel(f"{metric.replace('_', ' ')}{f' ({unit})' if unit else ''}")
+    ax.set_xlabel(group.replace("_", " "))
+    if hue is not None:
+        ax.legend(fontsize="small")
+    return ax

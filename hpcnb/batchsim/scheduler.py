@@ -1,0 +1,250 @@
+"""The scheduler base class and the classic queue policies.
+
+A scheduler subclasses :class:`Scheduler` and implements
+``schedule(view, reasons)``: it looks at ``view.queue`` (waiting jobs in submit
+order), ``view.running`` and ``view.free_nodes`` and acts with ``view.start``,
+``view.resize`` / ``expand`` / ``shrink`` and ``view.kill``.
+
+Policies here: strict :class:`FCFS`, :class:`SJF`, :class:`EasyBackfilling` and
+:class:`ConservativeBackfilling`. Rigid jobs start at their size; other jobs start
+at their preferred size when it fits, else at the largest size >= their minimum
+that fits (:meth:`Scheduler.start_size`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from hpcnb.batchsim.engine import InvocationReason, JobRecord, SchedulerView
+from hpcnb.batchsim.jobs import JobType
+
+__all__ = [
+    "FCFS",
+    "SJF",
+    "ConservativeBackfilling",
+    "EasyBackfilling",
+    "Scheduler",
+    "shadow_time",
+]
+
+
+class Scheduler:
+    """Base class: override :meth:`schedule`.
+
+    Attributes:
+        name: Short name used on the command line and in plots.
+        rigid_kernel: Name of the compiled rigid-only kernel that reproduces this
+            policy exactly (``"fcfs"``, ``"easy"``), or ``None``. The simulator uses it
+            when every job is rigid with a fixed run time.
+    """
+
+    name = "base"
+    rigid_kernel: str | None = None
+
+    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
+        """Act on the system; called once per time stamp at which something happened."""
+        raise NotImplementedError
+
+    @staticmethod
+    def start_size(view: SchedulerView, rec: JobRecord, free: int | None = None) -> int | None:
+        """Return the size to start ``rec`` with on ``free`` nodes, or ``None`` if none fits."""
+        free = view.free_nodes if free is None else free
+        job = rec.job
+        if job.num_nodes <= free:
+            return job.num_nodes
+        if job.type is not JobType.RIGID and job.num_nodes_min <= free:
+            return free
+        return None
+
+    @staticmethod
+    def grant_evolving_requests(view: SchedulerView) -> None:
+        """Grant the evolving requests of jobs at scheduling points where nodes allow.
+
+        Shrinks are always granted; growths when enough nodes are free (else the
+        request lapses, as in ElastiSim when the scheduler does not answer it).
+        """
+        for rec in list(view.running):
+            want = rec.evolving_request
+            if want is None or want == rec.target:
+                continue
+            if want < rec.target or want - rec.nodes <= view.free_nodes:
+                view.resize(rec, want)
+
+    @staticmethod
+    def reserve_size(rec: JobRecord) -> int:
+        """Return the size a reservation holds for a waiting job (its smallest start)."""
+        job = rec.job
+        return job.num_nodes if job.type is JobType.RIGID else job.num_nodes_min
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class FCFS(Scheduler):
+    """Strict first-come first-served: no job starts before an earlier-submitted one."""
+
+    name = "fcfs"
+    rigid_kernel = "fcfs"
+
+    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
+        """Start jobs in submit order until the first that does not fit."""
+        if InvocationReason.EVOLVING_REQUEST in reasons:
+            self.grant_evolving_requests(view)
+        for rec in list(view.queue):
+            size = self.start_size(view, rec)
+            if size is None:
+                return
+            view.start(rec, size)
+
+
+class SJF(Scheduler):
+    """Shortest job first by requested time; jobs that do not fit are passed over."""
+
+    name = "sjf"
+
+    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
+        """Start waiting jobs by increasing requested time (ties: submit order)."""
+        if InvocationReason.EVOLVING_REQUEST in reasons:
+            self.grant_evolving_requests(view)
+        order = sorted(enumerate(view.queue), key=lambda p: (view.requested_time(p[1]), p[0]))
+        for _, rec in order:
+            size = self.start_size(view, rec)
+            if size is not None:
+                view.start(rec, size)
+            if view.free_nodes == 0:
+                return
+
+
+def shadow_time(
+    now: float, free: int, need: int, releases: Iterable[tuple[float, int]]
+) -> tuple[float, int]:
+    """Return EASY's shadow time and extra nodes.
+
+    Args:
+        now: Current time.
+        free: Nodes free now.
+        need: Nodes the queue head needs.
+        releases: ``(expected end, nodes)`` of running jobs.
+
+    Returns:
+        ``(shadow, extra)``: the earliest time at which ``need`` nodes are free (all jobs
+        ending at that time counted) and the nodes left over then; ``(inf, 0)`` if never.
+    """
+    if free >= need:
+        return now, free - need
+    ordered = sorted(releases)
+    i = 0
+    while i < len(ordered):
+        end = ordered[i][0]
+        while i < len(ordered) and ordered[i][0] == end:
+            free += ordered[i][1]
+            i += 1
+        if free >= need:
+            return end, free - need
+    return math.inf, 0
+
+
+class EasyBackfilling(Scheduler):
+    """EASY backfilling (Lifka 1995; Mu'alem and Feitelson 2001).
+
+    Jobs start in submit order while they fit. The first that does not fit gets a
+    reservation at the *shadow time* (when enough running jobs are expected to have
+    ended, by their requested times). A later job may start now if it fits and either
+    ends by the shadow time or uses only the *extra* nodes left over at the shadow time.
+    """
+
+    name = "easy"
+    rigid_kernel = "easy"
+
+    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
+        """Start in order, reserve for the head, backfill the rest."""
+        if InvocationReason.EVOLVING_REQUEST in reasons:
+            self.grant_evolving_requests(view)
+        queue = list(view.queue)
+        i = 0
+        while i < len(queue):
+            size = self.start_size(view, queue[i])
+            if size is None:
+                break
+            view.start(queue[i], size)
+            i += 1
+        if i >= len(queue) - 1:
+            return
+        head = queue[i]
+        releases = [(view.expected_end(r), r.nodes) for r in view.running]
+        shadow, extra = shadow_time(view.time, view.free_nodes, self.reserve_size(head), releases)
+        for rec in queue[i + 1 :]:
+            if view.free_nodes == 0:
+                return
+            size = self.start_size(view, rec)
+            if size is None:
+                continue
+            if view.time + view.requested_time(rec) <= shadow:
+                view.start(rec, size)
+            elif size <= extra:
+                view.start(rec, size)
+                extra -= size
+
+
+class ConservativeBackfilling(Scheduler):
+    """Conservative backfilling: every waiting job holds a reservation.
+
+    At each invocation the reservations are rebuilt in submit order on the profile of
+    free nodes (running jobs released at their expected ends): each job takes the
+    earliest slot of its requested time that fits without moving an earlier job's
+    reservation. Jobs whose slot begins now start. Rebuilding at every invocation is
+    conservative backfilling with schedule compression.
+    """
+
+    name = "conservative"
+
+    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
+        """Rebuild the reservation profile and start the jobs whose slot is now."""
+        if InvocationReason.EVOLVING_REQUEST in reasons:
+            self.grant_evolving_requests(view)
+        now = view.time
+        # profile: sorted breakpoint times and free nodes from each breakpoint on
+        times = [now]
+        free = [view.free_nodes]
+        for end, nodes in sorted((view.expected_end(r), r.nodes) for r in view.running):
+            if end <= times[-1]:
+                free[-1] += nodes
+            else:
+                times.append(end)
+                free.append(free[-1] + nodes)
+        for rec in list(view.queue):
+            need = self.reserve_size(rec)
+            start_now = self.start_size(view, rec)
+            length = view.requested_time(rec)
+            slot = self._earliest(times, free, need, length)
+            if slot == 0 and start_now is not None:
+                view.start(rec, start_now)
+                need = start_now
+            self._reserve(times, free, slot, need, times[slot] + length)
+
+    @staticmethod
+    def _earliest(times: list[float], free: list[int], need: int, length: float) -> int:
+        for k in range(len(times)):
+            if free[k] < need:
+                continue
+            end = times[k] + length
+            j = k + 1
+            while j < len(times) and times[j] < end and free[j] >= need:
+                j += 1
+            if j >= len(times) or times[j] >= end:
+                return k
+        raise AssertionError("profile ends with all nodes free; a slot always exists")
+
+    @staticmethod
+    def _reserve(times: list[float], free: list[int], k: int, need: int, end: float) -> None:
+        j = k
+        while j < len(times) and times[j] < end:
+            j += 1
+        if (j < len(times) and times[j] == end) or math.isinf(end):
+            pass
+        else:
+            times.insert(j, end)
+            free.insert(j, free[j - 1])
+        for m in range(k, j):
+            free[m] -= need

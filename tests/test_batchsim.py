@@ -1,0 +1,225 @@
+"""Tests of the batch simulator: engine, schedulers (hand-computed), invariants, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcnb.batchsim import (
+    DRF,
+    FCFS,
+    SCHEDULERS,
+    SJF,
+    SRTF,
+    ConservativeBackfilling,
+    EasyBackfilling,
+    FixedWork,
+    InvocationReason,
+    Job,
+    JobType,
+    MalleableEasy,
+    MalleablePolicy,
+    Platform,
+    ScaledWork,
+    Scheduler,
+    SchedulerError,
+    SchedulerView,
+    SimulationError,
+    check_invariants,
+    jobs_from_swf,
+    lublin_feitelson,
+    make_scheduler,
+    simulate,
+    simulate_rigid_arrays,
+)
+
+
+def rigid(jid: int, submit: float, nodes: int, runtime: float, user: int = 0) -> Job:
+    return Job(jid, submit, JobType.RIGID, nodes, FixedWork(runtime), user=user)
+
+
+def starts(result) -> dict[int, float]:
+    return dict(zip(result.jobs["id"], result.jobs["start"], strict=True))
+
+
+def run(jobs, scheduler, nodes=4, compiled=False):
+    result = simulate(jobs, Platform(nodes), scheduler, compiled=compiled)
+    check_invariants(result, jobs)
+    return result
+
+
+# Four nodes; J2 needs the whole machine and blocks J3, J4 under strict FCFS.
+SMALL = [rigid(1, 0, 2, 10), rigid(2, 0, 4, 5), rigid(3, 1, 1, 3), rigid(4, 1, 2, 20)]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fcfs_hand_computed(compiled):
+    assert starts(run(SMALL, FCFS(), compiled=compiled)) == {1: 0, 2: 10, 3: 15, 4: 15}
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_easy_hand_computed(compiled):
+    # J3 ends (t=4) before the shadow time 10 -> backfilled at 1; J4 would delay J2.
+    assert starts(run(SMALL, EasyBackfilling(), compiled=compiled)) == {1: 0, 2: 10, 3: 1, 4: 15}
+
+
+def test_sjf_hand_computed():
+    # t=0: J2 (5 s) before J1 (10 s); t=5: J3 and J1; t=8: J4.
+    assert starts(run(SMALL, SJF())) == {1: 5, 2: 0, 3: 5, 4: 8}
+
+
+def test_conservative_hand_computed():
+    assert starts(run(SMALL, ConservativeBackfilling())) == {1: 0, 2: 10, 3: 1, 4: 15}
+
+
+def test_conservative_protects_every_reservation_easy_only_the_head():
+    # J4 (1 node, 30 s) fits the extra node at EASY's shadow time, so EASY starts it at 2
+    # and J3 (whole machine) waits until 32; conservative keeps J3's slot at 20.
+    jobs = [rigid(1, 0, 3, 10), rigid(2, 1, 2, 10), rigid(3, 1, 4, 10), rigid(4, 2, 1, 30)]
+    assert starts(run(jobs, EasyBackfilling())) == {1: 0, 2: 10, 3: 32, 4: 2}
+    assert starts(run(jobs, EasyBackfilling(), compiled=True)) == {1: 0, 2: 10, 3: 32, 4: 2}
+    assert starts(run(jobs, ConservativeBackfilling())) == {1: 0, 2: 10, 3: 20, 4: 30}
+
+
+def test_drf_serves_smallest_dominant_share():
+    jobs = [rigid(1, 0, 2, 10, user=1), rigid(2, 0, 2, 10, user=1), rigid(3, 0, 2, 10, user=2)]
+    assert starts(run(jobs, DRF())) == {1: 0, 3: 0, 2: 10}
+    assert starts(run(jobs, FCFS())) == {1: 0, 2: 0, 3: 10}
+
+
+def malleable_case():
+    work = ScaledWork(100.0, 4, serial_fraction=0.0, units=10, reconfiguration_cost=0.0)
+    return [Job(1, 0, JobType.MALLEABLE, 4, work, 1, 4), rigid(2, 25, 2, 10)]
+
+
+@pytest.mark.parametrize("scheduler", [SRTF(), MalleableEasy()])
+def test_malleable_shrink_then_expand_hand_computed(scheduler):
+    # J1 (4 nodes, 10 s units) is shrunk to 2 at t=25, effective at its point t=30 where
+    # J2 starts; J2 ends at 40, J1 is expanded back (effective at 50): 6 units x 10 s.
+    result = run(malleable_case(), scheduler)
+    assert starts(result) == {1: 0, 2: 30}
+    row = result.jobs.set_index("id").loc[1]
+    assert row["end"] == pytest.approx(110.0)
+    assert row["resizes"] == 2 and row["min_nodes"] == 2 and row["max_nodes"] == 4
+
+
+def test_reconfiguration_cost_is_paid():
+    work = ScaledWork(100.0, 4, serial_fraction=0.0, units=10, reconfiguration_cost=7.0)
+    jobs = [Job(1, 0, JobType.MALLEABLE, 4, work, 1, 4), rigid(2, 25, 2, 10)]
+    result = run(jobs, MalleableEasy(gain=0.0))
+    # 30 + 7 (shrink) + units at 2 nodes: 40-> expand ordered, effective at 57, +7
+    end = result.jobs.set_index("id").loc[1, "end"]
+    assert end == pytest.approx(30 + 7 + 20 + 7 + 6 * 10)
+
+
+def test_rigid_kernel_matches_engine_on_generated_workload():
+    trace = lublin_feitelson(400, 64, seed=3)
+    loaded = jobs_from_swf(trace)
+    for name in ("fcfs", "easy"):
+        a = run(loaded.jobs, make_scheduler(name), nodes=64, compiled=True)
+        b = run(loaded.jobs, make_scheduler(name), nodes=64, compiled=False)
+        assert a.compiled and not b.compiled
+        np.testing.assert_array_equal(a.jobs["start"].to_numpy(), b.jobs["start"].to_numpy())
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_every_scheduler_invariants_and_determinism(name):
+    trace = lublin_feitelson(150, 32, seed=1)
+    loaded = jobs_from_swf(trace, policy=MalleablePolicy(0.5, seed=2, reconfiguration_cost=5))
+    first = run(loaded.jobs, make_scheduler(name), nodes=32)
+    second = run(loaded.jobs, make_scheduler(name), nodes=32)
+    assert first.jobs.equals(second.jobs)
+    assert first.metrics()["completed"] == len(loaded.jobs)
+
+
+def test_fcfs_is_strict():
+    trace = lublin_feitelson(200, 32, seed=5)
+    result = run(jobs_from_swf(trace).jobs, FCFS(), nodes=32, compiled=True)
+    order = result.jobs.sort_values(["submit", "id"], kind="stable")["start"].to_numpy()
+    assert np.all(np.diff(order) >= 0)
+
+
+def test_easy_beats_fcfs_on_loaded_machine():
+    trace = lublin_feitelson(500, 64, seed=0)
+    jobs = jobs_from_swf(trace).jobs
+    fcfs = run(jobs, FCFS(), nodes=64, compiled=True).metrics()
+    easy = run(jobs, EasyBackfilling(), nodes=64, compiled=True).metrics()
+    assert easy["mean_wait"] <= fcfs["mean_wait"]
+
+
+def test_metrics_hand_computed():
+    m = run(SMALL, FCFS()).metrics()
+    # waits 0, 10, 14, 14; runs 10, 5, 3, 20; makespan 35
+    assert m["makespan"] == 35
+    assert m["mean_wait"] == pytest.approx(38 / 4)
+    assert m["median_wait"] == pytest.approx(12)
+    assert m["mean_turnaround"] == pytest.approx((10 + 15 + 17 + 34) / 4)
+    bsld = [1.0, max(1, 15 / 10), max(1, 17 / 10), max(1, 34 / 20)]
+    assert m["mean_bounded_slowdown"] == pytest.approx(np.mean(bsld))
+    busy = 2 * 10 + 4 * 5 + 1 * 3 + 2 * 20
+    assert m["utilization"] == pytest.approx(busy / (4 * 35))
+
+
+class Oversubscriber(Scheduler):
+    name = "bad"
+
+    def schedule(self, view: SchedulerView, reasons) -> None:
+        for rec in list(view.queue):
+            view.start(rec)
+
+
+class Idle(Scheduler):
+    name = "idle"
+
+    def schedule(self, view: SchedulerView, reasons) -> None:
+        self.seen = getattr(self, "seen", set()) | set(reasons)
+
+
+def test_scheduler_errors_are_caught():
+    with pytest.raises(SchedulerError, match="nodes free"):
+        simulate(SMALL, Platform(4), Oversubscriber(), compiled=False)
+    with pytest.raises(SimulationError, match="still waiting"):
+        simulate(SMALL, Platform(4), Idle())
+    with pytest.raises(ValueError, match="machine has 2"):
+        simulate(SMALL, Platform(2), FCFS())
+
+
+def test_periodic_invocations_and_reasons():
+    sched = Idle()
+    with pytest.raises(SimulationError):
+        simulate([rigid(1, 0, 1, 1)], Platform(2), sched, scheduling_interval=5)
+    assert InvocationReason.PERIODIC in sched.seen and InvocationReason.JOB_SUBMIT in sched.seen
+
+
+def test_user_scheduler_subclass():
+    class LargestFirst(Scheduler):
+        name = "largest"
+
+        def schedule(self, view, reasons):
+            for rec in sorted(view.queue, key=lambda r: -r.job.num_nodes):
+                if rec.job.num_nodes <= view.free_nodes:
+                    view.start(rec)
+
+    jobs = [rigid(1, 0, 1, 5), rigid(2, 0, 3, 5), rigid(3, 0, 2, 5)]
+    assert starts(run(jobs, LargestFirst(), nodes=4)) == {2: 0, 1: 0, 3: 5}
+
+
+def test_rigid_resize_rejected():
+    class Resizer(Scheduler):
+        name = "resizer"
+
+        def schedule(self, view, reasons):
+            for rec in list(view.queue):
+                view.start(rec)
+            for rec in view.running:
+                view.resize(rec, 1)
+
+    with pytest.raises(SchedulerError, match="rigid"):
+        simulate([rigid(1, 0, 2, 5)], Platform(4), Resizer(), compiled=False)
+
+
+def test_kernel_input_checks():
+    with pytest.raises(ValueError, match="policy"):
+        simulate_rigid_arrays(np.zeros(1), np.ones(1), np.ones(1), np.ones(1), 2, "sjf")
+    with pytest.raises(ValueError, match="non-decreasing"):
+        simulate_rigid_arrays(np.array([1.0, 0.0]), np.ones(2), np.ones(2), np.ones(2), 2, "easy")

@@ -1,0 +1,297 @@
+"""Tests of batchsim inputs and outputs: SWF, expressions, ElastiSim input, DL tables, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hpcnb.batchsim import (
+    FCFS,
+    JOB_STATISTICS_COLUMNS,
+    SWF_FIELDS,
+    EasyBackfilling,
+    ExpressionError,
+    MalleableEasy,
+    Platform,
+    SWFError,
+    check_invariants,
+    evaluate,
+    jobs_from_swf,
+    lublin_feitelson,
+    parse_expression,
+    read_elastisim,
+    read_platform_xml,
+    read_swf,
+    scaling_validation,
+    simulate,
+    write_swf,
+)
+from hpcnb.batchsim.cli import register
+
+SWF_TEXT = """; Version: 2.2
+; MaxNodes: 8
+; MaxProcs: 16
+1 0 5 100 4 -1 -1 4 200 -1 1 3 1 -1 1 1 -1 -1
+2 10 0 50 16 -1 -1 16 -1 -1 1 4 1 -1 1 1 -1 -1
+3 20 0 -1 2 -1 -1 2 60 -1 0 4 1 -1 1 1 -1 -1
+4 30 0 40 32 -1 -1 32 60 -1 1 4 1 -1 1 1 -1 -1
+"""
+
+
+def test_swf_reader_fields_and_header(tmp_path):
+    path = tmp_path / "t.swf"
+    path.write_text(SWF_TEXT)
+    trace = read_swf(path)
+    assert len(trace) == 4 and set(trace.fields) == set(SWF_FIELDS)
+    assert trace.header["MaxNodes"] == "8" and trace.machine_size() == 16
+    assert trace["requested_time"][0] == 200 and trace["user_id"][1] == 4
+    loaded = jobs_from_swf(trace)
+    assert loaded.num_nodes == 16 and [j.id for j in loaded.jobs] == [1, 2]
+    assert loaded.jobs[0].walltime == 200 and loaded.jobs[1].walltime is None
+    assert any("job 3: unknown run time" in s for s in loaded.skipped)
+    assert any("job 4: 32 nodes > machine of 16" in s for s in loaded.skipped)
+
+
+def test_swf_roundtrip_plain_and_gzip(tmp_path):
+    trace = lublin_feitelson(50, 32, seed=4)
+    for name in ("a.swf", "a.swf.gz"):
+        path = write_swf(trace, tmp_path / name)
+        back = read_swf(path)
+        for field in SWF_FIELDS:
+            np.testing.assert_allclose(back[field], trace[field], atol=0.01)
+        assert back.header["MaxNodes"] == "32"
+    with gzip.open(tmp_path / "a.swf.gz", "rt") as handle:
+        assert handle.readline().startswith(";")
+
+
+def test_swf_malformed_line_error_and_skip(tmp_path):
+    path = tmp_path / "bad.swf"
+    path.write_text(SWF_TEXT + "5 40 0 10 2 -1\n6 50 0 x 2 -1 -1 2 60 -1 1 4 1 -1 1 1 -1 -1\n")
+    with pytest.raises(SWFError, match=r"bad\.swf:8: expected 18 fields, found 6"):
+        read_swf(path)
+    trace = read_swf(path, on_error="skip")
+    assert len(trace) == 4
+    assert trace.skipped[0].endswith("bad.swf:8: expected 18 fields, found 6")
+    assert "bad.swf:9: field 4 (run_time) is 'x'" in trace.skipped[1]
+    with pytest.raises(ValueError, match="on_error"):
+        read_swf(path, on_error="ignore")  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError):
+        read_swf(tmp_path / "missing.swf")
+
+
+def test_expressions_evaluate():
+    env = {"flops": 1e12, "num_nodes": 4, "alpha": 0.5, "phase_iteration": 3}
+    assert evaluate("flops/num_nodes^alpha", env) == pytest.approx(5e11)
+    assert evaluate("phase_iteration % 2 == 0 ? num_nodes - 4 : num_nodes + 4", env) == 8
+    assert evaluate("2^3^2") == 512 and evaluate("-2^2") == -4
+    assert evaluate("min(3, 1, 2) + max(1, 5) + ceil(1.2) + floor(1.8)") == 9
+    assert evaluate("sqrt(16) + log(1)") == 4
+    assert evaluate("1 < 2 && 2 >= 3 || 1 != 1") == 0
+    assert parse_expression("a*b+c").names == frozenset("abc")
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "message"),
+    [
+        ("__import__('os').system('echo')", 11, "unexpected character"),
+        ("open(1)", 0, "function 'open' is not allowed"),
+        ("a.b", 1, "unexpected character '.'"),
+        ("x[0]", 1, "unexpected character '['"),
+        ("1 +", 3, "expected a number"),
+        ("(1 + 2", 6, "expected ')'"),
+        ("", 0, "empty expression"),
+        ("min(1)", 0, "min() takes 2"),
+        ("1 2", 2, "unexpected '2'"),
+        ("lambda: 1", 6, "unexpected ':'"),
+    ],
+)
+def test_expressions_reject(text, position, message):
+    with pytest.raises(ExpressionError) as info:
+        evaluate(text, {"x": 1, "a": 1, "lambda": 1})
+    assert info.value.position == position
+    assert message in str(info.value) and repr(text) in str(info.value)
+
+
+def test_expression_runtime_errors_name_position():
+    with pytest.raises(ExpressionError, match="unknown name 'y'") as info:
+        evaluate("1 + y", {"x": 1})
+    assert info.value.position == 4
+    with pytest.raises(ExpressionError, match="division by zero"):
+        evaluate("1 / (x - 1)", {"x": 1})
+
+
+PLATFORM_XML = """<?xml version='1.0'?>
+<platform version="4.1"><zone id="z" routing="Full">
+<cluster id="C" prefix="n" radical="0-3,8" suffix="" speed="2Gf" bw="8Gbps" lat="10us"/>
+<link id="PFS_read" bandwidth="4GBps" latency="1ms"/>
+<link id="PFS_write" bandwidth="2GBps" latency="1ms"/>
+</zone></platform>
+"""
+
+APP_MODEL = {
+    "on_init": {"tasks": [{"type": "idle", "delay": "init"}]},
+    "on_reconfiguration": {"tasks": [{"type": "idle", "delay": 3}]},
+    "phases": [
+        {
+            "iterations": "iterations",
+            "evolving_request": "phase_iteration == 0 ? num_nodes * 2 : num_nodes",
+            "tasks": [
+                {"type": "cpu", "flops": "work/num_nodes", "computation_pattern": "uniform"},
+                {"type": "pfs_write", "bytes": "out", "pattern": "all_ranks"},
+            ],
+        }
+    ],
+}
+
+
+def write_project(tmp_path, jobs):
+    (tmp_path / "platform.xml").write_text(PLATFORM_XML)
+    (tmp_path / "app.json").write_text(json.dumps(APP_MODEL))
+    (tmp_path / "configuration.json").write_text(json.dumps({"platform_file": "platform.xml"}))
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    return tmp_path / "jobs.json"
+
+
+def test_platform_xml_units(tmp_path):
+    (tmp_path / "p.xml").write_text(PLATFORM_XML)
+    p = read_platform_xml(tmp_path / "p.xml")
+    assert p.num_nodes == 5 and p.node_flops == 2e9 and p.link_bandwidth == 1e9
+    assert p.link_latency == pytest.approx(1e-5) and p.pfs_read_bandwidth == 4e9
+    assert p.pfs_write_bandwidth == 2e9 and p.pfs_latency == pytest.approx(1e-3)
+    (tmp_path / "q.xml").write_text(PLATFORM_XML.replace("2Gf", "2Gx"))
+    with pytest.raises(ValueError, match=r"q\.xml.*speed '2Gx'"):
+        read_platform_xml(tmp_path / "q.xml")
+
+
+def test_elastisim_model_timing_and_evolving(tmp_path):
+    args = {"iterations": 3, "work": 8e9, "init": 5, "out": 2e9}
+    jobs = [
+        {"type": "rigid", "submit_time": 0, "num_nodes": 2, "application_model": "app.json",
+         "arguments": args},
+        {"type": "evolving", "submit_time": 0, "num_nodes_min": 1, "num_nodes_max": 2,
+         "application_model": "app.json", "arguments": args},
+    ]  # fmt: skip
+    data = read_elastisim(write_project(tmp_path, jobs))
+    assert data.platform.num_nodes == 5 and len(data.jobs) == 2
+    result = simulate(data.jobs, data.platform, FCFS())
+    check_invariants(result, data.jobs)
+    rows = result.jobs.set_index("id")
+    # rigid on 2 nodes: init 5 + 3 x (8e9/2/2e9 = 2 s compute + 2e9/2e9 + 1 ms PFS), PFS
+    # shared by two I/O jobs doubles the write time while both run.
+    assert rows.loc[0, "start"] == 0 and rows.loc[0, "runtime"] > 5 + 3 * 3
+    # evolving job asks for 4 nodes after iteration 0, clipped to its max 2 (already 2)
+    assert rows.loc[1, "resizes"] == 0
+    bad = [dict(jobs[0], arguments={"iterations": 2})]
+    with pytest.raises(ValueError, match=r"jobs\[0\].*unknown name 'init'"):
+        read_elastisim(write_project(tmp_path, bad))
+
+
+def test_elastisim_rejects_unsafe_expression(tmp_path):
+    model = json.loads(json.dumps(APP_MODEL))
+    model["phases"][0]["iterations"] = "__import__('os')"
+    write_project(tmp_path, [])
+    (tmp_path / "app.json").write_text(json.dumps(model))
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [
+        {"type": "rigid", "submit_time": 0, "num_nodes": 1, "application_model": "app.json",
+         "arguments": {}}]}))  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"jobs\[0\].*app\.json: phases\[0\]\.iterations.*position 11"
+    ):
+        read_elastisim(tmp_path / "jobs.json")
+
+
+def test_elastisim_example_end_to_end(shared_data):
+    data = read_elastisim(shared_data / "elastisim-example" / "jobs.json")
+    assert len(data.jobs) == 500 and data.platform.num_nodes == 128
+    assert data.platform.node_flops == 100e9 and data.platform.pfs_write_bandwidth == 50e9
+    for scheduler in (FCFS(), MalleableEasy()):
+        result = simulate(data.jobs, data.platform, scheduler)
+        check_invariants(result, data.jobs)
+        assert result.metrics()["completed"] == 500
+        types = set(result.jobs["type"])
+        assert types == {"rigid", "moldable", "malleable", "evolving", "adaptive"}
+
+
+def test_hpc2n_trace_replay(shared_data):
+    trace = read_swf(shared_data / "swf" / "hpc2n-seth-first3170.swf")
+    assert len(trace) == 3170 and trace.machine_size() == 240
+    loaded = jobs_from_swf(trace)
+    assert len(loaded.jobs) + len(loaded.skipped) == 3170
+    fcfs = simulate(loaded.jobs, Platform(240), FCFS())
+    easy = simulate(loaded.jobs, Platform(240), EasyBackfilling())
+    check_invariants(easy, loaded.jobs)
+    assert easy.metrics()["mean_wait"] < fcfs.metrics()["mean_wait"]
+
+
+def test_dl_scaling_mape(shared_data):
+    mapes = []
+    for model_dir in sorted((shared_data / "dl").iterdir()):
+        if (model_dir / "scalability.csv").exists():
+            model, test, mape = scaling_validation(model_dir)
+            assert len(test) > 50 and model.params["g"] >= 1
+            mapes.append(mape)
+    assert len(mapes) >= 2
+    assert float(np.mean(mapes)) <= 0.15
+
+
+def run_cli(argv):
+    parser = argparse.ArgumentParser(prog="hpcnb")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_simulate_swf(tmp_path, capsys):
+    trace = write_swf(lublin_feitelson(120, 16, seed=2), tmp_path / "w.swf.gz")
+    out = tmp_path / "out"
+    assert run_cli(["batchsim", "simulate", str(trace), "--scheduler", "easy", "--out",
+                    str(out)]) == 0  # fmt: skip
+    stats = pd.read_csv(out / "job_statistics.csv")
+    assert tuple(stats.columns) == JOB_STATISTICS_COLUMNS and len(stats) == 120
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["nodes"] == 16 and metrics["jobs"] == 120
+    assert run_cli(["batchsim", "simulate", str(trace), "--scheduler", "malleable", "--nodes",
+                    "32", "--malleable-fraction", "0.5", "--out", str(out)]) == 0  # fmt: skip
+    assert json.loads((out / "metrics.json").read_text())["nodes"] == 32
+
+
+def test_cli_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.swf"
+    bad.write_text(SWF_TEXT + "oops\n")
+    code = run_cli(["batchsim", "simulate", str(bad), "--scheduler", "fcfs", "--out",
+                    str(tmp_path / "o")])  # fmt: skip
+    assert code == 2 and "bad.swf:8" in capsys.readouterr().err
+    code = run_cli(["batchsim", "simulate", str(bad), "--scheduler", "fcfs", "--on-error",
+                    "skip", "--out", str(tmp_path / "o")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0 and "bad.swf:8" in err and "job 4" in err
+    with pytest.raises(SystemExit):
+        run_cli(["batchsim", "simulate", str(bad), "--scheduler", "nope", "--out", "x"])
+    assert run_cli(["batchsim", "generate", str(tmp_path / "g.swf"), "--jobs", "10"]) == 0
+    assert len(read_swf(tmp_path / "g.swf")) == 10
+
+
+def test_cli_elastisim_json(tmp_path):
+    args = {"iterations": 2, "work": 4e9, "init": 1, "out": 1e9}
+    jobs = [{"type": "malleable", "submit_time": 0, "num_nodes_min": 1, "num_nodes_max": 4,
+             "application_model": "app.json", "arguments": args}]  # fmt: skip
+    path = write_project(tmp_path, jobs)
+    assert run_cli(["batchsim", "simulate", str(path), "--scheduler", "srtf", "--out",
+                    str(tmp_path / "o")]) == 0  # fmt: skip
+    stats = pd.read_csv(tmp_path / "o" / "job_statistics.csv")
+    assert list(stats["Type"]) == ["malleable"] and stats["Status"][0] == "completed"
+
+
+def test_platform_validation():
+    with pytest.raises(ValueError, match="num_nodes"):
+        Platform(0)
+    p = Platform(4)
+    assert p.communication_time("allreduce", 1e9, 1) == 0
+    assert p.communication_time("ring", 1e9, 4) < p.communication_time("allreduce", 1e9, 4)
+    with pytest.raises(ValueError, match="pattern"):
+        p.communication_time("butterfly", 1, 2)
