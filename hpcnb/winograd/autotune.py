@@ -1,0 +1,241 @@
+"""Auto-tuning of Winograd convolutions with a JSON wisdom file.
+
+For one layer shape the tuner times every configuration of a search space (tile size
+``m``, tile blocking, loop order, thread count, GEMM back end) on random data, keeps the
+fastest, and stores the measurements in a *wisdom* file keyed by machine and shape, like
+FFTW's wisdom. :func:`~hpcnb.winograd.conv.conv2d_winograd` with ``m=None`` reads it.
+
+The wisdom file lives in the user cache folder (``~/.cache/hpcnb/winograd_wisdom.json``),
+never in the repository; ``$HPCNB_WISDOM`` or the ``path`` argument override it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from hpcnb.winograd.codegen import cache_dir
+from hpcnb.winograd.conv import WinogradConfig, check_conv_args, default_config, winograd_numpy
+
+__all__ = [
+    "TuneResult",
+    "autotune",
+    "lookup",
+    "machine_key",
+    "search_space",
+    "shape_key",
+    "time_call",
+    "wisdom_path",
+]
+
+_FORMAT = 1
+
+
+def wisdom_path(path: str | os.PathLike | None = None) -> Path:
+    """Return the wisdom file: ``path``, else ``$HPCNB_WISDOM``, else the user cache folder."""
+    if path is not None:
+        return Path(path)
+    env = os.environ.get("HPCNB_WISDOM")
+    if env:
+        return Path(env)
+    return cache_dir() / "winograd_wisdom.json"
+
+
+def machine_key() -> str:
+    """Identify the machine: CPU model, logical CPUs, Numba threads, architecture."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}|cpus={os.cpu_count()}|numba_threads={numba.config.NUMBA_NUM_THREADS}"
+
+
+def shape_key(x_shape: tuple, w_shape: tuple, padding: int) -> str:
+    """Key of a layer: ``N{N}_C{C}_H{H}_W{W}_K{K}_r{r}_p{padding}``."""
+    N, C, H, W = (int(v) for v in x_shape)
+    K, _, r, _ = (int(v) for v in w_shape)
+    return f"N{N}_C{C}_H{H}_W{W}_K{K}_r{r}_p{int(padding)}"
+
+
+def _load(path: Path) -> dict:
+    if not path.exists():
+        return {"format": _FORMAT, "machines": {}}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"wisdom file {path}: not valid JSON (line {exc.lineno}): {exc.msg}"
+        ) from exc
+    if not isinstance(data, dict) or data.get("format") != _FORMAT or "machines" not in data:
+        raise ValueError(
+            f"wisdom file {path}: expected {{'format': {_FORMAT}, 'machines': {{...}}}}"
+        )
+    return data
+
+
+def lookup(
+    x_shape: tuple, w_shape: tuple, padding: int, path: str | os.PathLike | None = None
+) -> WinogradConfig | None:
+    """Return the tuned configuration for this machine and shape, or None.
+
+    Args:
+        x_shape: Input shape.
+        w_shape: Filter shape.
+        padding: Zero padding.
+        path: Wisdom file (default :func:`wisdom_path`).
+
+    Returns:
+        The stored best configuration, or None when the shape was not tuned here.
+    """
+    data = _load(wisdom_path(path))
+    entry = data["machines"].get(machine_key(), {}).get(shape_key(x_shape, w_shape, padding))
+    if entry is None:
+        return None
+    return WinogradConfig(**entry["best"])
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """Outcome of one tuning run.
+
+    Attributes:
+        shape: The shape key.
+        best: Fastest configuration.
+        best_s: Its median time (s).
+        default_s: Median time of the default configuration (s).
+        trials: ``(config as dict, median seconds)`` for every configuration tried.
+        from_wisdom: True when the result was read back instead of measured.
+    """
+
+    shape: str
+    best: WinogradConfig
+    best_s: float
+    default_s: float
+    trials: tuple[tuple[dict, float], ...] = field(default_factory=tuple)
+    from_wisdom: bool = False
+
+    @property
+    def gain(self) -> float:
+        """Default time over tuned time."""
+        return self.default_s / self.best_s
+
+
+def search_space(
+    r: int,
+    ms: tuple[int, ...] = (2, 3, 4, 6),
+    blocks: tuple[int, ...] = (0, 64, 512),
+    orders: tuple[bool, ...] = (True, False),
+    threads: tuple[int, ...] = (1, 2),
+    gemms: tuple[str, ...] = ("blas",),
+) -> list[WinogradConfig]:
+    """Cartesian product of the tuning knobs (plus the default configuration)."""
+    space = [
+        WinogradConfig(m=m, block_tiles=b, channel_major=o, threads=t, gemm=g)
+        for m, b, o, t, g in itertools.product(ms, blocks, orders, threads, gemms)
+    ]
+    d = default_config(r)
+    return space if d in space else [d, *space]
+
+
+def time_call(fn, reps: int = 3, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` in seconds after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def autotune(
+    x_shape: tuple,
+    w_shape: tuple,
+    padding: int = 1,
+    *,
+    space: list[WinogradConfig] | None = None,
+    reps: int = 3,
+    seed: int = 0,
+    path: str | os.PathLike | None = None,
+    reuse: bool = True,
+    default: WinogradConfig | None = None,
+    progress: bool = False,
+) -> TuneResult:
+    """Time every configuration on random data, keep the fastest, store it as wisdom.
+
+    Args:
+        x_shape: Input shape ``(N, C, H, W)``.
+        w_shape: Filter shape ``(K, C, r, r)``.
+        padding: Zero padding.
+        space: Configurations to try (default :func:`search_space`).
+        reps: Timed repetitions per configuration (median).
+        seed: Seed of the random data.
+        path: Wisdom file.
+        reuse: Return the stored result when this machine and shape were tuned before.
+        default: The untuned reference configuration (default :func:`default_config`).
+        progress: Show a tqdm progress bar.
+
+    Returns:
+        The tuning result (``from_wisdom`` tells whether it was measured now).
+    """
+    check_conv_args(tuple(x_shape), tuple(w_shape), padding)
+    r = int(w_shape[2])
+    wp = wisdom_path(path)
+    key = shape_key(x_shape, w_shape, padding)
+    data = _load(wp)
+    stored = data["machines"].get(machine_key(), {}).get(key)
+    if reuse and stored is not None:
+        return TuneResult(
+            shape=key,
+            best=WinogradConfig(**stored["best"]),
+            best_s=stored["best_s"],
+            default_s=stored["default_s"],
+            trials=tuple((t["config"], t["seconds"]) for t in stored["trials"]),
+            from_wisdom=True,
+        )
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    default = default or default_config(r)
+    space = list(space or search_space(r))
+    if default not in space:
+        space.insert(0, default)
+    iterator = space
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(space, desc=f"autotune {key}")
+    trials = []
+    for cfg in iterator:
+        secs = time_call(lambda cfg=cfg: winograd_numpy(x, w, padding, cfg), reps=reps)
+        trials.append((asdict(cfg), secs))
+    best_dict, best_s = min(trials, key=lambda t: t[1])
+    default_s = next(s for c, s in trials if c == asdict(default))
+    result = TuneResult(key, WinogradConfig(**best_dict), best_s, default_s, tuple(trials))
+    data = _load(wp)  # re-read: another process may have written meanwhile
+    data["machines"].setdefault(machine_key(), {})[key] = {
+        "best": best_dict,
+        "best_s": best_s,
+        "default_s": default_s,
+        "trials": [{"config": c, "seconds": s} for c, s in trials],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    wp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = wp.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, wp)
+    return result

@@ -1,0 +1,149 @@
+"""Timing Winograd convolution against PyTorch, a direct Numba kernel and im2col + GEMM.
+
+All four run in one process with the same fixed thread count (torch, Numba and BLAS),
+on the same random float32 data; each time is the median of ``reps`` calls after one
+warm-up call. Layers are the 3×3 convolutions of ResNet/VGG stages (``C = K``, padding 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hpcnb.winograd.autotune import time_call
+from hpcnb.winograd.conv import (
+    WinogradConfig,
+    conv2d_direct,
+    conv2d_im2col,
+    default_config,
+    thread_limit,
+    winograd_numpy,
+)
+
+__all__ = ["RESNET_LAYERS", "Layer", "benchmark_layer", "geometric_mean", "layer_set"]
+
+# (channels, image side) of the ResNet/VGG 3x3 stages
+RESNET_LAYERS: tuple[tuple[int, int], ...] = ((64, 56), (128, 28), (256, 14), (512, 7))
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A 3×3 stride-1 padding-1 convolution layer with ``C = K`` channels.
+
+    Attributes:
+        N: Batch size.
+        C: Input (= output) channels.
+        H: Image side.
+        r: Filter size.
+    """
+
+    N: int
+    C: int
+    H: int
+    r: int = 3
+
+    @property
+    def name(self) -> str:
+        """Readable name, e.g. ``C64_H56_N1``."""
+        return f"C{self.C}_H{self.H}_N{self.N}"
+
+    @property
+    def x_shape(self) -> tuple[int, int, int, int]:
+        """Input shape."""
+        return (self.N, self.C, self.H, self.H)
+
+    @property
+    def w_shape(self) -> tuple[int, int, int, int]:
+        """Filter shape."""
+        return (self.C, self.C, self.r, self.r)
+
+    @property
+    def flops(self) -> float:
+        """Direct-convolution flops (2 per multiply-add)."""
+        return 2.0 * self.N * self.C * self.C * self.r * self.r * self.H * self.H
+
+
+def layer_set(batches: tuple[int, ...] = (1, 8), scale: int = 1) -> list[Layer]:
+    """The ResNet/VGG layer set, optionally with channels and sides divided by ``scale``."""
+    return [
+        Layer(N=b, C=max(c // scale, 1), H=max(h // scale, 4))
+        for c, h in RESNET_LAYERS
+        for b in batches
+    ]
+
+
+def geometric_mean(values) -> float:
+    """Geometric mean of positive numbers."""
+    v = np.asarray(list(values), dtype=np.float64)
+    return float(np.exp(np.log(v).mean()))
+
+
+def benchmark_layer(
+    layer: Layer,
+    *,
+    threads: int,
+    config: WinogradConfig | None = None,
+    reps: int = 3,
+    seed: int = 0,
+    direct: bool = True,
+    im2col: bool = True,
+) -> dict:
+    """Median times of the four convolutions of one layer, with equal thread counts.
+
+    Args:
+        layer: The layer.
+        threads: Thread count given to torch, Numba and BLAS (the tuned Winograd
+            configuration may use fewer when that was faster).
+        config: Winograd configuration (default: :func:`default_config`).
+        reps: Timed repetitions (median).
+        seed: Seed of the data.
+        direct: Also time the direct Numba kernel.
+        im2col: Also time im2col + GEMM.
+
+    Returns:
+        Dict with ``layer``, ``<method>_s`` medians, ``winograd_rel_error`` vs torch and the
+        ratios ``speedup_vs_torch``, ``speedup_vs_direct``, ``speedup_vs_im2col``.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(layer.x_shape, dtype=np.float32)
+    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    pad = (layer.r - 1) // 2
+    cfg = config or default_config(layer.r)
+    if cfg.threads == 0 or cfg.threads > threads:
+        cfg = replace(cfg, threads=threads)
+    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            ref = F.conv2d(xt, wt, padding=pad).numpy()
+            t_torch = time_call(lambda: F.conv2d(xt, wt, padding=pad), reps=reps)
+    finally:
+        torch.set_num_threads(old)
+    y = winograd_numpy(x, w, pad, cfg)
+    t_wino = time_call(lambda: winograd_numpy(x, w, pad, cfg), reps=reps)
+    out = {
+        "layer": layer.name,
+        "N": layer.N,
+        "C": layer.C,
+        "H": layer.H,
+        "m": cfg.m,
+        "threads": threads,
+        "torch_s": t_torch,
+        "winograd_s": t_wino,
+        "winograd_rel_error": float(np.abs(y - ref).max() / np.abs(ref).max()),
+        "speedup_vs_torch": t_torch / t_wino,
+        "winograd_gflops_equiv": layer.flops / t_wino / 1e9,
+    }
+    with thread_limit(threads):
+        if direct:
+            t = time_call(lambda: conv2d_direct(x, w, pad), reps=max(1, reps // 2))
+            out["direct_s"], out["speedup_vs_direct"] = t, t / t_wino
+        if im2col:
+            t = time_call(lambda: conv2d_im2col(x, w, pad), reps=reps)
+            out["im2col_s"], out["speedup_vs_im2col"] = t, t / t_wino
+    return out

@@ -1,0 +1,368 @@
+"""2-D convolution with generated Winograd kernels, and the baselines it is compared with.
+
+:func:`conv2d_winograd` matches ``torch.nn.functional.conv2d(x, w, padding=p)`` (stride 1,
+no bias, NCHW) for any batch, channel counts and image size. The filter transform is done
+once in float64 (``U = G w Gᵀ``), the input transform, the ``n²`` batched products and the
+output transform run as generated Numba kernels, in blocks of tiles
+(:class:`WinogradConfig`). Baselines: :func:`conv2d_direct` (a direct Numba loop nest) and
+:func:`conv2d_im2col` (im2col in Numba + one BLAS GEMM per image).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numba
+import numpy as np
+
+from hpcnb.winograd.codegen import cpu_kernels
+from hpcnb.winograd.transforms import cook_toom, validate_mr
+
+__all__ = [
+    "WinogradConfig",
+    "batched_gemm",
+    "check_conv_args",
+    "conv2d_direct",
+    "conv2d_im2col",
+    "conv2d_winograd",
+    "default_config",
+    "filter_transform",
+    "thread_limit",
+    "winograd_numpy",
+]
+
+_GEMMS = ("blas", "numba")
+_STORAGE = ("fp32", "fp16")
+
+
+@dataclass(frozen=True)
+class WinogradConfig:
+    """How one convolution is run.
+
+    Attributes:
+        m: Outputs per tile side (``F(m x m, r x r)``).
+        block_tiles: Tiles transformed and multiplied per block (0: all at once).
+        channel_major: Loop order of the transforms (channel outer vs tile outer).
+        threads: Numba and BLAS threads (0: leave the current settings).
+        gemm: ``"blas"`` (``numpy.matmul``, OpenBLAS sgemm) or ``"numba"`` (generated loop).
+        points: Point set of the transforms.
+        storage: ``"fp32"`` or ``"fp16"`` (transformed tensors rounded to half precision).
+    """
+
+    m: int = 4
+    block_tiles: int = 0
+    channel_major: bool = True
+    threads: int = 0
+    gemm: str = "blas"
+    points: str = "default"
+    storage: str = "fp32"
+
+    def __post_init__(self) -> None:
+        validate_mr(self.m, 1)
+        if not isinstance(self.block_tiles, int) or self.block_tiles < 0:
+            raise ValueError(
+                f"WinogradConfig.block_tiles must be an int >= 0, got {self.block_tiles!r}"
+            )
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"WinogradConfig.threads must be an int >= 0, got {self.threads!r}")
+        if self.gemm not in _GEMMS:
+            raise ValueError(f"WinogradConfig.gemm must be one of {_GEMMS}, got {self.gemm!r}")
+        if self.storage not in _STORAGE:
+            raise ValueError(
+                f"WinogradConfig.storage must be one of {_STORAGE}, got {self.storage!r}"
+            )
+
+
+def default_config(r: int) -> WinogradConfig:
+    """Untuned default: ``m = 4`` for ``r <= 3`` (else 2), all tiles in one block."""
+    return WinogradConfig(m=4 if r <= 3 else 2)
+
+
+@contextlib.contextmanager
+def thread_limit(threads: int) -> Iterator[None]:
+    """Set Numba and BLAS thread counts for a block (0: leave them as they are).
+
+    Args:
+        threads: Number of threads.
+
+    Yields:
+        Nothing; the previous Numba setting is restored afterwards.
+    """
+    if threads <= 0:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    old = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            yield
+    finally:
+        numba.set_num_threads(old)
+
+
+def check_conv_args(x_shape: tuple, w_shape: tuple, padding: int) -> tuple[int, int]:
+    """Validate convolution shapes; return the output size ``(Ho, Wo)``.
+
+    Args:
+        x_shape: Input shape, expected ``(N, C, H, W)``.
+        w_shape: Filter shape, expected ``(K, C, r, r)``.
+        padding: Zero padding on every side (int >= 0).
+
+    Returns:
+        ``(Ho, Wo)``.
+
+    Raises:
+        ValueError: With the offending parameter named.
+    """
+    if len(x_shape) != 4:
+        raise ValueError(f"conv2d_winograd: x must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
+    if len(w_shape) != 4:
+        raise ValueError(f"conv2d_winograd: w must be 4-D (K, C, r, r), got shape {tuple(w_shape)}")
+    if w_shape[2] != w_shape[3]:
+        raise ValueError(
+            f"conv2d_winograd: w must have a square r x r filter, got {tuple(w_shape)}"
+        )
+    if x_shape[1] != w_shape[1]:
+        raise ValueError(
+            f"conv2d_winograd: channels of x ({x_shape[1]}) and w ({w_shape[1]}) differ"
+        )
+    if min(x_shape) < 1 or min(w_shape) < 1:
+        raise ValueError(f"conv2d_winograd: empty tensor, x {tuple(x_shape)}, w {tuple(w_shape)}")
+    if isinstance(padding, bool) or not isinstance(padding, int | np.integer) or padding < 0:
+        raise ValueError(f"conv2d_winograd: padding must be an int >= 0, got {padding!r}")
+    r = w_shape[2]
+    Ho, Wo = x_shape[2] + 2 * padding - r + 1, x_shape[3] + 2 * padding - r + 1
+    if Ho < 1 or Wo < 1:
+        raise ValueError(
+            f"conv2d_winograd: image {x_shape[2]}x{x_shape[3]} with padding {padding} is "
+            f"smaller than the {r}x{r} filter"
+        )
+    return Ho, Wo
+
+
+def filter_transform(w: np.ndarray, m: int, points: str = "default") -> np.ndarray:
+    """Return ``U[ab, k, c] = (G w[k, c] Gᵀ)[a, b]`` computed in float64.
+
+    Args:
+        w: Filters ``(K, C, r, r)``.
+        m: Outputs per tile side.
+        points: Point set.
+
+    Returns:
+        ``(n², K, C)`` float64 array.
+    """
+    K, C, r, _ = w.shape
+    _, G, _ = cook_toom(m, r, points).numpy(np.float64)
+    n = G.shape[0]
+    U = np.einsum("ai,kcij,bj->abkc", G, w.astype(np.float64), G, optimize=True)
+    return np.ascontiguousarray(U.reshape(n * n, K, C))
+
+
+def winograd_numpy(
+    x: np.ndarray, w: np.ndarray, padding: int, config: WinogradConfig, dtype: str = "float32"
+) -> np.ndarray:
+    """Winograd convolution of NumPy arrays with the generated kernels.
+
+    Args:
+        x: Input ``(N, C, H, W)``.
+        w: Filters ``(K, C, r, r)``.
+        padding: Zero padding.
+        config: Run configuration.
+        dtype: Arithmetic precision, ``"float32"`` or ``"float64"``.
+
+    Returns:
+        Output ``(N, K, Ho, Wo)`` of ``dtype``.
+    """
+    Ho, Wo = check_conv_args(x.shape, w.shape, padding)
+    N, C, _H, _W = x.shape
+    K, _, r, _ = w.shape
+    m = config.m
+    validate_mr(m, r)
+    n = m + r - 1
+    kern = cpu_kernels(m, r, config.points, dtype)
+    np_dtype = np.dtype(dtype)
+    x = np.ascontiguousarray(x, dtype=np_dtype)
+    U = filter_transform(w, m, config.points).astype(np_dtype)
+    if config.storage == "fp16":
+        U = U.astype(np.float16).astype(np_dtype)
+    tiles_h, tiles_w = math.ceil(Ho / m), math.ceil(Wo / m)
+    P = N * tiles_h * tiles_w
+    B = P if config.block_tiles <= 0 else min(config.block_tiles, P)
+    out = np.empty((N, K, Ho, Wo), dtype=np_dtype)
+    V = np.empty((n * n, C, B), dtype=np_dtype)
+    Mt = np.empty((n * n, K, B), dtype=np_dtype)
+    with thread_limit(config.threads):
+        for p0 in range(0, P, B):
+            p1 = min(p0 + B, P)
+            Vb, Mb = (
+                (V, Mt) if p1 - p0 == B else (V[:, :, : p1 - p0].copy(), Mt[:, :, : p1 - p0].copy())
+            )
+            kern.input_transform(x, Vb, padding, tiles_h, tiles_w, p0, p1, config.channel_major)
+            if config.storage == "fp16":
+                Vb[...] = Vb.astype(np.float16)
+            if config.gemm == "blas":
+                np.matmul(U, Vb, out=Mb)
+            else:
+                batched_gemm(U, Vb, Mb)
+            kern.output_transform(Mb, out, tiles_h, tiles_w, p0, config.channel_major)
+    return out
+
+
+def conv2d_winograd(
+    x,
+    w,
+    *,
+    m: int | None = None,
+    padding: int = 0,
+    config: WinogradConfig | None = None,
+    wisdom: str | None = None,
+):
+    """Stride-1 2-D convolution by Winograd's minimal filtering, like ``F.conv2d``.
+
+    Args:
+        x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (computed in float32).
+        w: Filters ``(K, C, r, r)``.
+        m: Outputs per tile side. ``None``: the auto-tuned choice for this machine and
+            shape from the wisdom file, else the default configuration.
+        padding: Zero padding on every side.
+        config: A full configuration (overrides the wisdom; ``m`` still overrides its m).
+        wisdom: Path of the wisdom file (default: see :func:`hpcnb.winograd.autotune.wisdom_path`).
+
+    Returns:
+        Output ``(N, K, Ho, Wo)`` of the same kind as ``x`` (tensor or array), float32.
+
+    Raises:
+        ValueError: For invalid shapes, padding or m.
+    """
+    is_torch = type(x).__module__.startswith("torch")
+    xa = x.detach().cpu().numpy() if is_torch else np.asarray(x)
+    wa = w.detach().cpu().numpy() if hasattr(w, "detach") else np.asarray(w)
+    check_conv_args(xa.shape, wa.shape, padding)
+    if m is not None:
+        validate_mr(m, wa.shape[2])
+    if config is None:
+        if m is None:
+            from hpcnb.winograd.autotune import lookup
+
+            config = lookup(xa.shape, wa.shape, padding, path=wisdom) or default_config(wa.shape[2])
+        else:
+            config = default_config(wa.shape[2])
+    if m is not None:
+        config = replace(config, m=m)
+    out = winograd_numpy(xa.astype(np.float32, copy=False), wa, padding, config)
+    if is_torch:
+        import torch
+
+        return torch.from_numpy(out)
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def batched_gemm(U, V, Mt):  # pragma: no cover - compiled
+    """``Mt[t] = U[t] @ V[t]`` for every ``t`` (Numba, parallel over ``(t, k)``)."""
+    T, K, C = U.shape
+    P = V.shape[2]
+    for idx in numba.prange(T * K):
+        t = idx // K
+        k = idx - t * K
+        for p in range(P):
+            Mt[t, k, p] = 0
+        for c in range(C):
+            u = U[t, k, c]
+            for p in range(P):
+                Mt[t, k, p] += u * V[t, c, p]
+
+
+@numba.njit(parallel=True, cache=True)
+def _direct_kernel(x, w, out, pad):  # pragma: no cover - compiled
+    N, C, H, W = x.shape
+    K, _, r, _ = w.shape
+    Ho, Wo = out.shape[2], out.shape[3]
+    for idx in numba.prange(N * K):
+        b = idx // K
+        k = idx - b * K
+        for oh in range(Ho):
+            for ow in range(Wo):
+                out[b, k, oh, ow] = 0
+        for c in range(C):
+            for i in range(r):
+                for oh in range(Ho):
+                    ih = oh + i - pad
+                    if ih < 0 or ih >= H:
+                        continue
+                    for j in range(r):
+                        wv = w[k, c, i, j]
+                        lo = max(0, pad - j)
+                        hi = min(Wo, W + pad - j)
+                        for ow in range(lo, hi):
+                            out[b, k, oh, ow] += wv * x[b, c, ih, ow + j - pad]
+
+
+def conv2d_direct(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int = 0) -> np.ndarray:
+    """Direct convolution: a parallel Numba loop nest over (image, filter), float32.
+
+    Args:
+        x: Input ``(N, C, H, W)``.
+        w: Filters ``(K, C, r, r)``.
+        padding: Zero padding.
+        threads: Thread count (0: current setting).
+
+    Returns:
+        ``(N, K, Ho, Wo)`` float32.
+    """
+    Ho, Wo = check_conv_args(x.shape, w.shape, padding)
+    out = np.empty((x.shape[0], w.shape[0], Ho, Wo), dtype=np.float32)
+    with thread_limit(threads):
+        _direct_kernel(
+            np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32), out, padding
+        )
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _im2col_kernel(x, cols, b, r, pad, Ho, Wo):  # pragma: no cover - compiled
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    for row in numba.prange(C * r * r):
+        c = row // (r * r)
+        i = (row // r) % r
+        j = row % r
+        for oh in range(Ho):
+            ih = oh + i - pad
+            for ow in range(Wo):
+                iw = ow + j - pad
+                if 0 <= ih < H and 0 <= iw < W:
+                    cols[row, oh * Wo + ow] = x[b, c, ih, iw]
+                else:
+                    cols[row, oh * Wo + ow] = 0
+
+
+def conv2d_im2col(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int = 0) -> np.ndarray:
+    """im2col (Numba) followed by one BLAS GEMM per image, float32.
+
+    Args:
+        x: Input ``(N, C, H, W)``.
+        w: Filters ``(K, C, r, r)``.
+        padding: Zero padding.
+        threads: Thread count (0: current setting).
+
+    Returns:
+        ``(N, K, Ho, Wo)`` float32.
+    """
+    Ho, Wo = check_conv_args(x.shape, w.shape, padding)
+    N, C = x.shape[:2]
+    K, _, r, _ = w.shape
+    x = np.ascontiguousarray(x, np.float32)
+    wm = np.ascontiguousarray(w, np.float32).reshape(K, C * r * r)
+    cols = np.empty((C * r * r, Ho * Wo), dtype=np.float32)
+    out = np.empty((N, K, Ho * Wo), dtype=np.float32)
+    with thread_limit(threads):
+        for b in range(N):
+            _im2col_kernel(x, cols, b, r, padding, Ho, Wo)
+            np.matmul(wm, cols, out=out[b])
+    return out.reshape(N, K, Ho, Wo)

@@ -1,0 +1,233 @@
+"""Tests of hpcnb.winograd: exact transforms, op counts, generated kernels, tuning, CUDA sim."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hpcnb.winograd import (
+    WinogradConfig,
+    accurate_points,
+    autotune,
+    check_tensor_identity,
+    conv2d_direct,
+    conv2d_im2col,
+    conv2d_winograd,
+    cook_toom,
+    cpu_source,
+    cuda_source,
+    direct_fp64,
+    error_bound,
+    lookup,
+    op_count_row,
+    prove_equivalence,
+    relative_error,
+    transform_programs,
+    validate_in_simulator,
+    winograd_reference,
+)
+from hpcnb.winograd.codegen import input_body
+
+TABLE_CASES = [(m, 3) for m in range(2, 9)] + [(m, 5) for m in range(2, 7)]
+TABLE_CASES += [(m, 7) for m in range(2, 5)]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    # generated kernels are shared between tests (one folder), the wisdom file is per test
+    cache = tmp_path_factory.getbasetemp().parent / "hpcnb_winograd_cache"
+    monkeypatch.setenv("HPCNB_CACHE_DIR", str(cache))
+    monkeypatch.delenv("HPCNB_WISDOM", raising=False)
+
+
+def _ref(x, w, pad):
+    return F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad).numpy()
+
+
+@pytest.mark.parametrize(("m", "r"), TABLE_CASES)
+def test_every_table_transform_is_exact(m, r):
+    for pts in ("default", "accurate"):
+        tr = cook_toom(m, r, pts)
+        assert check_tensor_identity(tr)
+        assert prove_equivalence(tr, dims=1)
+        progs = transform_programs(m, r, pts, "searched", 20)
+        assert progs.input.matrix() == [list(row) for row in tr.BT]
+        assert progs.kernel.matrix() == [list(row) for row in tr.G]
+        assert progs.output.matrix() == [list(row) for row in tr.AT]
+
+
+def test_nested_2d_symbolic_proof_and_broken_transform_fails():
+    assert prove_equivalence(cook_toom(2, 3), dims=2)
+    assert prove_equivalence(cook_toom(3, 2), dims=2)
+    tr = cook_toom(2, 3)
+    bad_g = (tr.G[0], tr.G[1], tuple(v * 2 for v in tr.G[2]), tr.G[3])
+    broken = type(tr)(tr.m, tr.r, tr.points, tr.AT, bad_g, tr.BT)
+    assert not check_tensor_identity(broken)
+    assert not prove_equivalence(broken, dims=1)
+
+
+def test_point_sets_default_accurate_and_user():
+    assert cook_toom(4, 3).points == (0, 1, -1, 2, -2)
+    acc = accurate_points(4, 3)
+    # Barabasz et al.'s {0, -1, 1, 1/2, -2} or its mirror image (same error)
+    assert set(acc) in ({0, -1, 1, Fraction(1, 2), -2}, {0, -1, 1, 2, Fraction(-1, 2)})
+    assert error_bound(cook_toom(4, 3, "accurate")) < error_bound(cook_toom(4, 3))
+    user = cook_toom(2, 3, [0, Fraction(1, 3), -3])
+    assert check_tensor_identity(user)
+    assert prove_equivalence(user)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: cook_toom(0, 3), "parameter m"),
+        (lambda: cook_toom(2, -1), "parameter r"),
+        (lambda: cook_toom(30, 3), "finite points"),
+        (lambda: cook_toom(2, 3, [0, 1, 1]), "distinct"),
+        (lambda: cook_toom(2, 3, [0, 1]), "expected 3 finite points"),
+        (lambda: cook_toom(2, 3, "fastest"), "points='fastest'"),
+        (lambda: WinogradConfig(gemm="cublas"), "gemm"),
+    ],
+)
+def test_invalid_parameters_give_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_invalid_shapes_give_clear_errors():
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    with pytest.raises(ValueError, match="4-D"):
+        conv2d_winograd(x[0], np.zeros((2, 3, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="channels"):
+        conv2d_winograd(x, np.zeros((2, 4, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="square"):
+        conv2d_winograd(x, np.zeros((2, 3, 3, 2), np.float32))
+    with pytest.raises(ValueError, match="smaller than"):
+        conv2d_winograd(x, np.zeros((2, 3, 9, 9), np.float32))
+    with pytest.raises(ValueError, match="padding"):
+        conv2d_winograd(x, np.zeros((2, 3, 3, 3), np.float32), padding=-1)
+    with pytest.raises(ValueError, match="parameter m"):
+        conv2d_winograd(x, np.zeros((2, 3, 3, 3), np.float32), m=0)
+
+
+def test_op_counts_reduce_and_f23_is_known():
+    f23 = op_count_row(2, 3, search=10)
+    # F(2,3) (Lavin): BT 4 adds, AT 4 adds, G 6 ops once constants are factored
+    assert (f23["naive_input"], f23["naive_output"]) == (4, 4)
+    assert f23["searched_kernel"] <= f23["naive_kernel"]
+    f63 = op_count_row(6, 3, search=20)
+    for part in ("input", "kernel", "output"):
+        assert f63[f"searched_{part}"] < f63[f"naive_{part}"] < f63[f"dense_{part}"]
+    assert f63["transform_reduction_vs_naive"] > 0.3
+    assert f63["algorithm_reduction_vs_dense"] > 0.5
+
+
+def test_generated_source_is_straight_line_and_shared_between_targets():
+    progs = transform_programs(4, 3)
+    cpu, gpu = cpu_source(progs), cuda_source(progs)
+    body = input_body(progs, lambda c: f"K{c.numerator}_{c.denominator}")
+    for line in body:  # the same expression lines appear in both targets
+        assert line in cpu and line in gpu
+    tile = cpu.split("def in_tile")[1].split("@numba")[0]
+    assert "for " not in tile and "while " not in tile
+    assert "@cuda.jit" in gpu and "@numba.njit" in cpu
+
+
+CONV_CASES = [
+    # (N, C, K, H, W, r, padding, config)
+    (1, 1, 1, 5, 5, 3, 0, WinogradConfig(m=2)),
+    (2, 3, 5, 9, 11, 3, 1, WinogradConfig(m=4)),
+    (3, 67, 4, 7, 6, 3, 1, WinogradConfig(m=4, block_tiles=5, channel_major=False)),
+    (1, 17, 66, 13, 9, 3, 0, WinogradConfig(m=2, gemm="numba", block_tiles=4)),
+    (2, 5, 3, 12, 10, 5, 2, WinogradConfig(m=2)),
+    (1, 4, 6, 11, 15, 3, 1, WinogradConfig(m=4, storage="fp32", threads=1)),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_generated_cpu_kernels_match_torch(case):
+    N, C, K, H, W, r, pad, cfg = case
+    rng = np.random.default_rng(C * 31 + K)
+    x = rng.standard_normal((N, C, H, W), dtype=np.float32)
+    w = rng.standard_normal((K, C, r, r), dtype=np.float32)
+    y = conv2d_winograd(x, w, padding=pad, config=cfg)
+    ref = _ref(x, w, pad)
+    assert y.shape == ref.shape
+    assert np.abs(y - ref).max() <= 2e-5 * np.abs(ref).max()
+
+
+def test_random_shapes_and_torch_tensors():
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        N, C, K = int(rng.integers(1, 4)), int(rng.integers(1, 68)), int(rng.integers(1, 9))
+        H, W = int(rng.integers(3, 14)), int(rng.integers(3, 14))
+        pad = int(rng.integers(0, 2))
+        m = int(rng.choice([2, 4]))
+        x = torch.randn(N, C, H, W)
+        w = torch.randn(K, C, 3, 3)
+        y = conv2d_winograd(x, w, m=m, padding=pad)
+        ref = F.conv2d(x, w, padding=pad)
+        assert isinstance(y, torch.Tensor) and y.shape == ref.shape
+        torch.testing.assert_close(y, ref, rtol=0, atol=2e-5 * float(ref.abs().max()))
+
+
+def test_baselines_match_torch():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 9, 7), dtype=np.float32)
+    w = rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
+    ref = _ref(x, w, 1)
+    np.testing.assert_allclose(conv2d_direct(x, w, 1), ref, atol=1e-4)
+    np.testing.assert_allclose(conv2d_im2col(x, w, 1), ref, atol=1e-4)
+
+
+def test_numerics_fp32_f43_and_fp16_storage_is_worse():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (1, 8, 12, 12)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 8, 3, 3)).astype(np.float32)
+    ref = direct_fp64(x, w, 1)
+    e32 = relative_error(winograd_reference(x, w, 4, 1), ref)
+    e16 = relative_error(winograd_reference(x, w, 4, 1, storage="fp16"), ref)
+    e64 = relative_error(winograd_reference(x, w, 4, 1, dtype=np.float64), ref)
+    assert e64 < 1e-12 < e32 <= 1e-5 < e16
+    # the NumPy reference and the generated kernel run the same programs
+    y = conv2d_winograd(x, w, m=4, padding=1)
+    assert relative_error(y, ref) <= 1e-5
+
+
+def test_wisdom_round_trip(tmp_path):
+    path = tmp_path / "wisdom.json"
+    xs, ws = (1, 3, 10, 10), (2, 3, 3, 3)
+    space = [WinogradConfig(m=2), WinogradConfig(m=4, block_tiles=8, channel_major=False)]
+    assert lookup(xs, ws, 1, path=path) is None
+    res = autotune(xs, ws, 1, space=space, reps=1, path=path)
+    assert not res.from_wisdom and res.best in [*space, WinogradConfig(m=4)]
+    assert len(res.trials) == 3 and res.gain >= 1.0
+    data = json.loads(path.read_text())
+    (entries,) = data["machines"].values()
+    assert "N1_C3_H10_W10_K2_r3_p1" in entries
+    assert lookup(xs, ws, 1, path=path) == res.best
+    again = autotune(xs, ws, 1, space=space, reps=1, path=path)
+    assert again.from_wisdom and again.best == res.best
+    x = np.random.default_rng(0).standard_normal(xs, dtype=np.float32)
+    w = np.random.default_rng(1).standard_normal(ws, dtype=np.float32)
+    np.testing.assert_allclose(
+        conv2d_winograd(x, w, padding=1, wisdom=str(path)), _ref(x, w, 1), atol=1e-4
+    )
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        lookup(xs, ws, 1, path=path)
+
+
+def test_cuda_kernels_in_simulator():
+    results = validate_in_simulator(
+        ((1, 2, 3, 6, 7, 3, 1, 2), (2, 2, 2, 5, 6, 3, 0, 4), (1, 1, 2, 6, 5, 5, 2, 2)),
+        timeout=240,
+    )
+    assert len(results) == 3
+    for res in results:
+        assert res["max_rel_error"] <= 1e-5, res
