@@ -404,3 +404,25 @@ def test_exports_pyg_networkx_and_drawing() -> None:
     ax = draw_graph(graph)
     assert ax.get_xlabel().startswith("topological depth")
     assert isinstance(graph.groups()[0].members[0], ParamSlice)
+
+
+class TorchAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.bn = nn.BatchNorm1d(5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.attn(x, x, x)
+        return self.bn(y)
+
+
+def test_torch_multihead_attention_is_costed_and_train_mode_state_is_kept() -> None:
+    model = TorchAttention().train()
+    x = torch.randn(2, 5, 16)
+    graph = trace(model, x)
+    assert graph.count_by_kind()["attention"] == 1
+    assert int(model.bn.num_batches_tracked) == 0  # shape propagation left BN stats alone
+    assert float(model.bn.running_mean.abs().sum()) == 0.0
+    assert graph.flops_by_kind()["attention"] == _reference_flops(model, x)
+    assert not any(g.prunable for g in graph.groups())  # opaque leaf: nothing sliced

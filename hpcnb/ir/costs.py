@@ -63,6 +63,7 @@ _MODULE_KINDS: tuple[tuple[tuple[type, ...], str], ...] = (
     ((nn.Dropout, nn.Dropout1d, nn.Dropout2d), "dropout"),
     ((nn.Identity,), "identity"),
     ((nn.Embedding,), "embedding"),
+    ((nn.MultiheadAttention,), "attention"),
     ((nn.Flatten, nn.Unflatten), "reshape"),
 )
 
@@ -224,6 +225,19 @@ def _einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
     return 2 * _numel(list(sizes.values())) * max(1, len(shapes) - 1)
 
 
+def _torch_mha_flops(m: nn.MultiheadAttention, in_shapes: Sequence[Shape]) -> int:
+    q = in_shapes[0]
+    k = in_shapes[1] if len(in_shapes) > 1 else q
+    if len(q) == 3:
+        (b, lq, e), (_, lk, _) = (
+            (q, k) if m.batch_first else ((q[1], q[0], q[2]), (k[1], k[0], k[2]))
+        )
+    else:
+        (lq, e), (lk, _), b = q, k, 1
+    proj = 2 * b * e * m.embed_dim * (lq + 2 * lk) + 2 * b * lq * m.embed_dim * m.embed_dim
+    return proj + 2 * 2 * b * lq * lk * m.embed_dim
+
+
 def _conv_flops(weight: Shape, out_shape: Shape) -> int:
     # weight (out, in/groups, *kernel): each output element needs in/groups * kernel MACs.
     return 2 * _numel(out_shape) * _numel(weight[1:])
@@ -265,6 +279,8 @@ def node_flops(
         if name == "einsum":
             return _einsum_flops(str(args[0]), in_shapes)
         return 2 * out * int(in_shapes[0][-1])
+    if isinstance(module, nn.MultiheadAttention):
+        return _torch_mha_flops(module, in_shapes)
     if kind == "attention":
         q, k, v = in_shapes[:3]
         batch = _numel(q[:-2])

@@ -185,8 +185,14 @@ def trace(
         raise IRTraceError(_explain("", type(model).__name__, err)) from err
     gm = fx.GraphModule(tracer.root, fx_graph, type(model).__name__)
     recorder = _Recorder(gm)
-    with torch.no_grad():
-        recorder.run(*inputs)
+    saved = {name: b.clone() for name, b in gm.named_buffers()}  # train-mode BN updates stats
+    try:
+        with torch.no_grad():
+            recorder.run(*inputs)
+    finally:
+        with torch.no_grad():
+            for name, b in gm.named_buffers():
+                b.copy_(saved[name])
     modules = dict(gm.named_modules())
     nodes: list[Node] = []
     for n in gm.graph.nodes:
