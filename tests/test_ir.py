@@ -301,6 +301,19 @@ def test_extract_index_list_matches_manual_slicing() -> None:
     assert small.get_submodule("net.2").in_features == 3
 
 
+def test_uniform_keep_counts() -> None:
+    from hpcnb.ir import uniform_keep
+
+    spec = models.ZOO["vit"]
+    graph = trace(spec.build("tiny"), spec.example_input("tiny"))
+    keep = uniform_keep(graph, 0.5)
+    assert keep == {g.id: max(1, round(g.size / 2)) for g in graph.prunable_groups()}
+    heads_only = uniform_keep(graph, 0.25, kinds=("head",))
+    assert set(heads_only.values()) == {1} and len(heads_only) == 2
+    with pytest.raises(ValueError, match="ratio"):
+        uniform_keep(graph, 0.0)
+
+
 def test_extract_rejects_bad_keep() -> None:
     spec = models.ZOO["resnet"]
     model = spec.build("tiny")

@@ -11,7 +11,7 @@ torch.Size([2, 10])
 """
 
 from hpcnb.ir.export import PYG_FEATURES, draw_graph, to_networkx, to_pyg
-from hpcnb.ir.extract import Block, extract, find_blocks, importance, reorder
+from hpcnb.ir.extract import Block, extract, find_blocks, importance, reorder, uniform_keep
 from hpcnb.ir.graph import (
     COUNTED_KINDS,
     KINDS,
@@ -41,4 +41,5 @@ __all__ = [
     "to_networkx",
     "to_pyg",
     "trace",
+    "uniform_keep",
 ]

@@ -20,7 +20,15 @@ from torch import nn
 from hpcnb.ir.costs import target_name
 from hpcnb.ir.graph import ChannelGroup, Graph, ParamSlice
 
-__all__ = ["Block", "extract", "find_blocks", "importance", "normalize_keep", "reorder"]
+__all__ = [
+    "Block",
+    "extract",
+    "find_blocks",
+    "importance",
+    "normalize_keep",
+    "reorder",
+    "uniform_keep",
+]
 
 _PASS_KINDS = ("identity", "dropout")
 
@@ -149,6 +157,29 @@ def normalize_keep(graph: Graph, keep: Mapping[str, int | Sequence[int]]) -> dic
             )
         out[gid] = idx
     return out
+
+
+def uniform_keep(
+    graph: Graph, ratio: float, kinds: Iterable[str] = ("channel", "hidden", "head")
+) -> dict[str, int]:
+    """Keep counts for every prunable group of the given kinds: ``max(1, round(ratio * size))``.
+
+    Args:
+        graph: A traced graph.
+        ratio: Width multiplier in (0, 1].
+        kinds: Group kinds to shrink (others are kept whole).
+
+    Returns:
+        ``{group id: count}`` suitable for :func:`extract`.
+    """
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"uniform_keep: ratio={ratio} must be in (0, 1]")
+    wanted = set(kinds)
+    return {
+        g.id: max(1, round(ratio * g.size))
+        for g in graph.groups()
+        if g.prunable and g.kind in wanted
+    }
 
 
 def _index_plan(
