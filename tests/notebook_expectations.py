@@ -31,4 +31,25 @@ EXPECTATIONS: dict[str, Expectation] = {
         required=("tour.numba_vs_numpy", "tour.kernel_max_abs_error"),
         smoke={"tour.kernel_max_abs_error": "<= 1e-9", "tour.numba_vs_numpy": "> 0"},
     ),
+    "02_gnn_rl_pruning": Expectation(
+        required=(
+            "pruning.flops_kept",
+            "pruning.gnnrl_accuracy_drop",
+            "pruning.gnnrl_vs_uniform",
+            "pruning.gnnrl_vs_torch_pruning",
+            "pruning.latency_speedup",
+            "pruning.search_seconds",
+        ),
+        smoke={
+            "pruning.flops_kept": "<= 0.52",
+            "pruning.latency_speedup": "> 0",
+            "pruning.search_seconds": "> 0",
+        },
+        full={
+            "pruning.flops_kept": "<= 0.52",
+            "pruning.gnnrl_accuracy_drop": "<= 0.01",
+            "pruning.gnnrl_vs_uniform": ">= 0",
+            "pruning.latency_speedup": ">= 1.3",
+        },
+    ),
 }

@@ -20,6 +20,7 @@ from hpcnb.pruning.agents import (
     random_search,
     uniform_search,
 )
+from hpcnb.pruning.compare import METHODS, MethodOutcome, compare_methods, outcomes_table
 from hpcnb.pruning.encoder import (
     EdgeConditionedConv,
     GNNFeaturesExtractor,
@@ -28,6 +29,8 @@ from hpcnb.pruning.encoder import (
 )
 from hpcnb.pruning.env import EnvConfig, EpisodeRecord, LayerwiseEnv, PruningEnv
 from hpcnb.pruning.hiergraph import KIND_VOCAB, LEVEL1_FEATURES, HierarchicalGraph
+from hpcnb.pruning.peers import PeerResult, torch_pruning_at_budget
+from hpcnb.pruning.plots import plot_hierarchical_graph, plot_keep_ratios, plot_learning_curves
 from hpcnb.pruning.problem import (
     FlopsModel,
     PruningProblem,
@@ -35,6 +38,7 @@ from hpcnb.pruning.problem import (
     project_to_budget,
     uniform_ratios,
 )
+from hpcnb.pruning.task import ModelPruningTask
 from hpcnb.pruning.training import (
     LatencyResult,
     TrainConfig,
@@ -49,6 +53,7 @@ from hpcnb.pruning.training import (
 __all__ = [
     "KIND_VOCAB",
     "LEVEL1_FEATURES",
+    "METHODS",
     "DDPGConfig",
     "EdgeConditionedConv",
     "EnvConfig",
@@ -58,8 +63,11 @@ __all__ = [
     "HierarchicalGraph",
     "LatencyResult",
     "LayerwiseEnv",
+    "MethodOutcome",
+    "ModelPruningTask",
     "MultiStageGNN",
     "PPOConfig",
+    "PeerResult",
     "PruningEnv",
     "PruningProblem",
     "SearchResult",
@@ -67,14 +75,20 @@ __all__ = [
     "WeightedGCNConv",
     "accuracy",
     "amc_ddpg_search",
+    "compare_methods",
     "count_params",
     "fine_tune",
     "gnnrl_search",
     "keep_counts",
     "learning_curve",
     "measure_latency",
+    "outcomes_table",
+    "plot_hierarchical_graph",
+    "plot_keep_ratios",
+    "plot_learning_curves",
     "project_to_budget",
     "random_search",
+    "torch_pruning_at_budget",
     "torch_threads",
     "train_classifier",
     "uniform_ratios",
