@@ -62,6 +62,14 @@ def test_node_fields_for_a_conv() -> None:
     assert conv.bytes_written == 2 * 8 * 8 * 8 * 4
     assert conv.bytes_read == (2 * 64 + 72) * 4
     assert conv.dtype == "float32"
+    assert conv.attrs["kernel_size"] == (3, 3) and conv.attrs["groups"] == 1
+    assert conv.attrs["out_channels"] == 8 and not conv.attrs["depthwise"]
+    assert graph.output_group(conv.name) is graph.groups()[1]
+    assert _group_members(graph.output_group(conv.name), "stem.0.weight") == {0}
+
+
+def _group_members(group, param: str) -> set[int]:
+    return {m.axis for m in group.members if m.param == param}
 
 
 class DataDependent(nn.Module):

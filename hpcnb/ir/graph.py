@@ -110,6 +110,9 @@ class Node:
         flops: FLOPs of one call (multiply-add = 2).
         bytes_read: Bytes of tensor inputs plus own parameters/buffers.
         bytes_written: Bytes of tensor outputs.
+        attrs: Hyper-parameters of the op, e.g. ``kernel_size``, ``stride``, ``padding``,
+            ``groups``, ``in_channels``/``out_channels`` (conv), ``in_features``/``out_features``
+            (linear), ``heads``/``head_dim`` (attention), ``dim`` (cat/split/softmax).
     """
 
     name: str
@@ -126,6 +129,7 @@ class Node:
     flops: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,15 @@ class Graph:
     def prunable_groups(self) -> list[ChannelGroup]:
         """The groups with ``prunable`` True."""
         return [g for g in self.groups() if g.prunable]
+
+    def output_group(self, node_name: str) -> ChannelGroup | None:
+        """The group of a conv/linear node's output channels (its weight's axis 0), if any."""
+        node = self.node(node_name)
+        weight = f"{node.module}.weight" if node.module else "weight"
+        for g in self.groups():
+            if any(m.param == weight and m.axis == 0 and m.unit == 1 for m in g.members):
+                return g
+        return None
 
     def blocks(self) -> list[str]:
         """Ids of skippable residual blocks (output = input + f(input)), in graph order."""

@@ -270,7 +270,62 @@ def _make_node(
         flops=int(flops),
         bytes_read=int(bytes_read),
         bytes_written=int(bytes_written),
+        attrs=_attrs(module, n, rec),
     )
+
+
+_MODULE_ATTRS = (
+    "in_channels",
+    "out_channels",
+    "kernel_size",
+    "stride",
+    "padding",
+    "dilation",
+    "groups",
+    "in_features",
+    "out_features",
+    "num_features",
+    "normalized_shape",
+    "num_groups",
+    "output_size",
+    "num_embeddings",
+    "embedding_dim",
+    "heads",
+    "head_dim",
+    "embed_dim",
+    "num_heads",
+    "p",
+)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return tuple(_plain(v) for v in value)
+    return value if isinstance(value, int | float | str | bool) or value is None else str(value)
+
+
+def _attrs(module: nn.Module | None, n: fx.Node, rec: _Recorder) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if module is not None:
+        for key in _MODULE_ATTRS:
+            if hasattr(module, key):
+                out[key] = _plain(getattr(module, key))
+        if "kernel_size" in out and isinstance(out["kernel_size"], int):
+            out["kernel_size"] = (out["kernel_size"],)
+        if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+            out["bias"] = module.bias is not None
+            out["depthwise"] = module.groups > 1 and module.groups == module.in_channels
+        elif isinstance(module, nn.Linear):
+            out["bias"] = module.bias is not None
+    else:
+        kwargs = rec.kwargs.get(n.name, {})
+        for key in ("dim", "dims", "keepdim"):
+            if key in kwargs:
+                out[key] = _plain(kwargs[key])
+        args = rec.args.get(n.name, ())
+        if n.op == "call_function" and target_name(n.target) in ("chunk", "split"):
+            out.setdefault("dim", _plain(args[2]) if len(args) > 2 else 0)
+    return out
 
 
 def _concrete(args: tuple[Any, ...]) -> tuple[Any, ...]:
