@@ -52,4 +52,27 @@ EXPECTATIONS: dict[str, Expectation] = {
             "pruning.latency_speedup": ">= 1.3",
         },
     ),
+    "05_malleable_batch_simulation": Expectation(
+        required=(
+            "batchsim.jobs_per_second",
+            "batchsim.easy_vs_fcfs_wait",
+            "batchsim.malleable_turnaround_gain",
+            "batchsim.dl_scaling_mape",
+            "batchsim.elastisim_example_jobs",
+        ),
+        smoke={
+            "batchsim.elastisim_example_jobs": 500,
+            "batchsim.dl_scaling_mape": "<= 0.15",
+            "batchsim.jobs_per_second": "> 0",
+            "batchsim.easy_vs_fcfs_wait": "> 0.5",
+            "batchsim.malleable_turnaround_gain": "> 0",
+        },
+        full={
+            "batchsim.jobs_per_second": ">= 50000",
+            "batchsim.easy_vs_fcfs_wait": ">= 1",
+            "batchsim.malleable_turnaround_gain": "> 1",
+            "batchsim.dl_scaling_mape": "<= 0.15",
+            "batchsim.elastisim_example_jobs": 500,
+        },
+    ),
 }

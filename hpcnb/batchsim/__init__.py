@@ -23,6 +23,15 @@ from hpcnb.batchsim.engine import (
     SimulationError,
     Simulator,
 )
+from hpcnb.batchsim.experiments import (
+    LoadedData,
+    jobs_per_second,
+    load_trace,
+    policy_sweep,
+    speed_vs_jobs,
+    synthetic_dl_table,
+    write_synthetic_elastisim_project,
+)
 from hpcnb.batchsim.expressions import Expression, ExpressionError, evaluate, parse_expression
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext, ScaledWork, WorkModel
 from hpcnb.batchsim.platform import Platform, read_platform_xml
@@ -88,6 +97,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "JobType",
+    "LoadedData",
     "LublinParameters",
     "MalleableEasy",
     "MalleablePolicy",
@@ -110,6 +120,8 @@ __all__ = [
     "evaluate",
     "expand_into_idle",
     "jobs_from_swf",
+    "jobs_per_second",
+    "load_trace",
     "lublin_feitelson",
     "make_malleable",
     "make_scheduler",
@@ -117,6 +129,7 @@ __all__ = [
     "plot_gantt",
     "plot_policy_bars",
     "plot_utilization",
+    "policy_sweep",
     "read_application_model",
     "read_dl_tables",
     "read_elastisim",
@@ -126,6 +139,9 @@ __all__ = [
     "shrink_to_admit",
     "simulate",
     "simulate_rigid_arrays",
+    "speed_vs_jobs",
+    "synthetic_dl_table",
     "trace_from_arrays",
     "write_swf",
+    "write_synthetic_elastisim_project",
 ]

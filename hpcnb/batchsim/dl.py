@@ -136,7 +136,10 @@ class StepTimeModel:
 
 
 def scaling_validation(
-    model_dir: str | Path, train_max_nodes: int | None = None, folds: int = 5, seed: int = 0
+    model_dir: str | Path | pd.DataFrame,
+    train_max_nodes: int | None = None,
+    folds: int = 5,
+    seed: int = 0,
 ) -> tuple[StepTimeModel, pd.DataFrame, float]:
     """Measure how well the workload model predicts measured step times it was not fit on.
 
@@ -145,10 +148,16 @@ def scaling_validation(
     cross-validation over all runs (seeded shuffle), every row predicted by a model
     fitted without it.
 
+    Args:
+        model_dir: A model folder (see :func:`read_dl_tables`) or its table.
+        train_max_nodes: Extrapolation protocol threshold; ``None`` for cross-validation.
+        folds: Folds of the cross-validation.
+        seed: Seed of the fold assignment.
+
     Returns:
         ``(model fitted on all rows, tested rows with a 'predicted' column, MAPE)``.
     """
-    table = read_dl_tables(model_dir)
+    table = model_dir if isinstance(model_dir, pd.DataFrame) else read_dl_tables(model_dir)
     if train_max_nodes is not None:
         train = table[table["num_nodes"] <= train_max_nodes]
         test = table[table["num_nodes"] > train_max_nodes].copy()
