@@ -1,0 +1,70 @@
+"""Loop-level thread-communication profiling (DiscoPoP-style) on virtual threads.
+
+``@kernel`` instruments a kernel written over an explicit thread id; :func:`profile` runs
+it on virtual threads with exact and signature shadow memory; :mod:`.analysis` builds the
+loop tree with per-region thread×thread matrices and patterns; :mod:`.suite` holds kernels
+with known patterns; :mod:`.shadow` replays traces through other memory configurations.
+"""
+
+from hpcnb.commprof.analysis import (
+    PATTERNS,
+    LoopNode,
+    classify,
+    inclusive,
+    loop_tree,
+    render_tree,
+)
+from hpcnb.commprof.instrument import InstrumentationError, Kernel, Region, kernel, prange
+from hpcnb.commprof.runtime import (
+    EXACT_BYTES_PER_ELEMENT,
+    MemoryConfig,
+    Profile,
+    Schedule,
+    profile,
+    run_native,
+    signature_bytes,
+    time_variants,
+)
+from hpcnb.commprof.shadow import (
+    Accuracy,
+    accuracy,
+    exact_table_bytes,
+    replay_exact,
+    replay_exact_table,
+    replay_signature,
+    signature_sweep,
+)
+from hpcnb.commprof.suite import SUITE, SuiteCase, case, check_result
+
+__all__ = [
+    "EXACT_BYTES_PER_ELEMENT",
+    "PATTERNS",
+    "SUITE",
+    "Accuracy",
+    "InstrumentationError",
+    "Kernel",
+    "LoopNode",
+    "MemoryConfig",
+    "Profile",
+    "Region",
+    "Schedule",
+    "SuiteCase",
+    "accuracy",
+    "case",
+    "check_result",
+    "classify",
+    "exact_table_bytes",
+    "inclusive",
+    "kernel",
+    "loop_tree",
+    "prange",
+    "profile",
+    "render_tree",
+    "replay_exact",
+    "replay_exact_table",
+    "replay_signature",
+    "run_native",
+    "signature_bytes",
+    "signature_sweep",
+    "time_variants",
+]

@@ -1,0 +1,370 @@
+"""Virtual threads: run a kernel's native or instrumented variant on T logical threads.
+
+Execution model: ``nphases`` barrier phases; in each phase every thread ``tid`` calls the
+kernel once, ``kernel(tid, T, phase, ...)``. The instrumented run executes the threads of a
+phase one after another in a deterministic order (ascending ids by default, or descending,
+or a seeded permutation per phase), which is a legal interleaving of a race-free phase.
+The native variant runs the same schedule serially (``drive_native``) or truly in
+parallel with Numba's ``prange`` (``drive_parallel``) for timing.
+
+Addresses: array ``k`` of the kernel occupies a simulated byte range starting on a
+64-byte (cache-line) boundary right after the previous array, as a bump allocator would
+place them; element ``e`` of it has byte address
+``base_k + e * itemsize``. The exact shadow memory holds one writer byte (int8) and one
+readers-since mask (uint64) per element; the signature memory has ``write_slots`` writer
+bytes and ``read_slots`` last-reader bytes, indexed by a hash of the byte address.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hpcnb.commprof import hooks
+from hpcnb.commprof.instrument import Kernel, Region
+
+__all__ = [
+    "EXACT_BYTES_PER_ELEMENT",
+    "MemoryConfig",
+    "Profile",
+    "Schedule",
+    "make_state",
+    "profile",
+    "run_native",
+    "signature_bytes",
+    "time_variants",
+]
+
+#: Bytes of exact shadow memory per array element (int8 writer + uint64 reader mask).
+EXACT_BYTES_PER_ELEMENT = 9
+_ALIGN = 64
+_BASE = 0x10000
+_MAX_THREADS = 64
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How ``prange`` loops deal iterations to threads.
+
+    Attributes:
+        kind: ``"static"`` (one contiguous block per thread), ``"cyclic"`` (chunks of
+            ``chunk`` iterations dealt round-robin) or ``"dynamic"`` (chunks handed in order
+            to the thread that is free first under seeded per-chunk costs).
+        chunk: Chunk size for cyclic and dynamic.
+        seed: Seed of the dynamic schedule's cost jitter.
+    """
+
+    kind: str = "static"
+    chunk: int = 1
+    seed: int = 0
+
+    def encode(self) -> np.ndarray:
+        """Return the ``int64[3]`` form used by compiled code."""
+        if self.kind not in hooks.SCHEDULE_KINDS:
+            raise ValueError(
+                f"schedule kind {self.kind!r}: expected one of {sorted(hooks.SCHEDULE_KINDS)}"
+            )
+        if self.chunk < 1:
+            raise ValueError(f"schedule chunk {self.chunk}: expected >= 1")
+        return np.array([hooks.SCHEDULE_KINDS[self.kind], self.chunk, self.seed], np.int64)
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Which shadow memories the instrumented run maintains.
+
+    Attributes:
+        exact: Keep the exact shadow memory (ground truth).
+        write_slots: Slots of the write signature (0: no signature memory).
+        read_slots: Slots of the read signature (defaults to ``write_slots`` when 0).
+        hash: Hash name, one of :data:`hpcnb.commprof.hooks.HASH_KINDS`.
+    """
+
+    exact: bool = True
+    write_slots: int = 0
+    read_slots: int = 0
+    hash: str = "discopop"
+
+    @property
+    def signature(self) -> bool:
+        """Whether a signature memory is used."""
+        return self.write_slots > 0
+
+    @property
+    def reads(self) -> int:
+        """Effective read-signature slot count."""
+        return self.read_slots if self.read_slots > 0 else self.write_slots
+
+
+def signature_bytes(write_slots: int, read_slots: int) -> int:
+    """Bytes of a signature memory (int8 writer per write slot, int8 reader per read slot)."""
+    return int(write_slots) + int(read_slots)
+
+
+@dataclass
+class Profile:
+    """Result of an instrumented run.
+
+    Attributes:
+        kernel: Kernel name.
+        regions: Regions of the kernel (region 0 = kernel body).
+        nthreads: Number of virtual threads.
+        exact: Exclusive communication events ``[region, writer, reader]`` (exact memory).
+        exact_bytes: The same in bytes.
+        signature: Exclusive events detected by the signature memory (or ``None``).
+        accesses: ``[region, 0=reads / 1=writes]`` counts.
+        trace: ``int64[n, 6]`` access trace (columns :data:`hooks.TRACE_COLUMNS`) or ``None``.
+        n_elements: Elements of all kernel arrays (exact shadow size).
+        itemsizes: Item size of each array.
+        memory: The memory configuration used.
+    """
+
+    kernel: str
+    regions: list[Region]
+    nthreads: int
+    exact: np.ndarray
+    exact_bytes: np.ndarray
+    signature: np.ndarray | None
+    accesses: np.ndarray
+    trace: np.ndarray | None
+    n_elements: int
+    itemsizes: list[int]
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+
+    @property
+    def exact_shadow_bytes(self) -> int:
+        """Bytes of the exact shadow memory for this run."""
+        return EXACT_BYTES_PER_ELEMENT * self.n_elements
+
+    def total(self, which: str = "exact") -> int:
+        """Total communication events over all regions."""
+        m = self.exact if which == "exact" else self.signature
+        if m is None:
+            raise ValueError("this profile has no signature memory")
+        return int(m.sum())
+
+
+def make_state(
+    n_exact: int,
+    write_slots: int,
+    read_slots: int,
+    R: int,
+    T: int,
+    flags: int,
+    hash_kind: int,
+    trace_capacity: int,
+    n_arrays: int = 1,
+) -> tuple[np.ndarray, ...]:
+    """Allocate the profiler state tuple ``S`` (layout: the ``I_*`` indices of ``hooks``).
+
+    Args:
+        n_exact: Elements of the exact shadow memory.
+        write_slots: Write-signature slots.
+        read_slots: Read-signature slots.
+        R: Regions.
+        T: Threads.
+        flags: ``hooks.FLAG_*`` bits.
+        hash_kind: Hash code (``hooks.HASH_KINDS`` value).
+        trace_capacity: Rows of the trace buffer.
+        n_arrays: Kernel arrays (address table length).
+    """
+    ctl = np.zeros(8, np.int64)
+    ctl[hooks.CTL_FLAGS] = flags
+    ctl[hooks.CTL_HASH] = hash_kind
+    A = max(1, n_arrays)
+    return (
+        ctl, np.zeros(A, np.int64), np.zeros(A, np.int64), np.ones(A, np.int64),
+        np.full(n_exact, -1, np.int8), np.zeros(n_exact, np.uint64),
+        np.full(write_slots, -1, np.int8), np.full(read_slots, -1, np.int8),
+        np.zeros((R, T, T), np.int64), np.zeros((R, T, T), np.int64),
+        np.zeros(4096, np.int64), np.zeros((R, 2), np.int64),
+        np.zeros((trace_capacity, 6), np.int64), np.zeros((R, T, T), np.int64),
+    )  # fmt: skip
+
+
+def _check_args(k: Kernel, args: Sequence[object]) -> list[object]:
+    own = k.params[3:]
+    if len(args) != len(own):
+        raise TypeError(f"kernel {k.name} expects {len(own)} arguments {own}, got {len(args)}")
+    out: list[object] = []
+    for name, value in zip(own, args, strict=True):
+        if name in k.arrays:
+            if not isinstance(value, np.ndarray) or not 1 <= value.ndim <= 3:
+                raise TypeError(f"kernel {k.name}: argument '{name}' must be a 1-3 d ndarray")
+            if not value.flags.c_contiguous:
+                raise ValueError(f"kernel {k.name}: argument '{name}' must be C-contiguous")
+        elif not isinstance(value, int | float | np.integer | np.floating):
+            raise TypeError(f"kernel {k.name}: argument '{name}' must be an int or float scalar")
+        out.append(value)
+    return out
+
+
+def _order(nthreads: int, nphases: int, interleave: str, seed: int) -> np.ndarray:
+    base = np.arange(nthreads, dtype=np.int64)
+    if interleave == "ascending":
+        return np.tile(base, (nphases, 1))
+    if interleave == "descending":
+        return np.tile(base[::-1].copy(), (nphases, 1))
+    if interleave == "seeded":
+        rng = np.random.default_rng(seed)
+        return np.stack([rng.permutation(nthreads) for _ in range(nphases)]).astype(np.int64)
+    raise ValueError(f"interleave {interleave!r}: expected ascending, descending or seeded")
+
+
+def _check_threads(nthreads: int, nphases: int) -> None:
+    if not 1 <= nthreads <= _MAX_THREADS:
+        raise ValueError(f"nthreads={nthreads}: expected 1..{_MAX_THREADS}")
+    if nphases < 1:
+        raise ValueError(f"nphases={nphases}: expected >= 1")
+
+
+def profile(
+    k: Kernel,
+    args: Sequence[object],
+    *,
+    nthreads: int,
+    nphases: int = 1,
+    schedule: Schedule | None = None,
+    memory: MemoryConfig | None = None,
+    trace: bool = False,
+    interleave: str = "ascending",
+    seed: int = 0,
+) -> Profile:
+    """Run the instrumented variant on virtual threads and collect communication.
+
+    Args:
+        k: The kernel.
+        args: The kernel's own arguments (arrays are modified in place).
+        nthreads: Virtual threads (1..64).
+        nphases: Barrier phases.
+        schedule: Schedule of ``prange`` loops (static by default).
+        memory: Shadow memories to maintain (exact only by default).
+        trace: Also record the access trace (for replay through other memories).
+        interleave: Thread order within a phase: ascending, descending or seeded.
+        seed: Seed of the seeded interleaving.
+
+    Returns:
+        The :class:`Profile`.
+    """
+    _check_threads(nthreads, nphases)
+    schedule = schedule or Schedule()
+    memory = memory or MemoryConfig()
+    if memory.hash not in hooks.HASH_KINDS:
+        raise ValueError(f"hash {memory.hash!r}: expected one of {sorted(hooks.HASH_KINDS)}")
+    vals = _check_args(k, args)
+    arrays = [v for n, v in zip(k.params[3:], vals, strict=True) if n in k.arrays]
+    base = np.zeros(max(1, len(arrays)), np.int64)
+    bbase = np.zeros_like(base)
+    isz = np.ones_like(base)
+    elem, addr = 0, _BASE
+    for i, a in enumerate(arrays):
+        base[i], bbase[i], isz[i] = elem, addr, a.itemsize  # type: ignore[union-attr]
+        elem += a.size  # type: ignore[union-attr]
+        addr += -(-a.nbytes // _ALIGN) * _ALIGN  # type: ignore[union-attr]
+    R, T = len(k.regions), nthreads
+    flags = (hooks.FLAG_EXACT if memory.exact else 0) | (
+        hooks.FLAG_SIGNATURE if memory.signature else 0
+    )
+    flags |= hooks.FLAG_TRACE if trace else 0
+    n_ex = elem if memory.exact else 1
+    sw = memory.write_slots if memory.signature else 1
+    sr = memory.reads if memory.signature else 1
+    cap = 1 << 16 if trace else 1
+    order = _order(nthreads, nphases, interleave, seed)
+    sched = schedule.encode()
+    snapshot = [a.copy() for a in arrays] if trace else []  # type: ignore[union-attr]
+    drive = k.compiled().drive_instr
+    while True:
+        S = make_state(n_ex, sw, sr, R, T, flags, hooks.HASH_KINDS[memory.hash], cap, len(base))
+        S[hooks.I_BASE][:], S[hooks.I_BYTES][:], S[hooks.I_ISZ][:] = base, bbase, isz
+        ctl = S[hooks.I_CTL]
+        drive(nthreads, nphases, order, sched, *vals, S)
+        if ctl[hooks.CTL_TRACE_N] <= cap:
+            break
+        cap = int(ctl[hooks.CTL_TRACE_N])
+        for a, s in zip(arrays, snapshot, strict=True):
+            a[...] = s  # type: ignore[index]
+    n_tr = int(ctl[hooks.CTL_TRACE_N])
+    return Profile(
+        kernel=k.name,
+        regions=k.regions,
+        nthreads=T,
+        exact=S[8],
+        exact_bytes=S[13],
+        signature=S[9] if memory.signature else None,
+        accesses=S[11],
+        trace=S[12][:n_tr].copy() if trace else None,
+        n_elements=int(elem),
+        itemsizes=[int(x) for x in isz[: len(arrays)]],
+        memory=memory,
+    )
+
+
+def run_native(
+    k: Kernel,
+    args: Sequence[object],
+    *,
+    nthreads: int,
+    nphases: int = 1,
+    schedule: Schedule | None = None,
+    parallel: bool = False,
+) -> None:
+    """Run the native (hook-free) variant: serially in phase/thread order, or with ``prange``."""
+    _check_threads(nthreads, nphases)
+    vals = _check_args(k, args)
+    sched = (schedule or Schedule()).encode()
+    mod = k.compiled()
+    if parallel:
+        mod.drive_parallel(nthreads, nphases, sched, *vals)
+    else:
+        mod.drive_native(nthreads, nphases, _order(nthreads, nphases, "ascending", 0), sched, *vals)
+
+
+def time_variants(
+    k: Kernel,
+    make_args: object,
+    *,
+    nthreads: int,
+    nphases: int,
+    schedule: Schedule | None = None,
+    memory: MemoryConfig | None = None,
+    repeats: int = 5,
+) -> dict[str, float]:
+    """Median wall times (s) of native serial, native parallel and instrumented runs.
+
+    Args:
+        k: The kernel.
+        make_args: Callable returning fresh arguments for one run.
+        nthreads: Virtual threads.
+        nphases: Barrier phases.
+        schedule: Loop schedule.
+        memory: Shadow memory of the instrumented run.
+        repeats: Timed repeats after one warm-up each.
+
+    Returns:
+        ``{"native": s, "parallel": s, "instrumented": s}``.
+    """
+    if not callable(make_args):
+        raise TypeError("make_args must be a callable returning the kernel arguments")
+    out: dict[str, float] = {}
+    runs = {
+        "native": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
+                                       schedule=schedule),
+        "parallel": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
+                                         schedule=schedule, parallel=True),
+        "instrumented": lambda a: profile(k, a, nthreads=nthreads, nphases=nphases,
+                                          schedule=schedule, memory=memory),
+    }  # fmt: skip
+    for name, fn in runs.items():
+        times = []
+        for r in range(repeats + 1):
+            a = make_args()
+            t0 = time.perf_counter()
+            fn(a)
+            if r:
+                times.append(time.perf_counter() - t0)
+        out[name] = float(np.median(times))
+    return out

@@ -1,0 +1,193 @@
+"""Shadow memories replayed over a recorded trace, and signature accuracy against exact.
+
+The instrumented run can record its access trace (``profile(..., trace=True)``). Replaying
+the trace through another memory configuration gives exactly the matrices an online run
+with that configuration would give (the hooks and the replay share
+:func:`hpcnb.commprof.hooks.record_access`),
+so one run serves a whole sweep of signature sizes, read/write splits and hashes.
+
+Two exact memories give identical matrices: the dense per-element shadow of the online
+run (it relies on knowing the kernel's array layout) and :func:`replay_exact_table`, an
+open-addressing hash table keyed by byte address, the kind of exact shadow a profiler
+needs for arbitrary addresses (DiscoPoP's "perfect signature" is a hash map). Its size,
+``HASH_ENTRY_BYTES`` per entry (8-byte key, 1-byte writer, 8-byte reader mask) times a
+power-of-two capacity kept at most half full, is the reference the signature memory's
+bytes are compared with.
+
+Accuracy of detected communication against the exact memory is measured on event counts
+per (region, writer, reader) cell: true positives ``TP = sum(min(exact, signature))``,
+precision ``TP / sum(signature)``, recall ``TP / sum(exact)``, F1 their harmonic mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from hpcnb.commprof import hooks
+from hpcnb.commprof.runtime import Profile, make_state, signature_bytes
+
+__all__ = [
+    "HASH_ENTRY_BYTES",
+    "Accuracy",
+    "accuracy",
+    "exact_table_bytes",
+    "replay_exact",
+    "replay_exact_table",
+    "replay_signature",
+    "signature_sweep",
+]
+
+
+@njit(cache=True)
+def _replay(S, trace, keys):
+    """Feed a trace through ``record_access``; ``keys`` non-empty: hash-table exact shadow."""
+    ctl = S[hooks.I_CTL]
+    cap = keys.shape[0]
+    mask = np.int64(cap - 1)
+    used = 0
+    for n in range(trace.shape[0]):
+        ctl[hooks.CTL_TID] = trace[n, 0]
+        ctl[hooks.CTL_REGION] = trace[n, 1]
+        ctl[hooks.CTL_PHASE] = trace[n, 5]
+        addr = trace[n, 3]
+        e = trace[n, 2]
+        if cap > 0:
+            h = (np.uint64(addr) * hooks._FIB) >> np.uint64(20)
+            e = np.int64(h & np.uint64(mask))
+            while keys[e] != addr and keys[e] != -1:
+                e = np.int64((e + 1) & mask)
+            if keys[e] == -1:
+                keys[e] = addr
+                used += 1
+        hooks.record_access(S, e, addr, 0, trace[n, 4] == 1)
+    return used
+
+
+def _need_trace(p: Profile) -> np.ndarray:
+    if p.trace is None:
+        raise ValueError(f"profile of {p.kernel} has no trace: run profile(..., trace=True)")
+    return p.trace
+
+
+def replay_exact(p: Profile) -> np.ndarray:
+    """Exclusive event matrices ``[region, writer, reader]`` of the exact memory."""
+    S = make_state(max(1, p.n_elements), 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
+    _replay(S, _need_trace(p), np.zeros(0, np.int64))
+    return S[hooks.I_MEX]
+
+
+#: Bytes per entry of the hash-table exact shadow (int64 key, int8 writer, uint64 mask).
+HASH_ENTRY_BYTES = 17
+
+
+def exact_table_bytes(n_addresses: int) -> int:
+    """Bytes of the hash-table exact shadow holding ``n_addresses`` distinct addresses."""
+    cap = 1
+    while cap < 2 * max(1, n_addresses):
+        cap *= 2
+    return HASH_ENTRY_BYTES * cap
+
+
+def replay_exact_table(p: Profile) -> tuple[np.ndarray, int]:
+    """Replay through the hash-table exact shadow (open addressing, linear probing).
+
+    Returns:
+        The exclusive event matrices (equal to :func:`replay_exact`) and the table's bytes.
+    """
+    tr = _need_trace(p)
+    n_addr = len(np.unique(tr[:, 3])) if len(tr) else 0
+    nbytes = exact_table_bytes(n_addr)
+    cap = nbytes // HASH_ENTRY_BYTES
+    S = make_state(cap, 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
+    used = _replay(S, tr, np.full(cap, -1, np.int64))
+    if used != n_addr:
+        raise RuntimeError(f"hash shadow holds {used} addresses, trace has {n_addr}")
+    return S[hooks.I_MEX], nbytes
+
+
+def replay_signature(
+    p: Profile, write_slots: int, read_slots: int | None = None, hash: str = "discopop"
+) -> np.ndarray:
+    """Exclusive event matrices detected by a signature memory of the given shape.
+
+    Args:
+        p: A profile recorded with ``trace=True``.
+        write_slots: Slots of the write signature.
+        read_slots: Slots of the read signature (``write_slots`` when ``None``).
+        hash: Hash name (:data:`hpcnb.commprof.hooks.HASH_KINDS`).
+    """
+    if hash not in hooks.HASH_KINDS:
+        raise ValueError(f"hash {hash!r}: expected one of {sorted(hooks.HASH_KINDS)}")
+    sr = write_slots if read_slots is None else read_slots
+    if write_slots < 1 or sr < 1:
+        raise ValueError(f"slots must be >= 1, got write={write_slots}, read={sr}")
+    S = make_state(
+        1, int(write_slots), int(sr), len(p.regions), p.nthreads, hooks.FLAG_SIGNATURE,
+        hooks.HASH_KINDS[hash], 1,
+    )  # fmt: skip
+    _replay(S, _need_trace(p), np.zeros(0, np.int64))
+    return S[hooks.I_MSG]
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Precision, recall and F1 of detected against exact communication events."""
+
+    precision: float
+    recall: float
+    f1: float
+
+
+def accuracy(exact: np.ndarray, detected: np.ndarray) -> Accuracy:
+    """Compare event-count matrices cell by cell (see module docstring).
+
+    Two empty matrices count as perfect agreement.
+    """
+    if exact.shape != detected.shape:
+        raise ValueError(f"shape mismatch: exact {exact.shape} vs detected {detected.shape}")
+    tp = float(np.minimum(exact, detected).sum())
+    se, sd = float(exact.sum()), float(detected.sum())
+    if se == 0 and sd == 0:
+        return Accuracy(1.0, 1.0, 1.0)
+    p = tp / sd if sd else 0.0
+    r = tp / se if se else 0.0
+    f = 2 * p * r / (p + r) if p + r else 0.0
+    return Accuracy(p, r, f)
+
+
+def signature_sweep(
+    p: Profile,
+    fractions: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 0.0625),
+    read_shares: tuple[float, ...] = (0.1, 0.25, 0.5),
+    hashes: tuple[str, ...] = ("discopop",),
+) -> list[dict[str, float | int | str]]:
+    """Accuracy of signature memories whose bytes are a fraction of the exact shadow's.
+
+    The reference is the hash-table exact shadow (:func:`replay_exact_table`). For each
+    byte budget ``fraction * exact bytes`` and share of it given to the read signature,
+    ``read = share * budget`` and ``write = budget - read`` slots (one byte each), both
+    made odd (the DiscoPoP hash of 8-byte-aligned addresses would otherwise use only part of
+    an even-sized table).
+
+    Returns:
+        One row per (hash, fraction, read share) with slot counts, bytes and accuracy.
+    """
+    ex, full = replay_exact_table(p)
+    rows: list[dict[str, float | int | str]] = []
+    for h in hashes:
+        for frac in fractions:
+            budget = int(frac * full)
+            for share in read_shares:
+                sr = max(1, int(share * budget) - 1) | 1
+                sw = max(1, budget - sr - 1) | 1
+                acc = accuracy(ex, replay_signature(p, sw, sr, h))
+                rows.append({
+                    "hash": h, "fraction": frac, "read_share": share,
+                    "write_slots": sw, "read_slots": sr, "exact_bytes": full,
+                    "bytes": signature_bytes(sw, sr),
+                    "precision": acc.precision, "recall": acc.recall, "f1": acc.f1,
+                })  # fmt: skip
+    return rows
