@@ -1,0 +1,315 @@
+"""ConvMeter-style runtime estimators, the baselines, and leave-one-family-out evaluation.
+
+**ConvMeter (our reconstruction).** The step time of a network at batch ``B`` is a
+non-negative combination of its inherent costs::
+
+    T = θ0 + θ1 K_gemm + θ2 K_other                     per-operator overheads
+          + θ3 B F_dense + θ4 B F_grouped                arithmetic
+          + θ5 M_gemm,in + θ6 M_gemm,out                 bytes moved by conv/linear nodes
+          + θ7 M_other,in + θ8 M_other,out               bytes moved by all other nodes
+          [+ θ9 P]                                       (training only) optimiser update
+
+``K_gemm`` / ``K_other``: convolution/linear nodes and other kernel-launching nodes per
+forward pass. ``F_dense`` / ``F_grouped``: per-sample FLOPs of dense (incl. linear) and of
+grouped/depthwise convolutions — forward FLOPs for inference, forward + backward FLOPs
+measured with ``FlopCounterMode`` for training. ``M_*,in`` / ``M_*,out``: bytes read plus
+written at batch ``B`` by nodes whose working set fits in / spills out of the per-core L2
+cache. ``P``: parameters. All ``θ ≥ 0`` (each is a time per unit of work), fitted by
+non-negative least squares on the *relative* error (each row divided by its measured
+time), so small and large configurations count alike.
+
+**Baselines.** :class:`FlopsOnly`: ``T = θ0 + θ1 B F`` (all FLOPs, same fit).
+:class:`Roofline`: ``T = max(B F / peak, bytes / bandwidth)`` with the machine's peak FLOP/s
+and bandwidth from micro-benchmarks and nothing fitted.
+
+The design matrices are built by :func:`design_matrix` from :class:`Measurement` rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core
+
+MODES = ("inference", "training")
+
+__all__ = [
+    "MODES",
+    "ConvMeter",
+    "FamilyEvaluation",
+    "FlopsOnly",
+    "Measurement",
+    "Roofline",
+    "design_matrix",
+    "feature_names",
+    "leave_one_family_out",
+    "mape",
+    "targets",
+]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One configuration: a network's features, a batch size and its measured times.
+
+    Attributes:
+        features: Per-sample costs of the network at its input size.
+        batch: Batch size.
+        inference_s: Median seconds of one ``no_grad`` forward pass.
+        training_s: Median seconds of one training step.
+    """
+
+    features: NetworkFeatures
+    batch: int
+    inference_s: float
+    training_s: float
+
+    @property
+    def family(self) -> str:
+        """The architecture family."""
+        return self.features.family
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: expected one of {MODES}")
+
+
+def feature_names(mode: str) -> list[str]:
+    """Column names of :func:`design_matrix` for ``mode``."""
+    _check_mode(mode)
+    names = [
+        "gemm_kernels",
+        "other_kernels",
+        "dense_flops",
+        "grouped_flops",
+        "gemm_bytes_in_cache",
+        "gemm_bytes_spilling",
+        "other_bytes_in_cache",
+        "other_bytes_spilling",
+    ]
+    return names if mode == "inference" else [*names, "params"]
+
+
+def design_matrix(
+    rows: Sequence[Measurement], mode: str, cache_bytes: float | None = None
+) -> np.ndarray:
+    """Return the ConvMeter features of each row (columns: :func:`feature_names`).
+
+    Args:
+        rows: Measurements (only features and batch are used).
+        mode: ``"inference"`` or ``"training"``.
+        cache_bytes: Cache size separating resident from spilling nodes (default: this
+            machine's per-core L2, :func:`hpcnb.perfmodel.features.cache_bytes_per_core`).
+    """
+    _check_mode(mode)
+    cache = float(cache_bytes if cache_bytes is not None else cache_bytes_per_core())
+    out = []
+    for r in rows:
+        f, b = r.features, float(r.batch)
+        if mode == "inference":
+            dense, grouped = f.conv_flops + f.linear_flops, f.grouped_conv_flops
+        else:
+            dense, grouped = f.train_flops - f.train_grouped_flops, f.train_grouped_flops
+        row = [
+            f.gemm_kernels,
+            f.kernels - f.gemm_kernels,
+            b * dense,
+            b * grouped,
+            *f.split_bytes(r.batch, cache),
+        ]
+        out.append(row if mode == "inference" else [*row, f.params])
+    return np.asarray(out, dtype=float)
+
+
+def targets(rows: Sequence[Measurement], mode: str) -> np.ndarray:
+    """Return the measured seconds of each row for ``mode``."""
+    _check_mode(mode)
+    return np.array([r.inference_s if mode == "inference" else r.training_s for r in rows])
+
+
+def mape(predicted: ArrayLike, measured: ArrayLike) -> float:
+    """Mean absolute percentage error, as a fraction (0.1 = 10 %)."""
+    p = np.asarray(predicted, dtype=float)
+    m = np.asarray(measured, dtype=float)
+    return float(np.mean(np.abs(p - m) / m))
+
+
+def _relative_nnls(X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    from scipy.optimize import nnls
+
+    if X.ndim != 2 or len(X) != len(y):
+        raise ValueError(f"X has shape {X.shape}, y has {len(y)} entries; expected (n, k), n")
+    if len(y) == 0 or np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("targets must be a non-empty set of finite positive times")
+    scale = np.maximum(np.abs(X).max(axis=0), 1e-300)  # column scaling for conditioning
+    A = np.column_stack([np.ones(len(y)), X / scale]) / y[:, None]
+    coef, _ = nnls(A, np.ones(len(y)), maxiter=50 * A.shape[1])
+    return float(coef[0]), coef[1:] / scale
+
+
+class ConvMeter(RegressorMixin, BaseEstimator):
+    """Non-negative linear runtime model over ConvMeter features (module docstring).
+
+    Args:
+        mode: ``"inference"`` or ``"training"`` (only used to name the columns).
+    """
+
+    def __init__(self, mode: str = "inference") -> None:
+        self.mode = mode
+
+    def fit(self, X: ArrayLike, y: ArrayLike) -> ConvMeter:
+        """Fit ``θ ≥ 0`` minimising the squared relative error.
+
+        Args:
+            X: Features, shape ``(n, k)`` (from :func:`design_matrix`).
+            y: Measured seconds, shape ``(n,)``.
+
+        Returns:
+            ``self`` with ``intercept_`` (θ0) and ``coef_`` (θ1..θk).
+        """
+        _check_mode(self.mode)
+        X = np.asarray(X, dtype=float)
+        y = np.asarray(y, dtype=float)
+        self.intercept_, self.coef_ = _relative_nnls(X, y)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: ArrayLike) -> np.ndarray:
+        """Predicted seconds, shape ``(n,)``.
+
+        Raises:
+            ValueError: Wrong number of feature columns.
+        """
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has shape {X.shape}; expected (n, {self.n_features_in_})")
+        return self.intercept_ + X @ self.coef_
+
+    def formula(self) -> str:
+        """The fitted formula as text, with each term's unit cost."""
+        names = feature_names(self.mode)
+        terms = [f"{self.intercept_:.3g} s"]
+        terms += [f"{c:.3g}·{n}" for c, n in zip(self.coef_, names, strict=False) if c > 0]
+        return "T = " + " + ".join(terms)
+
+
+class FlopsOnly(RegressorMixin, BaseEstimator):
+    """Baseline ``T = θ0 + θ1 · FLOPs`` fitted like :class:`ConvMeter`.
+
+    ``X`` is the one-column total FLOPs of each row (see :meth:`flops_column`).
+    """
+
+    def fit(self, X: ArrayLike, y: ArrayLike) -> FlopsOnly:
+        """Fit the line by relative non-negative least squares; return ``self``."""
+        X = np.asarray(X, dtype=float).reshape(len(np.asarray(y)), -1)
+        self.intercept_, self.coef_ = _relative_nnls(X, np.asarray(y, dtype=float))
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: ArrayLike) -> np.ndarray:
+        """Predicted seconds."""
+        X = np.asarray(X, dtype=float).reshape(-1, self.n_features_in_)
+        return self.intercept_ + X @ self.coef_
+
+    @staticmethod
+    def flops_column(rows: Sequence[Measurement], mode: str) -> np.ndarray:
+        """Total FLOPs of each row (forward for inference, measured training FLOPs)."""
+        _check_mode(mode)
+        per = [
+            r.features.forward_flops if mode == "inference" else r.features.train_flops
+            for r in rows
+        ]
+        return (np.array(per) * np.array([r.batch for r in rows]))[:, None]
+
+
+class Roofline:
+    """Roofline baseline: ``T = max(FLOPs / peak, bytes / bandwidth)``, nothing fitted.
+
+    Training moves roughly three times the forward bytes (forward, input gradient, weight
+    gradient) plus 16 bytes per parameter (read weight, gradient and momentum, write two).
+
+    Args:
+        peak_flops: Measured FLOP/s.
+        bandwidth: Measured bytes/s.
+        mode: ``"inference"`` or ``"training"``.
+    """
+
+    def __init__(self, peak_flops: float, bandwidth: float, mode: str = "inference") -> None:
+        _check_mode(mode)
+        if peak_flops <= 0 or bandwidth <= 0:
+            raise ValueError(f"peak_flops={peak_flops}, bandwidth={bandwidth}: expected > 0")
+        self.peak_flops = peak_flops
+        self.bandwidth = bandwidth
+        self.mode = mode
+
+    def predict_rows(self, rows: Sequence[Measurement]) -> np.ndarray:
+        """Predicted seconds of each row."""
+        out = []
+        for r in rows:
+            f, b = r.features, r.batch
+            if self.mode == "inference":
+                flops, nbytes = b * f.forward_flops, b * f.memory_bytes + 4 * f.params
+            else:
+                flops, nbytes = b * f.train_flops, 3 * b * f.memory_bytes + 16 * f.params
+            out.append(max(flops / self.peak_flops, nbytes / self.bandwidth))
+        return np.array(out)
+
+
+@dataclass(frozen=True)
+class FamilyEvaluation:
+    """Leave-one-family-out predictions.
+
+    Attributes:
+        predicted: Held-out prediction of every row (from a model fitted without its family).
+        measured: Measured seconds of every row.
+        families: Family of every row.
+        per_family: MAPE of each held-out family.
+        mape: MAPE over all rows.
+    """
+
+    predicted: np.ndarray
+    measured: np.ndarray
+    families: tuple[str, ...]
+    per_family: dict[str, float]
+    mape: float
+
+
+def leave_one_family_out(
+    make: Callable[[], BaseEstimator],
+    X: ArrayLike,
+    y: ArrayLike,
+    families: Sequence[str],
+) -> FamilyEvaluation:
+    """Fit on all families but one, predict that one, for every family.
+
+    Args:
+        make: Returns a fresh unfitted estimator with ``fit``/``predict``.
+        X: Features ``(n, k)``.
+        y: Measured seconds ``(n,)``.
+        families: Family of each row.
+
+    Raises:
+        ValueError: Fewer than two families or mismatched lengths.
+    """
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float)
+    fam = np.asarray(families)
+    if not (len(X) == len(y) == len(fam)):
+        raise ValueError(f"X, y, families have lengths {len(X)}, {len(y)}, {len(fam)}")
+    names = list(dict.fromkeys(fam.tolist()))
+    if len(names) < 2:
+        raise ValueError(f"need at least two families to hold one out, got {names}")
+    pred = np.empty_like(y)
+    per: dict[str, float] = {}
+    for name in names:
+        held = fam == name
+        model = make().fit(X[~held], y[~held])
+        pred[held] = model.predict(X[held])
+        per[name] = mape(pred[held], y[held])
+    return FamilyEvaluation(pred, y, tuple(fam.tolist()), per, mape(pred, y))
