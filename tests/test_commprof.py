@@ -262,3 +262,41 @@ def test_bad_arguments_are_reported() -> None:
     with pytest.raises(ValueError, match="schedule kind"):
         commprof.run_native(neighbours, [np.zeros(3), np.zeros(3)], nthreads=2,
                             schedule=Schedule("guided"))  # fmt: skip
+
+
+def test_parse_lackey_attributes_accesses_by_scheduler_lines() -> None:
+    from hpcnb.commprof.valgrind import ValgrindRun, parse_lackey
+
+    out = (
+        "ADDR a 0x1000 4\nADDR b 0x2000 4\nADDR total 0x3000 1\n"
+        "ADDR cp_whoami 0x4000 2\nADDR cp_region 0x5000 8\n"
+    )
+    log = "\n".join([
+        "--1--   SCHED[2]:  acquired lock (x)",
+        " S 00004000,8", " S 00005002,1", " S 00001000,8", " S 00001008,8",
+        "--1--   SCHED[3]:  acquired lock (x)",
+        " S 00004008,8", " S 00005002,1", " L 00001008,8", " M 00001000,16",
+        "--1--   SCHED[2]:  acquired lock (x)",
+        " L 00001000,8", "I  00400000,3",
+    ])  # fmt: skip
+    p = parse_lackey(ValgrindRun(log, out, 2))
+    assert p.trace is not None
+    assert p.trace[:, [0, 1, 2, 4]].tolist() == [
+        [0, 2, 0, 1], [0, 2, 1, 1],
+        [1, 2, 1, 0], [1, 2, 0, 0], [1, 2, 0, 1], [1, 2, 1, 0], [1, 2, 1, 1],
+        [0, 2, 0, 0],
+    ]  # fmt: skip
+    assert p.exact[2].tolist() == [[0, 2], [1, 0]]
+
+
+def test_valgrind_trace_of_c_program_gives_expected_matrices(tmp_path) -> None:
+    from hpcnb.commprof import valgrind as vg
+
+    missing = vg.missing_tools()
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (apt-get install valgrind gcc)")
+    exe = vg.compile_program(tmp_path, nthreads=4, n=32)
+    p = vg.parse_lackey(vg.run_valgrind(exe, 4))
+    assert np.array_equal(p.exact, vg.expected_matrices(4, 32))
+    got = [classify(p.exact[r]) for r in range(2, 5)]
+    assert got == ["nearest-neighbour", "reduction", "broadcast"]
