@@ -447,3 +447,28 @@ def test_torch_multihead_attention_is_costed_and_train_mode_state_is_kept() -> N
     assert float(model.bn.running_mean.abs().sum()) == 0.0
     assert graph.flops_by_kind()["attention"] == _reference_flops(model, x)
     assert not any(g.prunable for g in graph.groups())  # opaque leaf: nothing sliced
+
+
+class FunctionalAttention(nn.Module):
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        self.fused = fused
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+        if self.fused:
+            return nn.functional.scaled_dot_product_attention(q, k, v)
+        return torch.matmul(torch.matmul(q, k.transpose(-2, -1)).softmax(-1), v)
+
+
+def test_functional_attention_costs_like_its_matmul_form() -> None:
+    x = torch.randn(2, 6, 16)
+    fused = trace(FunctionalAttention(True), x)
+    assert fused.count_by_kind()["attention"] == 1
+    # FlopCounterMode does not count the CPU fused kernel; compare with the matmul form.
+    ref = _reference_flops(FunctionalAttention(False), x)
+    ours = sum(v for k, v in fused.flops_by_kind().items() if k in COUNTED_KINDS)
+    assert ours == ref
+    attention = next(n for n in fused.nodes if n.kind == "attention")
+    assert attention.in_shapes == [(2, 2, 6, 8)] * 3

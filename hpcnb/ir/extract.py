@@ -239,7 +239,9 @@ def _slice_tensors(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]])
     for (pname, axis), pieces in _index_plan(graph, keep).items():
         owner, attr = _owner(gm, pname)
         tensor = getattr(owner, attr)
-        idx = torch.tensor(_axis_indices(tensor.shape[axis], pieces), dtype=torch.long)
+        idx = torch.tensor(
+            _axis_indices(tensor.shape[axis], pieces), dtype=torch.long, device=tensor.device
+        )
         new = tensor.detach().index_select(axis, idx).clone()
         if attr in owner._parameters:
             owner._parameters[attr] = nn.Parameter(new, requires_grad=tensor.requires_grad)
@@ -366,7 +368,7 @@ def importance(model: nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
         for m in members:
             t = state[m.param].detach().abs().float()
             t = t.movedim(m.axis, 0)[m.offset : m.offset + m.length * m.unit]
-            total += t.reshape(m.length, -1).sum(dim=1)
+            total += t.reshape(m.length, -1).sum(dim=1).cpu()
         scores[g.id] = total
     return scores
 
@@ -403,8 +405,8 @@ def reorder(
 
 
 def _permute(tensor: torch.Tensor, m: ParamSlice, perm: list[int]) -> None:
-    src = torch.tensor(m.indices(perm), dtype=torch.long)
-    dst = torch.arange(m.offset, m.offset + m.length * m.unit)
+    src = torch.tensor(m.indices(perm), dtype=torch.long, device=tensor.device)
+    dst = torch.arange(m.offset, m.offset + m.length * m.unit, device=tensor.device)
     tensor.index_copy_(m.axis, dst, tensor.index_select(m.axis, src))
 
 

@@ -220,13 +220,11 @@ def _make_node(
     module = modules.get(str(n.target)) if n.op == "call_module" else None
     kind = classify(n.op, n.target, module, bool(outs) or n.op == "output")
     inputs = [a.name for a in n.all_input_nodes]
-    in_metas = [m for a in n.all_input_nodes for m in _tensors(rec.values.get(a.name))]
-    if kind == "getitem":
-        in_metas = (
-            in_metas[:1]
-            if n.args and isinstance(rec.values.get(n.args[0].name), TensorMeta)
-            else [o for o in outs]
-        )
+    read_metas = [m for a in n.all_input_nodes for m in _tensors(rec.values.get(a.name))]
+    call = (*rec.args.get(n.name, ()), *rec.kwargs.get(n.name, {}).values())
+    in_metas = _tensors(list(call))  # in argument order, repeats included (q, k, k)
+    if kind == "getitem" and not isinstance(call[0], TensorMeta):
+        in_metas = read_metas = list(outs)  # picking one element of a tuple
     in_shapes = [m.shape for m in in_metas]
     out_shape = outs[0].shape if outs else ()
     params = 0
@@ -251,7 +249,7 @@ def _make_node(
                 f"cannot cost node '{n.name}' (kind {kind}, module '{path}'): "
                 f"{type(err).__name__}: {err}"
             ) from err
-    bytes_read = sum(m.nbytes for m in in_metas) + own_bytes
+    bytes_read = sum(m.nbytes for m in read_metas) + own_bytes
     bytes_written = 0 if kind in ("param", "size", "output") else sum(o.nbytes for o in outs)
     if kind == "param":
         bytes_read = sum(o.nbytes for o in outs)
