@@ -223,3 +223,32 @@ def test_kernel_input_checks():
         simulate_rigid_arrays(np.zeros(1), np.ones(1), np.ones(1), np.ones(1), 2, "sjf")
     with pytest.raises(ValueError, match="non-decreasing"):
         simulate_rigid_arrays(np.array([1.0, 0.0]), np.ones(2), np.ones(2), np.ones(2), 2, "easy")
+
+
+def test_kill_action_ends_job_once():
+    class KillLong(Scheduler):
+        name = "kill-long"
+
+        def schedule(self, view, reasons):
+            for rec in list(view.queue):
+                if view.requested_time(rec) > 100:
+                    view.kill(rec)
+                elif rec.job.num_nodes <= view.free_nodes:
+                    view.start(rec)
+
+    jobs = [rigid(1, 0, 2, 10), rigid(2, 0, 2, 500), rigid(3, 5, 2, 10)]
+    result = simulate(jobs, Platform(4), KillLong(), compiled=False)
+    check_invariants(result, jobs)
+    rows = result.jobs.set_index("id")
+    assert rows.loc[2, "status"] == "killed" and rows.loc[2, "end"] == 0
+    assert list(rows["status"]) == ["completed", "killed", "completed"]
+
+
+def test_moldable_job_takes_what_is_free():
+    work = ScaledWork(40.0, 4, serial_fraction=0.0, units=1)
+    jobs = [rigid(1, 0, 3, 10), Job(2, 1, JobType.MOLDABLE, 4, work, 1, 4)]
+    result = run(jobs, FCFS())
+    rows = result.jobs.set_index("id")
+    # one node free at t=1: the moldable job starts there on 1 node (4x its 4-node time)
+    assert rows.loc[2, "start"] == 1 and rows.loc[2, "nodes"] == 1
+    assert rows.loc[2, "runtime"] == pytest.approx(160.0) and rows.loc[2, "resizes"] == 0

@@ -191,6 +191,21 @@ def test_elastisim_model_timing_and_evolving(tmp_path):
         read_elastisim(write_project(tmp_path, bad))
 
 
+def test_evolving_request_granted(tmp_path):
+    args = {"iterations": 3, "work": 8e9, "init": 0, "out": 0}
+    jobs = [{"type": "evolving", "submit_time": 0, "num_nodes": 2, "num_nodes_min": 1,
+             "num_nodes_max": 4, "application_model": "app.json", "arguments": args}]  # fmt: skip
+    data = read_elastisim(write_project(tmp_path, jobs))
+    result = simulate(data.jobs, data.platform, FCFS())
+    check_invariants(result, data.jobs)
+    row = result.jobs.iloc[0]
+    # after iteration 0 it asks for num_nodes * 2 = 4 nodes; FCFS grants it (nodes are free)
+    assert row["nodes"] == 2 and row["max_nodes"] == 4 and row["resizes"] == 1
+    # iteration on n nodes: 8e9 / n / 2e9 s compute + PFS latency; reconfiguration costs 3 s
+    expected = 2.0 + 3 + 2 * 1.0 + 3 * 1e-3 + 3 * 2e-3  # PFS write of 0 bytes pays latency
+    assert row["runtime"] == pytest.approx(expected, rel=1e-3)
+
+
 def test_elastisim_rejects_unsafe_expression(tmp_path):
     model = json.loads(json.dumps(APP_MODEL))
     model["phases"][0]["iterations"] = "__import__('os')"

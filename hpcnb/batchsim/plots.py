@@ -106,9 +106,9 @@ def plot_policy_bars(
         values = [sub.loc[sub[group] == g, metric].mean() for g in groups]
         ax.bar(np.arange(len(groups)) + k * width, values, width,
                label=None if h is None else f"{hue} = {h}")  # fmt: skip
-    ax.set_xticks(np.arange(len(groups)) + width * (len(hues) - 1) / 2, groups)
+    ax.set_xticks(np.arange(len(groups)) + width * (len(hues) - 1) / 2, groups, rotation=20)
     ax.set_ylabel(f"{metric.replace('_', ' ')}{f' ({unit})' if unit else ''}")
     ax.set_xlabel(group.replace("_", " "))
     if hue is not None:
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="x-small", ncol=2)
     return ax

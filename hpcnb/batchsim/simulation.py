@@ -260,7 +260,8 @@ def check_invariants(result: SimulationResult, jobs: Sequence[Job] | None = None
 
     Never more nodes allocated than exist (and never negative); every job ends
     exactly once (one row per job, completed or killed, finite end >= start);
-    start >= submit; rigid jobs keep their size; sizes stay in the job's range.
+    start >= submit; rigid jobs keep their size; sizes stay in the job's range (jobs
+    killed while waiting hold no nodes).
     """
     df = result.jobs
     if result.usage_nodes.size:
@@ -279,6 +280,9 @@ def check_invariants(result: SimulationResult, jobs: Sequence[Job] | None = None
         by_id = {j.id: j for j in jobs}
         for row in df.itertuples(index=False):
             job = by_id[row.id]
+            if row.nodes == 0:  # killed while waiting: never held nodes
+                assert row.status == "killed", f"job {row.id} ran on no nodes"
+                continue
             assert job.num_nodes_min <= row.min_nodes, f"job {row.id} below its minimum"
             assert row.max_nodes <= job.num_nodes_max, f"job {row.id} above its maximum"
             if job.type is JobType.RIGID:
