@@ -52,6 +52,32 @@ EXPECTATIONS: dict[str, Expectation] = {
             "pruning.latency_speedup": ">= 1.3",
         },
     ),
+    "04_pipelined_speculative_inference": Expectation(
+        required=(
+            "speculative.lossless",
+            "speculative.acceptance_rate",
+            "speculative.pipeinfer_vs_speculative",
+            "speculative.pipeinfer_vs_pipeline",
+            "speculative.itl_reduction",
+            "speculative.sim_max_speedup_vs_speculative",
+            "speculative.sim_low_acceptance_gain",
+        ),
+        smoke={
+            "speculative.lossless": 1.0,
+            "speculative.acceptance_rate": ">= 0",
+            "speculative.pipeinfer_vs_speculative": "> 0",
+            "speculative.pipeinfer_vs_pipeline": "> 0",
+            "speculative.sim_max_speedup_vs_speculative": "> 0",
+        },
+        full={
+            "speculative.lossless": 1.0,
+            "speculative.pipeinfer_vs_speculative": ">= 1.15",
+            "speculative.pipeinfer_vs_pipeline": ">= 1.15",
+            "speculative.itl_reduction": "> 1",
+            "speculative.sim_max_speedup_vs_speculative": ">= 1.5",
+            "speculative.sim_low_acceptance_gain": "> 1",
+        },
+    ),
     "05_malleable_batch_simulation": Expectation(
         required=(
             "batchsim.jobs_per_second",
@@ -73,6 +99,34 @@ EXPECTATIONS: dict[str, Expectation] = {
             "batchsim.malleable_turnaround_gain": "> 1",
             "batchsim.dl_scaling_mape": "<= 0.15",
             "batchsim.elastisim_example_jobs": 500,
+        },
+    ),
+    "06_winograd_codegen": Expectation(
+        required=(
+            "winograd.max_op_reduction",
+            "winograd.f63_transform_op_reduction",
+            "winograd.f43_max_rel_error",
+            "winograd.speedup_vs_torch",
+            "winograd.speedup_vs_direct",
+            "winograd.autotune_gain",
+            "winograd.cuda_sim_validated",
+        ),
+        smoke={
+            "winograd.max_op_reduction": ">= 0.5",
+            "winograd.f63_transform_op_reduction": ">= 0.3",
+            "winograd.f43_max_rel_error": "<= 1e-5",
+            "winograd.cuda_sim_validated": 1.0,
+            "winograd.optimised_vs_naive_error_ratio": "<= 2",
+            "winograd.speedup_vs_torch": "> 0",
+            "winograd.autotune_gain": "> 0",
+        },
+        full={
+            "winograd.max_op_reduction": ">= 0.5",
+            "winograd.f43_max_rel_error": "<= 1e-5",
+            "winograd.speedup_vs_torch": ">= 1.0",
+            "winograd.speedup_vs_direct": ">= 10",
+            "winograd.autotune_gain": ">= 1.1",
+            "winograd.cuda_sim_validated": 1.0,
         },
     ),
 }

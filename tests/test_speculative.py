@@ -159,3 +159,19 @@ def test_corrupt_and_truncated_gguf(tmp_path: Path) -> None:
         cut.write_bytes(f.read(8_000_000))
     with pytest.raises(GGUFFormatError, match="truncated"):
         load_gguf(cut)
+
+
+def test_simulation_lossless_cancellation_and_trends() -> None:
+    from hpcnb.speculative.simulation import ClusterConfig, simulate, sweep
+
+    cl = ClusterConfig(n_ranks=4, n_layers=8, layer_s=1e-3, head_s=1e-3, draft_s=1e-3)
+    for strategy in ("pipeline", "speculative", "pipeinfer"):
+        r = simulate(cl, strategy, 0.6, n_new=40, k=2, max_inflight=6)  # raises if lossy
+        assert r.tokens_per_s > 0 and r.itl_mean_s > 0
+    pi = simulate(cl, "pipeinfer", 0.4, n_new=40, k=2, max_inflight=8)
+    assert pi.cancelled_runs > 0 and sum(pi.skipped) > 0
+    # a perfect draft on a deep pipeline: PipeInfer beats synchronous speculation
+    rows = sweep(cl, [1.0], n_new=40, ks=(2, 4), pipeinfer_ks=(2,), n_ranks=8)
+    assert rows[0]["pipeinfer_vs_speculative"] > 1.0
+    with pytest.raises(ValueError, match="n_ranks"):
+        ClusterConfig(n_ranks=1)

@@ -74,10 +74,10 @@ class ModelDraft:
 
     @torch.no_grad()
     def _advance(self, new: list[int]) -> torch.Tensor:
-        logits = self.model.forward(new, 0, self._cache)
+        h = self.model.run_layers(self.model.embed(new), 0, self._cache)
         self._tokens.extend(new)
         self.calls += 1
-        return logits[-1]
+        return self.model.logits(h[-1:])[0]
 
     @torch.no_grad()
     def propose(self, context: Sequence[int], k: int) -> list[int]:

@@ -94,6 +94,9 @@ class HeadPolicy:
         max_inflight: Most runs in flight (``pipeinfer``).
         max_ahead: Most unverified tokens beyond the committed ones (``pipeinfer``).
         first_run_id: Id of the first run (ids stay unique across generations of one job).
+        plain_drafts: ``pipeinfer`` only: the run that starts from the committed tokens
+            also carries draft tokens (``False``: it is a single non-speculative token, as
+            in the paper's description).
     """
 
     strategy: str
@@ -104,6 +107,7 @@ class HeadPolicy:
     max_inflight: int = 4
     max_ahead: int = 12
     first_run_id: int = 0
+    plain_drafts: bool = False
     committed: list[int] = field(default_factory=list)
     inflight: dict[int, Run] = field(default_factory=dict)
     seq0_len: int = 0
@@ -193,7 +197,8 @@ class HeadPolicy:
             return None
         live = [r for r in self._live() if len(r.assumed) >= len(c)]
         if not live:
-            return self._new_run(0, self.seq0_len, list(c), False)
+            d = self._propose(c, self.k) if self.plain_drafts else []
+            return self._new_run(0, self.seq0_len, c + d, bool(d))
         tip = max(live, key=lambda r: (len(r.assumed), r.run_id))
         room = min(self.k, len(c) + self.max_ahead - len(tip.assumed))
         d = self._propose(tip.assumed, room)

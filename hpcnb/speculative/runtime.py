@@ -233,6 +233,7 @@ def _head(st: _Rank, model: LlamaModel, draft: Any, spec: dict[str, Any]) -> dic
         max_inflight=int(spec.get("max_inflight", 4)),
         max_ahead=int(spec.get("max_ahead", 12)),
         first_run_id=int(spec.get("first_run_id", 0)),
+        plain_drafts=bool(spec.get("plain_drafts", False)),
     )
     cache = model.new_cache()
     last = st.size - 1

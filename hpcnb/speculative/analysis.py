@@ -1,0 +1,168 @@
+"""Measurements and figures for notebook 04: layer timing, metrics tables, Gantt charts.
+
+* :func:`time_layers` — median seconds per layer, head and early-exit draft token for
+  batch sizes 1 and ``b`` on one core, the calibration input of the simulator.
+* :func:`paper_scale_cluster` — a 70B-class target over 8 nodes with a ~1B draft, with
+  per-layer times scaled from the measured ones by the weight bytes each token reads.
+* :func:`metrics_table` — the per-strategy metrics of MPI or simulated runs as a
+  :class:`pandas.DataFrame`, incl. wasted stage work.
+* :func:`plot_timeline` — runs across ranks over time (compute, skip, speculative).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from hpcnb.speculative.model import LlamaModel
+from hpcnb.speculative.simulation import ClusterConfig
+
+__all__ = ["metrics_table", "paper_scale_cluster", "plot_timeline", "time_layers"]
+
+
+def _median_time(fn: Any, repeats: int) -> float:
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+@torch.no_grad()
+def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 5, context: int = 32) -> dict:
+    """Measure per-layer and head times of ``model`` after ``context`` cached tokens.
+
+    Returns:
+        ``layer_s`` (one token, one layer), ``batch_slope`` (extra cost per extra token
+        of a ``batch``-token run, as a fraction of one token), ``head_s`` (output head per
+        token) and ``layer_bytes`` (float32 weight bytes of one layer).
+    """
+    layers = list(model.layers)
+    n = min(4, len(layers))
+    sub = model.slice(layers[0], layers[0] + n, embed=True, head=True)
+    torch.manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (context + batch,)).tolist()
+
+    def run(b: int) -> None:
+        cache = sub.new_cache()
+        h = sub.embed(ids[:context])
+        sub.run_layers(h, 0, cache)
+        sub.run_layers(sub.embed(ids[context : context + b]), 0, cache)
+
+    def prefill_only() -> None:
+        sub.run_layers(sub.embed(ids[:context]), 0, sub.new_cache())
+
+    base = _median_time(prefill_only, repeats)
+    t1 = max(_median_time(lambda: run(1), repeats) - base, 1e-9) / n
+    tb = max(_median_time(lambda: run(batch), repeats) - base, 1e-9) / n
+    h = torch.randn(1, model.config.dim)
+    head = _median_time(lambda: sub.logits(h), repeats)
+    lw = model.layers[layers[0]]
+    nbytes = sum(t.numel() * 4 for t in lw.__dict__.values())
+    return {
+        "layer_s": t1,
+        "batch_slope": max((tb / t1 - 1.0) / (batch - 1), 0.0),
+        "head_s": head,
+        "layer_bytes": float(nbytes),
+    }
+
+
+def paper_scale_cluster(
+    measured: dict, n_ranks: int = 8, bandwidth_bps: float = 125e6, latency_s: float = 1e-4
+) -> ClusterConfig:
+    """Return a 70B-class target on ``n_ranks`` nodes with a ~1B draft.
+
+    Stages are taken to be memory-bound: a token's time per layer is the layer's weight
+    bytes over the bandwidth measured here (``layer_bytes / layer_s``). The target is a
+    Llama-2-70B shape (80 layers, hidden 8192, ~0.86e9 parameters per layer) in 4-bit
+    weights (0.5 bytes per parameter, as llama.cpp's Q4 files); the draft is a 1.1B
+    model (TinyLlama shape) in 4-bit weights; the head is 32000 x 8192.
+    """
+    bw = measured["layer_bytes"] / measured["layer_s"]
+    layer_bytes = 0.86e9 * 0.5
+    return ClusterConfig(
+        n_ranks=n_ranks,
+        n_layers=80,
+        layer_s=layer_bytes / bw,
+        batch_slope=min(measured["batch_slope"], 0.5),
+        head_s=32000 * 8192 * 0.5 / bw,
+        draft_s=1.1e9 * 0.5 / bw,
+        latency_s=latency_s,
+        bandwidth_bps=bandwidth_bps,
+        hidden_bytes=8192 * 4,
+    )
+
+
+def metrics_table(results: Sequence[dict[str, Any]], labels: Sequence[str] | None = None):
+    """Return a table of per-strategy metrics (one row per result dict).
+
+    ``wasted_work`` is the fraction of stage-token computations beyond one per committed
+    position and stage.
+    """
+    rows = []
+    for i, r in enumerate(results):
+        computed = np.asarray(r["computed"], dtype=float)
+        skipped = np.asarray(r.get("skipped", [0] * len(computed)), dtype=float)
+        useful = r.get("useful_positions", 0) * len(computed)
+        rows.append(
+            {
+                "run": labels[i] if labels else r["strategy"],
+                "tokens/s": r["tokens_per_s"],
+                "TTFT (s)": r["ttft_s"],
+                "ITL mean (ms)": 1e3 * r["itl_mean_s"],
+                "ITL p90 (ms)": 1e3 * r["itl_p90_s"],
+                "acceptance": r["acceptance_rate"],
+                "runs": r["runs"],
+                "cancelled runs": r["cancelled_runs"],
+                "skipped stage-tokens": int(skipped.sum()),
+                "wasted work": 1.0 - useful / computed.sum() if useful else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows).set_index("run")
+
+
+def plot_timeline(events: Sequence[Sequence], ax: Any, title: str = "", t_max: float | None = None):
+    """Draw a Gantt chart of runs across ranks.
+
+    Args:
+        events: ``(rank, run_id, kind, t0, t1, n_tokens, speculative)`` tuples, as the
+            MPI runtime and the simulator record them.
+        ax: Matplotlib axes.
+        title: Axes title.
+        t_max: Show only events starting before this time (seconds).
+    """
+    colours = {"spec": "tab:orange", "plain": "tab:blue", "skip": "tab:red"}
+    ranks = sorted({int(e[0]) for e in events})
+    for rank, rid, kind, t0, t1, _n, spec in events:
+        if t_max is not None and t0 > t_max:
+            continue
+        if kind == "draft":
+            continue
+        c = colours["skip"] if kind == "skip" else colours["spec" if spec else "plain"]
+        width = max(t1 - t0, (t_max or 1.0) * 2e-3) if kind == "skip" else t1 - t0
+        ax.barh(rank, width * 1e3, left=t0 * 1e3, color=c, edgecolor="k", linewidth=0.3)
+        if t1 - t0 > 0 and (t_max is None or (t1 - t0) > 0.03 * t_max):
+            ax.text((t0 + t1) / 2 * 1e3, rank, str(rid % 1_000_000), ha="center", va="center",
+                    fontsize=6)  # fmt: skip
+    ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    ax.set_title(title)
+    from matplotlib.patches import Patch
+
+    ax.legend(
+        handles=[
+            Patch(color=colours["plain"], label="non-speculative run"),
+            Patch(color=colours["spec"], label="speculative run"),
+            Patch(color=colours["skip"], label="cancelled (skipped)"),
+        ],
+        loc="upper right",
+        fontsize=7,
+    )

@@ -1,0 +1,325 @@
+"""Discrete-event simulation of the three strategies on a cluster of pipeline stages.
+
+The simulator drives the very :class:`HeadPolicy` the MPI runtime uses, so launch,
+verification and cancellation decisions are identical; only time and tokens are
+synthetic. The target's greedy output is a fixed sequence; a synthetic draft guesses
+each next token correctly with probability ``acceptance`` (independently per token).
+
+Costs (all in seconds): a stage running ``L`` layers on a batch of ``b`` tokens takes
+``L * layer_s * (1 + batch_slope * (b - 1))``; the last stage adds the output head
+``head_s * b``; the head rank pays ``draft_s`` per drafted token before running its
+stage. A hop of ``b`` tokens' hidden states takes ``latency_s + b * hidden_bytes /
+bandwidth_bps``; results and cancel messages take ``latency_s``. Cancel messages go to
+the last stage and travel backwards one hop at a time; a stage skips a run whose cancel
+arrived before the run's turn (a placeholder continues at no cost).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from hpcnb.speculative.head import HeadPolicy
+
+__all__ = ["ClusterConfig", "SimResult", "SyntheticDraft", "simulate", "sweep"]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A simulated cluster and model.
+
+    Attributes:
+        n_ranks: Pipeline stages (nodes).
+        n_layers: Target layers, split evenly over the stages.
+        layer_s: Seconds per layer for one token.
+        batch_slope: Extra cost per extra token in a batch, as a fraction of one token.
+        head_s: Seconds of the output head per token (last stage).
+        draft_s: Seconds of the draft per drafted token (head rank).
+        latency_s: Per-message latency of a hop.
+        bandwidth_bps: Link bandwidth in bytes/s.
+        hidden_bytes: Bytes of one token's hidden state.
+    """
+
+    n_ranks: int = 2
+    n_layers: int = 30
+    layer_s: float = 1e-3
+    batch_slope: float = 0.15
+    head_s: float = 5e-3
+    draft_s: float = 1e-3
+    latency_s: float = 50e-6
+    bandwidth_bps: float = 125e6
+    hidden_bytes: int = 576 * 4
+
+    def __post_init__(self) -> None:
+        """Check the values."""
+        if self.n_ranks < 2 or self.n_layers < self.n_ranks:
+            raise ValueError(
+                f"need 2 <= n_ranks <= n_layers, got n_ranks={self.n_ranks}, "
+                f"n_layers={self.n_layers}"
+            )
+        for name in ("layer_s", "head_s", "draft_s", "latency_s", "batch_slope"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ClusterConfig.{name} must be >= 0")
+        if self.bandwidth_bps <= 0:
+            raise ValueError("ClusterConfig.bandwidth_bps must be > 0")
+
+    def stage_s(self, rank: int, b: int) -> float:
+        """Seconds for stage ``rank`` to run a batch of ``b`` tokens."""
+        lo = rank * self.n_layers // self.n_ranks
+        hi = (rank + 1) * self.n_layers // self.n_ranks
+        t = (hi - lo) * self.layer_s * (1.0 + self.batch_slope * (b - 1))
+        if rank == self.n_ranks - 1:
+            t += self.head_s * b
+        return t
+
+    def hop_s(self, b: int) -> float:
+        """Seconds to send ``b`` tokens' hidden states one hop."""
+        return self.latency_s + b * self.hidden_bytes / self.bandwidth_bps
+
+
+@dataclass
+class SyntheticDraft:
+    """Guesses the true next token with probability ``acceptance``."""
+
+    truth: list[int]
+    acceptance: float
+    seed: int = 0
+    name: str = "synthetic"
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Seed the generator."""
+        self.rng = random.Random(self.seed)
+
+    def propose(self, context: list[int], k: int) -> list[int]:
+        """Return ``k`` guesses; each is right with probability ``acceptance``."""
+        n = len(context)
+        out = []
+        for i in range(n, min(n + k, len(self.truth))):
+            ok = self.rng.random() < self.acceptance
+            out.append(self.truth[i] if ok else -1 - self.rng.randrange(1000))
+        return out
+
+
+@dataclass
+class SimResult:
+    """Metrics of one simulated generation (same meaning as the MPI runtime's)."""
+
+    strategy: str
+    tokens_per_s: float
+    ttft_s: float
+    itl_mean_s: float
+    itl_p90_s: float
+    acceptance_rate: float
+    runs: int
+    cancelled_runs: int
+    computed: list[int]
+    skipped: list[int]
+    events: list[tuple]
+
+    def summary(self) -> dict[str, Any]:
+        """Return the scalar metrics as a dict."""
+        return {k: v for k, v in self.__dict__.items() if k != "events"}
+
+
+def simulate(
+    cluster: ClusterConfig,
+    strategy: str,
+    acceptance: float,
+    n_new: int = 128,
+    prompt_len: int = 16,
+    k: int = 4,
+    max_inflight: int = 4,
+    max_ahead: int = 12,
+    seed: int = 0,
+    plain_drafts: bool = False,
+) -> SimResult:
+    """Simulate one generation of ``n_new`` tokens and return its metrics."""
+    P = cluster.n_ranks
+    truth = list(range(1000, 1000 + prompt_len + n_new + 64))
+    prompt = truth[:prompt_len]
+    draft = SyntheticDraft(truth, acceptance, seed) if strategy != "pipeline" else None
+    pol = HeadPolicy(
+        strategy, prompt, n_new, draft, k, max_inflight, max_ahead, plain_drafts=plain_drafts
+    )
+    heap: list[tuple] = []
+    counter = 0
+
+    def push(t: float, kind: str, *data: Any) -> None:
+        nonlocal counter
+        heapq.heappush(heap, (t, counter, kind, data))
+        counter += 1
+
+    queues: list[list] = [[] for _ in range(P)]
+    busy = [False] * P
+    cancel_at: list[dict[int, float]] = [{} for _ in range(P)]
+    inbox: list[dict] = []
+    computed, skipped = [0] * P, [0] * P
+    events: list[tuple] = []
+    head_busy = False
+    end = 0.0
+
+    def outputs(run: Any) -> list[int]:
+        out = []
+        for i in range(len(run.tokens)):
+            q = run.parent_len + i
+            ok = run.assumed[: q + 1] == truth[: q + 1]
+            out.append(truth[q + 1] if ok else -7)
+        return out
+
+    push(0.0, "head")
+    while heap:
+        now, _, kind, data = heapq.heappop(heap)
+        if kind == "head":
+            if head_busy:
+                continue
+            while inbox:
+                msg = inbox.pop(0)
+                _, cancels = pol.on_result(msg["run"].run_id, msg["out"], now)
+                for rid in cancels:
+                    for j in range(1, P):
+                        cancel_at[j][rid] = now + (P - j) * cluster.latency_s
+            if pol.done and not pol.inflight:
+                end = now
+                break
+            run = None if pol.done else pol.next_run()
+            if run is not None:
+                n = len(run.tokens)
+                chained = run.parent_seq != 0
+                n_draft = n if chained else len(run.assumed) - len(pol.committed)
+                t_draft = cluster.draft_s * n_draft if run.speculative else 0.0
+                dur = t_draft + cluster.stage_s(0, n)
+                computed[0] += n
+                events.append((0, run.run_id, "compute", now, now + dur, n, run.speculative))
+                head_busy = True
+                push(now + dur, "head_done", run)
+        elif kind == "head_done":
+            run = data[0]
+            head_busy = False
+            push(now + cluster.hop_s(len(run.tokens)), "arrive", 1, {"run": run, "live": True})
+            push(now, "head")
+        elif kind == "arrive":
+            j, msg = data
+            queues[j].append(msg)
+            push(now, "start", j)
+        elif kind == "start":
+            j = data[0]
+            if busy[j] or not queues[j]:
+                continue
+            msg = queues[j].pop(0)
+            run, n = msg["run"], len(msg["run"].tokens)
+            live = msg["live"] and cancel_at[j].get(run.run_id, np.inf) > now
+            dur = cluster.stage_s(j, n) if live else 0.0
+            if live:
+                computed[j] += n
+            else:
+                skipped[j] += n
+            events.append((j, run.run_id, "compute" if live else "skip", now, now + dur, n,
+                           run.speculative))  # fmt: skip
+            busy[j] = True
+            push(now + dur, "done", j, {"run": run, "live": live})
+        elif kind == "done":
+            j, msg = data
+            busy[j] = False
+            if j == P - 1:
+                out = outputs(msg["run"]) if msg["live"] else None
+                push(now + cluster.latency_s, "result", {"run": msg["run"], "out": out})
+            else:
+                hop = cluster.hop_s(len(msg["run"].tokens)) if msg["live"] else cluster.latency_s
+                push(now + hop, "arrive", j + 1, msg)
+            push(now, "start", j)
+        elif kind == "result":
+            inbox.append(data[0])
+            push(now, "head")
+    if pol.generated() != truth[prompt_len : prompt_len + n_new]:
+        raise RuntimeError(f"simulated {strategy} run was not lossless (policy error)")
+    times = np.asarray(pol.commit_times[:n_new])
+    gaps = np.diff(times) if len(times) > 1 else np.zeros(1)
+    return SimResult(
+        strategy=strategy,
+        tokens_per_s=n_new / end,
+        ttft_s=float(times[0]),
+        itl_mean_s=float((times[-1] - times[0]) / max(len(times) - 1, 1)),
+        itl_p90_s=float(np.percentile(gaps, 90)),
+        acceptance_rate=pol.acceptance_rate(),
+        runs=pol.n_runs,
+        cancelled_runs=pol.n_cancelled,
+        computed=computed,
+        skipped=skipped,
+        events=events,
+    )
+
+
+def sweep(
+    cluster: ClusterConfig,
+    acceptances: list[float],
+    *,
+    n_new: int = 128,
+    ks: tuple[int, ...] = (1, 2, 4, 8),
+    pipeinfer_ks: tuple[int, ...] = (1, 2),
+    inflights: tuple[int, ...] | None = None,
+    plain_drafts: bool = False,
+    seeds: tuple[int, ...] = (0,),
+    **overrides: Any,
+) -> list[dict[str, Any]]:
+    """Tokens/s of the three strategies over acceptance rates (best ``k`` per strategy).
+
+    Args:
+        cluster: Base cluster; ``overrides`` replace its fields (e.g. ``n_ranks=8``).
+        acceptances: Draft acceptance rates to simulate.
+        n_new: Generated tokens.
+        ks: Draft lengths tried for standard speculation (the best is kept).
+        pipeinfer_ks: Tokens per speculative run tried for PipeInfer (the best is kept).
+        inflights: PipeInfer in-flight limits tried (default ``(4, 2 * n_ranks)``).
+        plain_drafts: PipeInfer variant (see :class:`HeadPolicy`).
+        seeds: Acceptance traces averaged over.
+        **overrides: :class:`ClusterConfig` fields to replace.
+
+    Returns:
+        One row per acceptance rate: tokens/s per strategy, the ratios, the chosen ``k``
+        and mean inter-token latencies.
+    """
+    cl = replace(cluster, **overrides)
+    limits = tuple(sorted(set(inflights or (4, 2 * cl.n_ranks))))
+    rows = []
+    for a in acceptances:
+
+        def best(strategy: str, kset: tuple[int, ...], mis: tuple[int, ...], a: float = a) -> tuple:
+            out = []
+            for kk in kset:
+                for mi in mis:
+                    res = [
+                        simulate(cl, strategy, a, n_new, k=kk, max_inflight=mi, seed=s,
+                                 plain_drafts=plain_drafts)
+                        for s in seeds
+                    ]  # fmt: skip
+                    tps = float(np.mean([r.tokens_per_s for r in res]))
+                    itl = float(np.mean([r.itl_mean_s for r in res]))
+                    out.append((tps, kk, itl))
+            return max(out)
+
+        pipe = simulate(cl, "pipeline", a, n_new)
+        spec = best("speculative", ks, (1,))
+        pinf = best("pipeinfer", pipeinfer_ks, limits)
+        rows.append(
+            {
+                "acceptance": a,
+                "n_ranks": cl.n_ranks,
+                "bandwidth_bps": cl.bandwidth_bps,
+                "pipeline_tps": pipe.tokens_per_s,
+                "speculative_tps": spec[0],
+                "pipeinfer_tps": pinf[0],
+                "speculative_k": spec[1],
+                "pipeinfer_k": pinf[1],
+                "pipeinfer_vs_speculative": pinf[0] / spec[0],
+                "pipeinfer_vs_pipeline": pinf[0] / pipe.tokens_per_s,
+                "itl_pipeline_s": pipe.itl_mean_s,
+                "itl_speculative_s": spec[2],
+                "itl_pipeinfer_s": pinf[2],
+            }
+        )
+    return rows
