@@ -8,8 +8,21 @@ generation into Numba CPU and ``numba.cuda`` kernels (:mod:`~hpcnb.winograd.code
 (:mod:`~hpcnb.winograd.autotune`), numerics and benchmarks.
 """
 
-from hpcnb.winograd.autotune import TuneResult, autotune, lookup, machine_key, wisdom_path
-from hpcnb.winograd.bench import Layer, benchmark_layer, geometric_mean, layer_set
+from hpcnb.winograd.autotune import (
+    TuneResult,
+    autotune,
+    lookup,
+    machine_key,
+    search_space,
+    wisdom_path,
+)
+from hpcnb.winograd.bench import (
+    Layer,
+    benchmark_layer,
+    geometric_mean,
+    layer_set,
+    time_configs,
+)
 from hpcnb.winograd.codegen import cache_dir, cpu_kernels, cpu_source, cuda_source
 from hpcnb.winograd.conv import (
     WinogradConfig,
@@ -17,6 +30,7 @@ from hpcnb.winograd.conv import (
     conv2d_im2col,
     conv2d_winograd,
     default_config,
+    filter_transform,
     winograd_numpy,
 )
 from hpcnb.winograd.cuda import conv2d_winograd_cuda, validate_in_simulator
@@ -57,6 +71,7 @@ __all__ = [
     "direct_fp64",
     "error_bound",
     "error_study",
+    "filter_transform",
     "geometric_mean",
     "layer_set",
     "lookup",
@@ -66,6 +81,8 @@ __all__ = [
     "optimise",
     "prove_equivalence",
     "relative_error",
+    "search_space",
+    "time_configs",
     "transform_programs",
     "validate_in_simulator",
     "winograd_numpy",

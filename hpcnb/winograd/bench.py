@@ -17,11 +17,19 @@ from hpcnb.winograd.conv import (
     conv2d_direct,
     conv2d_im2col,
     default_config,
+    filter_transform,
     thread_limit,
     winograd_numpy,
 )
 
-__all__ = ["RESNET_LAYERS", "Layer", "benchmark_layer", "geometric_mean", "layer_set"]
+__all__ = [
+    "RESNET_LAYERS",
+    "Layer",
+    "benchmark_layer",
+    "geometric_mean",
+    "layer_set",
+    "time_configs",
+]
 
 # (channels, image side) of the ResNet/VGG 3x3 stages
 RESNET_LAYERS: tuple[tuple[int, int], ...] = ((64, 56), (128, 28), (256, 14), (512, 7))
@@ -102,7 +110,9 @@ def benchmark_layer(
         im2col: Also time im2col + GEMM.
 
     Returns:
-        Dict with ``layer``, ``<method>_s`` medians, ``winograd_rel_error`` vs torch and the
+        Dict with ``layer``, ``<method>_s`` medians (``winograd_s`` with the filters
+        transformed once beforehand, as for inference with fixed weights, and
+        ``winograd_with_filter_transform_s`` including it), ``winograd_rel_error`` vs torch and the
         ratios ``speedup_vs_torch``, ``speedup_vs_direct``, ``speedup_vs_im2col``.
     """
     import torch
@@ -124,8 +134,10 @@ def benchmark_layer(
             t_torch = time_call(lambda: F.conv2d(xt, wt, padding=pad), reps=reps)
     finally:
         torch.set_num_threads(old)
-    y = winograd_numpy(x, w, pad, cfg)
-    t_wino = time_call(lambda: winograd_numpy(x, w, pad, cfg), reps=reps)
+    U = filter_transform(w, cfg.m, cfg.points).astype(np.float32)
+    y = winograd_numpy(x, w, pad, cfg, U=U)
+    t_wino = time_call(lambda: winograd_numpy(x, w, pad, cfg, U=U), reps=reps)
+    t_full = time_call(lambda: winograd_numpy(x, w, pad, cfg), reps=reps)
     out = {
         "layer": layer.name,
         "N": layer.N,
@@ -135,6 +147,7 @@ def benchmark_layer(
         "threads": threads,
         "torch_s": t_torch,
         "winograd_s": t_wino,
+        "winograd_with_filter_transform_s": t_full,
         "winograd_rel_error": float(np.abs(y - ref).max() / np.abs(ref).max()),
         "speedup_vs_torch": t_torch / t_wino,
         "winograd_gflops_equiv": layer.flops / t_wino / 1e9,
@@ -147,3 +160,37 @@ def benchmark_layer(
             t = time_call(lambda: conv2d_im2col(x, w, pad), reps=reps)
             out["im2col_s"], out["speedup_vs_im2col"] = t, t / t_wino
     return out
+
+
+def time_configs(
+    layer: Layer, configs: list[WinogradConfig], *, threads: int, reps: int = 3, seed: int = 0
+) -> list[float]:
+    """Median times of several Winograd configurations on one layer, measured together.
+
+    Used to compare a tuned configuration with the default one in a fresh measurement
+    (the tuner's own times are the minimum of many and so biased towards the winner).
+    Configurations are timed in interleaved rounds so that load changes hit all alike.
+
+    Args:
+        layer: The layer.
+        configs: Configurations (``threads == 0`` means ``threads``).
+        threads: Maximum thread count.
+        reps: Rounds (median).
+        seed: Seed of the data.
+
+    Returns:
+        Median seconds per configuration, in order.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(layer.x_shape, dtype=np.float32)
+    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    pad = (layer.r - 1) // 2
+    cfgs = [c if 0 < c.threads <= threads else replace(c, threads=threads) for c in configs]
+    filters = [filter_transform(w, c.m, c.points).astype(np.float32) for c in cfgs]
+    times: list[list[float]] = [[] for _ in cfgs]
+    for c, U in zip(cfgs, filters, strict=True):  # warm-up (and compile)
+        winograd_numpy(x, w, pad, c, U=U)
+    for _ in range(reps):
+        for i, (c, U) in enumerate(zip(cfgs, filters, strict=True)):
+            times[i].append(time_call(lambda c=c, U=U: winograd_numpy(x, w, pad, c, U=U), 1, 0))
+    return [float(np.median(t)) for t in times]

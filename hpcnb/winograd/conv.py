@@ -160,12 +160,19 @@ def filter_transform(w: np.ndarray, m: int, points: str = "default") -> np.ndarr
     K, C, r, _ = w.shape
     _, G, _ = cook_toom(m, r, points).numpy(np.float64)
     n = G.shape[0]
-    U = np.einsum("ai,kcij,bj->abkc", G, w.astype(np.float64), G, optimize=True)
+    # two small contractions (einsum's C loops beat BLAS on these skinny shapes)
+    T = np.einsum("xij,bj->xib", w.astype(np.float64).reshape(K * C, r, r), G)
+    U = np.einsum("ai,xib->abx", G, T)
     return np.ascontiguousarray(U.reshape(n * n, K, C))
 
 
 def winograd_numpy(
-    x: np.ndarray, w: np.ndarray, padding: int, config: WinogradConfig, dtype: str = "float32"
+    x: np.ndarray,
+    w: np.ndarray,
+    padding: int,
+    config: WinogradConfig,
+    dtype: str = "float32",
+    U: np.ndarray | None = None,
 ) -> np.ndarray:
     """Winograd convolution of NumPy arrays with the generated kernels.
 
@@ -175,6 +182,8 @@ def winograd_numpy(
         padding: Zero padding.
         config: Run configuration.
         dtype: Arithmetic precision, ``"float32"`` or ``"float64"``.
+        U: Pre-transformed filters from :func:`filter_transform` for ``config.m`` and
+            ``config.points`` (inference with fixed weights); computed when None.
 
     Returns:
         Output ``(N, K, Ho, Wo)`` of ``dtype``.
@@ -188,7 +197,11 @@ def winograd_numpy(
     kern = cpu_kernels(m, r, config.points, dtype)
     np_dtype = np.dtype(dtype)
     x = np.ascontiguousarray(x, dtype=np_dtype)
-    U = filter_transform(w, m, config.points).astype(np_dtype)
+    if U is None:
+        U = filter_transform(w, m, config.points)
+    elif U.shape != (n * n, K, C):
+        raise ValueError(f"winograd_numpy: U must have shape {(n * n, K, C)}, got {U.shape}")
+    U = U.astype(np_dtype, copy=False)
     if config.storage == "fp16":
         U = U.astype(np.float16).astype(np_dtype)
     tiles_h, tiles_w = math.ceil(Ho / m), math.ceil(Wo / m)
