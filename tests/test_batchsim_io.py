@@ -291,6 +291,21 @@ def test_cli_errors(tmp_path, capsys):
     assert len(read_swf(tmp_path / "g.swf")) == 10
 
 
+def test_cli_schedulers_and_validate_dl(tmp_path, capsys):
+    assert run_cli(["batchsim", "schedulers"]) == 0
+    listed = capsys.readouterr().out
+    assert "easy" in listed and "malleable" in listed and "drf" in listed
+    from hpcnb.batchsim import synthetic_dl_table
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    synthetic_dl_table(seed=1, noise=0.02).to_csv(folder / "scalability.csv", index=False)
+    assert run_cli(["batchsim", "validate-dl", str(folder)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("MAPE ") and float(last.split()[1]) < 0.05
+    assert run_cli(["batchsim", "validate-dl", str(tmp_path / "nope")]) == 2
+
+
 def test_cli_elastisim_json(tmp_path):
     args = {"iterations": 2, "work": 4e9, "init": 1, "out": 1e9}
     jobs = [{"type": "malleable", "submit_time": 0, "num_nodes_min": 1, "num_nodes_max": 4,

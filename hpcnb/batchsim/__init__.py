@@ -35,7 +35,13 @@ from hpcnb.batchsim.experiments import (
 from hpcnb.batchsim.expressions import Expression, ExpressionError, evaluate, parse_expression
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext, ScaledWork, WorkModel
 from hpcnb.batchsim.platform import Platform, read_platform_xml
-from hpcnb.batchsim.plots import plot_gantt, plot_policy_bars, plot_utilization
+from hpcnb.batchsim.plots import (
+    plot_dl_fit,
+    plot_gantt,
+    plot_policy_bars,
+    plot_speed,
+    plot_utilization,
+)
 from hpcnb.batchsim.policies import (
     DRF,
     SCHEDULERS,
@@ -126,8 +132,10 @@ __all__ = [
     "make_malleable",
     "make_scheduler",
     "parse_expression",
+    "plot_dl_fit",
     "plot_gantt",
     "plot_policy_bars",
+    "plot_speed",
     "plot_utilization",
     "policy_sweep",
     "read_application_model",

@@ -5,6 +5,8 @@ Sub-commands::
     hpcnb batchsim simulate WORKLOAD --scheduler NAME [--nodes N]
         [--malleable-fraction F] [--seed S] [--on-error error|skip] --out DIR
     hpcnb batchsim generate OUT.swf [--jobs N] [--nodes N] [--seed S]
+    hpcnb batchsim schedulers
+    hpcnb batchsim validate-dl MODEL_DIR [--train-max-nodes N] [--folds K] [--seed S]
 
 ``WORKLOAD`` is an SWF trace (``.swf`` / ``.swf.gz``) or an ElastiSim ``jobs.json``.
 ``simulate`` writes ``job_statistics.csv`` (ElastiSim columns), ``node_utilization.csv``
@@ -13,7 +15,9 @@ jobs are replayed with their recorded submit times, run times and sizes on ``--n
 nodes (default: the header's MaxProcs or MaxNodes; one processor = one node); jobs
 with unknown run time or size, or larger than the machine, are reported and skipped.
 ``--malleable-fraction`` converts that share of multi-node jobs to malleable ones
-(:class:`~hpcnb.batchsim.workloads.MalleablePolicy`).
+(:class:`~hpcnb.batchsim.workloads.MalleablePolicy`). ``schedulers`` lists the policies;
+``validate-dl`` fits the DL step-time workload model to a measured ``scalability.csv`` and
+prints its parameters and, as the last line, ``MAPE <value>`` on runs left out of the fit.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import sys
 from pathlib import Path
 
+from hpcnb.batchsim.dl import scaling_validation
 from hpcnb.batchsim.elastisim import read_elastisim
 from hpcnb.batchsim.jobs import Job
 from hpcnb.batchsim.platform import Platform
@@ -36,7 +41,14 @@ from hpcnb.batchsim.workloads import (
     make_malleable,
 )
 
-__all__ = ["generate_command", "handler", "register", "simulate_command"]
+__all__ = [
+    "generate_command",
+    "handler",
+    "register",
+    "schedulers_command",
+    "simulate_command",
+    "validate_dl_command",
+]
 
 
 def _load(args: argparse.Namespace) -> tuple[list[Job], Platform, float, list[str]]:
@@ -95,6 +107,33 @@ def generate_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def schedulers_command(args: argparse.Namespace) -> int:
+    """Print each scheduler's name and summary line; return 0."""
+    for name, cls in sorted(SCHEDULERS.items()):
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        print(f"{name:14s} {summary}")
+    return 0
+
+
+def validate_dl_command(args: argparse.Namespace) -> int:
+    """Fit and validate the DL step-time model on one model folder; return the exit code."""
+    try:
+        model, test, mape = scaling_validation(
+            args.model_dir, args.train_max_nodes, folds=args.folds, seed=args.seed
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"hpcnb batchsim validate-dl: {exc}", file=sys.stderr)
+        return 2
+    protocol = (f"fit on <= {args.train_max_nodes} nodes" if args.train_max_nodes
+                else f"{args.folds}-fold cross-validation")  # fmt: skip
+    print(f"{model.expression}")
+    for key, value in model.params.items():
+        print(f"  {key} = {value:.6g}")
+    print(f"{len(test)} runs predicted ({protocol})")
+    print(f"MAPE {mape:.4f}")
+    return 0
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -121,10 +160,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--jobs", type=int, default=10000)
     gen.add_argument("--nodes", type=int, default=256)
     gen.add_argument("--seed", type=int, default=0)
+    sub.add_parser("schedulers", help="list the scheduling policies")
+    val = sub.add_parser("validate-dl", help="validate the DL workload model on measured data")
+    val.add_argument("model_dir", help="folder with scalability.csv (Pollux format)")
+    val.add_argument("--train-max-nodes", type=int, default=None,
+                     help="extrapolate: fit on <= N nodes (default: cross-validation)")  # fmt: skip
+    val.add_argument("--folds", type=int, default=5)
+    val.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
     """Dispatch ``hpcnb batchsim <command>``; return the exit code."""
-    commands = {"simulate": simulate_command, "generate": generate_command}
+    commands = {
+        "simulate": simulate_command,
+        "generate": generate_command,
+        "schedulers": schedulers_command,
+        "validate-dl": validate_dl_command,
+    }
     return commands[args.batchsim_command](args)

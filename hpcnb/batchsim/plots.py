@@ -1,4 +1,4 @@
-"""Plots of simulation results: Gantt chart, utilisation over time, per-policy bars."""
+"""Plots: Gantt chart, utilisation over time, per-policy bars, speed, DL model fit."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from hpcnb.batchsim.simulation import SimulationResult
 
-__all__ = ["plot_gantt", "plot_policy_bars", "plot_utilization"]
+__all__ = ["plot_dl_fit", "plot_gantt", "plot_policy_bars", "plot_speed", "plot_utilization"]
 
 _TYPE_COLOURS = {
     "rigid": "tab:blue",
@@ -112,3 +113,48 @@ def plot_policy_bars(
     if hue is not None:
         ax.legend(fontsize="x-small", ncol=2)
     return ax
+
+
+def plot_speed(speed: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Draw wall-clock time against jobs simulated (log–log) for the kernel and the engine.
+
+    Args:
+        speed: The table of :func:`~hpcnb.batchsim.experiments.speed_vs_jobs`.
+        ax: Axes to draw on.
+    """
+    ax = _axes(ax, (6, 3.5))
+    jobs = speed["jobs"].to_numpy(dtype=float)
+    for column, marker, label in (("compiled_jobs_per_s", "o-", "compiled kernel"),
+                                  ("engine_jobs_per_s", "s-", "general engine")):  # fmt: skip
+        rate = speed[column].to_numpy(dtype=float)
+        ok = np.isfinite(rate)
+        ax.loglog(jobs[ok], jobs[ok] / rate[ok], marker, label=label)
+    ref = jobs / jobs[0] * (jobs[0] / speed["compiled_jobs_per_s"].iloc[0])
+    ax.loglog(jobs, ref, "k:", linewidth=0.8, label="linear in jobs")
+    ax.set_xlabel("jobs simulated")
+    ax.set_ylabel("wall-clock time (s)")
+    ax.set_title("Rigid EASY: cost vs trace length")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_dl_fit(tests: Mapping[str, pd.DataFrame], width: float = 3.2) -> Figure:
+    """Draw model against measured training throughput, one panel per DL model.
+
+    Args:
+        tests: Per model, a table with ``num_replicas, local_bsz, step_time, predicted``
+            (the second output of :func:`~hpcnb.batchsim.dl.scaling_validation`).
+        width: Width of one panel (inches).
+    """
+    fig, axes = plt.subplots(1, len(tests), figsize=(width * len(tests), 3), squeeze=False)
+    for ax, (name, test) in zip(axes[0], tests.items(), strict=True):
+        samples = test["num_replicas"] * test["local_bsz"]
+        measured = samples / test["step_time"]
+        ax.scatter(measured, samples / test["predicted"], s=6)
+        limit = [0, float(measured.max()) * 1.05]
+        ax.plot(limit, limit, "k--", linewidth=0.8)
+        ax.set_xlabel("measured (samples/s)")
+        ax.set_ylabel("model (samples/s)")
+        ax.set_title(name)
+    fig.tight_layout()
+    return fig
