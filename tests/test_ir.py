@@ -472,3 +472,87 @@ def test_functional_attention_costs_like_its_matmul_form() -> None:
     assert ours == ref
     attention = next(n for n in fused.nodes if n.kind == "attention")
     assert attention.in_shapes == [(2, 2, 6, 8)] * 3
+
+
+class HandWrittenAttention(nn.Module):
+    """timm-style attention written with plain ops (no leaf): heads found by traversal."""
+
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5).softmax(dim=-1)
+        out = torch.matmul(attn, v).transpose(1, 2).reshape(b, n, self.heads * self.head_dim)
+        return self.proj(out)
+
+
+class Wrap(nn.Module):
+    def __init__(self, attn: nn.Module) -> None:
+        super().__init__()
+        self.inp = nn.Linear(5, 16)
+        self.attn = attn
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        return self.out(h + self.attn(h))
+
+
+def test_hand_written_attention_heads_found_by_traversal() -> None:
+    torch.manual_seed(0)
+    plain = _randomize(Wrap(HandWrittenAttention()))
+    leaf = Wrap(models.MultiHeadSelfAttention(16, 4)).eval()
+    leaf.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 6, 5)
+    g_plain, g_leaf = trace(plain, x), trace(leaf, x)
+    heads = [g for g in g_plain.groups() if g.kind == "head" and g.prunable]
+    assert len(heads) == 1 and heads[0].size == 4
+    for offset in (0, 16, 32):
+        assert _has(heads[0], "attn.qkv.weight", 0, offset, unit=4)
+        assert _has(heads[0], "attn.qkv.bias", 0, offset, unit=4)
+    assert _has(heads[0], "attn.proj.weight", 1, 0, unit=4)
+    (leaf_heads,) = [g for g in g_leaf.groups() if g.kind == "head"]
+    with torch.no_grad():
+        ref = plain(x)
+        assert torch.allclose(leaf(x), ref, atol=1e-6)
+        assert (extract(plain, g_plain, {})(x) - ref).abs().max().item() <= 1e-6
+        a = extract(plain, g_plain, {heads[0].id: [3, 1]})
+        b = extract(leaf, g_leaf, {leaf_heads.id: [3, 1]})
+        assert torch.allclose(a(x), b(x), atol=1e-6)  # traversal == hand-declared leaf rule
+        assert trace(a, x).total_flops() < g_plain.total_flops()
+        reorder(plain, g_plain)
+        assert (plain(x) - ref).abs().max().item() <= 1e-5
+
+
+class ClassicVGG(nn.Module):
+    """Flatten of a 2x2 feature map into a linear layer (no global pooling)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 6, 3, padding=1)
+        self.bn = nn.BatchNorm2d(6)
+        self.fc = nn.Linear(6 * 2 * 2, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 4)
+        return self.fc(y.flatten(1))
+
+
+def test_flatten_into_linear_slices_channel_blocks() -> None:
+    model = _randomize(ClassicVGG())
+    x = torch.randn(2, 1, 8, 8)
+    graph = trace(model, x)
+    g = _group_with(graph, "conv.weight", 0)
+    assert g.prunable and _has(g, "fc.weight", 1, 0, unit=4)
+    small = extract(model, graph, {g.id: [5, 0]})
+    assert small.get_submodule("fc").in_features == 8
+    with torch.no_grad():
+        y = nn.functional.max_pool2d(torch.relu(model.bn(model.conv(x))), 4)[:, [5, 0]]
+        manual = y.flatten(1) @ model.fc.weight[:, [20, 21, 22, 23, 0, 1, 2, 3]].T + model.fc.bias
+        assert torch.allclose(small(x), manual, atol=1e-6)

@@ -6,6 +6,14 @@ buffer) axis - ``("layer1.0.conv1.weight", 0)`` - a virtual space declared by
 a leaf operator (attention heads), or an anonymous axis (batch, spatial, the
 network input) that no parameter owns.
 
+A reshape that splits one channel axis into several (``C -> (heads, head_dim)``,
+``3*C -> (3, heads, head_dim)``) or merges several into one (``(C, H, W) -> C*H*W``
+before a linear layer) maps each outer axis to a *derived* space whose element
+``i`` stands for whole units of the base axis; the base axis itself can then
+only be pruned in those units. This is how attention heads written with plain
+tensor ops, and conv channels flattened into a classifier, are found without
+any per-model rule.
+
 The traversal walks the fx graph once in topological order and applies one
 rule per op (:mod:`hpcnb.ir.rules`): a convolution's output channel axis *is*
 its weight's axis 0; a residual add *unifies* its inputs' channel axes; a
@@ -87,11 +95,14 @@ class Analysis:
         self._changed = False
         self._uf = _UnionFind()
         self._fixed: dict[Atom, str] = {}
+        self._whole_units: dict[Atom, str] = {}
+        self.derived: dict[int, tuple[int, int, int, int, int]] = {}
         self._prefix = ""
         self.axes: dict[str, Any] = {}
         self.records: dict[str, Any] = {}
         self.groups: list[ChannelGroup] = []
         self.atom_group: dict[Atom, str] = {}
+        self._classes: dict[Atom, list[Atom]] = {}
         self._params = dict(graph.gm.named_parameters())
         self._params.update(dict(graph.gm.named_buffers()))
 
@@ -145,6 +156,33 @@ class Analysis:
         sid = self.space(("anon", *key), size)
         self.fix([(sid, 0, size)], reason)
         return [(sid, 0, size)]
+
+    def derive(self, base: Sequence[Segment], unit: int, period: int, count: int) -> list[Segment]:
+        """A space whose element ``i`` is the units ``base[j*period + i*unit : ... + unit]``.
+
+        Used where a reshape splits a channel axis into (outer, ..., inner) axes (e.g. heads x
+        head width) or merges such axes back: pruning element ``i`` of the derived space
+        removes ``count`` units of ``unit`` elements of the base space.
+
+        Args:
+            base: A single segment ``(space, start, end)`` with ``end - start = count*period``.
+            unit: Base elements per derived element and repeat.
+            period: Base elements between repeats.
+            count: Number of repeats.
+
+        Returns:
+            The derived space's segments (size ``period // unit``).
+        """
+        (sid, start, _end) = base[0]
+        size = period // unit
+        did = self.space(("derived", sid, start, unit, period, count), size)
+        self.derived[did] = (sid, start, unit, period, count)
+        return [(did, 0, size)]
+
+    def whole_units(self, segs: Sequence[Segment], reason: str) -> None:
+        """Mark ``segs`` as prunable only in whole units (through a derived space)."""
+        for atom in self.atoms(segs):
+            self._whole_units.setdefault(atom, reason)
 
     # --- cuts, atoms, unify, fix ------------------------------------------------------------
     def _cut(self, sid: int, pos: int) -> None:
@@ -218,6 +256,7 @@ class Analysis:
             self._changed = False
             self._uf = _UnionFind()
             self._fixed = {}
+            self._whole_units = {}
             self.axes = {}
             self.records = {}
             for n in gm.graph.nodes:
@@ -246,6 +285,7 @@ class Analysis:
         for sid, space in enumerate(self.spaces):
             for atom in self.atoms([(sid, 0, space.size)]):
                 classes.setdefault(self._uf.find(atom), []).append(atom)
+        self._classes = classes
         ordered = sorted(classes.values(), key=min)
         modules = {p for p, _ in self.graph.gm.named_modules()}
         linear_like = {
@@ -253,23 +293,32 @@ class Analysis:
         }
         self.groups, self.atom_group = [], {}
         for atoms in ordered:
-            members: list[ParamSlice] = []
+            members: dict[ParamSlice, None] = {}
             kinds = set()
-            for sid, s, e in sorted(atoms):
+            reasons = [self._fixed[a] for a in atoms if a in self._fixed]
+            reasons += [self._whole_units[a] for a in atoms if a in self._whole_units]
+            n_direct = n_derived = 0
+            for atom in sorted(atoms):
+                sid, s, e = atom
                 space = self.spaces[sid]
                 kinds.add(space.kind)
                 for pname, axis, off, unit in space.members:
-                    members.append(ParamSlice(pname, axis, off + s * unit, e - s, unit))
+                    members[ParamSlice(pname, axis, off + s * unit, e - s, unit)] = None
+                    n_direct += 1
+                if sid in self.derived:
+                    found, why = self._derived_members(atom)
+                    members.update(dict.fromkeys(found))
+                    reasons += why
+                    n_derived += len(found)
             if not members:
                 continue
-            reasons = [self._fixed[a] for a in atoms if a in self._fixed]
             owners = []
             for m in members:
                 owner = m.param.rpartition(".")[0]
                 owner = owner if owner in modules else ""
                 if owner not in owners:
                     owners.append(owner)
-            if "head" in kinds:
+            if "head" in kinds or (n_derived and not n_direct):
                 kind = "head"
             elif all(o in linear_like for o in owners if o):
                 kind = "hidden"
@@ -290,13 +339,62 @@ class Analysis:
                 )
             )
 
+    def _derived_members(self, atom: Atom) -> tuple[list[ParamSlice], list[str]]:
+        """Parameter slices behind a derived atom: every base unit it covers, via class-mates."""
+        did, i0, i1 = atom
+        sid, start, unit, period, count = self.derived[did]
+        base_atoms = self.atoms([(sid, 0, self.spaces[sid].size)])
+        found: list[ParamSlice] = []
+        why: list[str] = []
+        for j in range(count):
+            lo, hi = start + j * period + i0 * unit, start + j * period + i1 * unit
+            host = next((b for b in base_atoms if b[1] <= lo and hi <= b[2]), None)
+            if host is None:
+                why.append("units of a split axis are cut by another slice")
+                continue
+            for mate in self._classes[self._uf.find(host)]:
+                if mate in self._fixed:
+                    why.append(self._fixed[mate])
+                if mate[0] in self.derived:
+                    why.append("nested unit structure")
+                    continue
+                pos = mate[1] + (lo - host[1])
+                for pname, axis, off, u in self.spaces[mate[0]].members:
+                    found.append(ParamSlice(pname, axis, off + pos * u, i1 - i0, u * unit))
+        return found, why
+
     def kept(self, segs: Sequence[Segment], keep: dict[str, list[int]]) -> int:
         """Length of ``segs`` after keeping ``keep[group]`` elements of each pruned group."""
         total = 0
         for atom in self.atoms(segs):
             gid = self.atom_group.get(atom)
-            total += len(keep[gid]) if gid in keep else atom[2] - atom[1]
+            if gid in keep:
+                total += len(keep[gid])
+            else:
+                total += atom[2] - atom[1] - self._removed_units(atom, keep)
         return total
+
+    def _removed_units(self, atom: Atom, keep: dict[str, list[int]]) -> int:
+        """Elements of ``atom`` removed because a derived space over it (or a mate) is pruned."""
+        for mate in self._classes.get(self._uf.find(atom), [atom]):
+            removed = 0
+            for did, (sid, start, unit, period, count) in self.derived.items():
+                if sid != mate[0]:
+                    continue
+                for d_atom in self.atoms([(did, 0, self.spaces[did].size)]):
+                    gid = self.atom_group.get(d_atom)
+                    if gid not in keep:
+                        continue
+                    kept_set = set(keep[gid])
+                    for i in range(d_atom[1], d_atom[2]):
+                        if i - d_atom[1] in kept_set:
+                            continue
+                        for j in range(count):
+                            lo = start + j * period + i * unit
+                            removed += max(0, min(lo + unit, mate[2]) - max(lo, mate[1]))
+            if removed:
+                return removed
+        return 0
 
 
 def length(segs: Sequence[Segment]) -> int:

@@ -148,6 +148,10 @@ def _reshape(
                 po *= outs[oo[q]]
         if len(gi) == 1 and len(go) == 1:
             out[go[0]] = x[gi[0]]
+        elif len(gi) == 1 and len(x[gi[0]]) == 1:
+            _split_axis(a, node, x[gi[0]], [outs[j] for j in go], out, go)
+        elif len(go) == 1:
+            _merge_axes(a, node, [x[i] for i in gi], [ins[i] for i in gi], out, go[0])
         else:
             for i in gi:
                 a.fix(x[i], reason)
@@ -156,6 +160,35 @@ def _reshape(
         p += 1
         q += 1
     return out
+
+
+def _split_axis(
+    a: Analysis, node: fx.Node, segs: list, sizes: list[int], out: Axes, go: list[int]
+) -> None:
+    """One axis reshaped into (n0, ..., nk): outer axes become derived unit spaces."""
+    reason = f"reshape at '{node.name}' splits this axis: only whole units can be pruned"
+    a.whole_units(segs, reason)
+    total = math.prod(sizes)
+    for t, j in enumerate(go[:-1]):
+        unit = math.prod(sizes[t + 1 :])
+        period = sizes[t] * unit
+        out[j] = a.derive(segs, unit, period, total // period)
+    out[go[-1]] = a.fresh((node.name, "inner", go[-1]), sizes[-1], "innermost axis of a split")
+
+
+def _merge_axes(
+    a: Analysis, node: fx.Node, axes: list, sizes: list[int], out: Axes, j: int
+) -> None:
+    """Axes (n0, ..., nk) merged into one: each outer axis ties to a derived unit space."""
+    total = math.prod(sizes)
+    merged = [(a.space(("anon", node.name, "merged", j), total), 0, total)]
+    a.whole_units(merged, f"reshape at '{node.name}' merges axes: only whole units can be pruned")
+    for t, segs in enumerate(axes[:-1]):
+        unit = math.prod(sizes[t + 1 :])
+        period = sizes[t] * unit
+        a.unify(segs, a.derive(merged, unit, period, total // period))
+    a.fix(axes[-1], f"innermost axis of a merge at '{node.name}'")
+    out[j] = merged
 
 
 def _getitem(a: Analysis, node: fx.Node, x: Any, index: Any, in_shape: tuple[int, ...]) -> Any:
