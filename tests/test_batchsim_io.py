@@ -23,6 +23,7 @@ from hpcnb.batchsim import (
     evaluate,
     jobs_from_swf,
     lublin_feitelson,
+    make_scheduler,
     parse_expression,
     read_elastisim,
     read_platform_xml,
@@ -325,3 +326,41 @@ def test_platform_validation():
     assert p.communication_time("ring", 1e9, 4) < p.communication_time("allreduce", 1e9, 4)
     with pytest.raises(ValueError, match="pattern"):
         p.communication_time("butterfly", 1, 2)
+
+
+def test_experiment_helpers_without_data(tmp_path, monkeypatch):
+    from hpcnb.batchsim import (
+        StepTimeModel,
+        dl_jobs,
+        load_trace,
+        policy_sweep,
+        speed_vs_jobs,
+        synthetic_dl_table,
+        write_synthetic_elastisim_project,
+    )
+
+    monkeypatch.delenv("HPCNB_DATA", raising=False)
+    loaded = load_trace("swf/hpc2n-seth-first3170.swf", 32, 120, seed=0)
+    assert not loaded.real and "Lublin-Feitelson" in loaded.message and len(loaded.value) == 120
+    table, results = policy_sweep(loaded.value, 32, ("fcfs", "malleable"), (0.0, 1.0), 0, 5.0)
+    assert len(table) == 4 and len(results) == 4
+    assert table.loc[table["malleable_fraction"] == 1.0, "jobs"].eq(120).all()
+    speed = speed_vs_jobs(loaded.value, (50, 120), 32, repeats=1, engine_max_jobs=50)
+    assert speed["compiled_jobs_per_s"].gt(0).all() and speed["engine_jobs_per_s"].isna().sum() == 1
+    project = write_synthetic_elastisim_project(tmp_path / "p", num_jobs=30, seed=1)
+    data = read_elastisim(project)
+    result = simulate(data.jobs, data.platform, MalleableEasy())
+    check_invariants(result, data.jobs)
+    model = StepTimeModel.fit(synthetic_dl_table(seed=0))
+    workload = pd.DataFrame({"name": ["a", "b"], "time": [0, 10], "application": ["m", "m"],
+                             "num_replicas": [8, 2], "batch_size": [512, 256]})  # fmt: skip
+    jobs = dl_jobs(workload, {"m": model}, np.array([600.0]), max_nodes=4)
+    assert [j.num_nodes for j in jobs] == [2, 1]
+    platform = Platform(4, gpus_per_node=4)
+    assert jobs[0].work.estimate(2, None) == pytest.approx(600.0)
+    steps = jobs[0].work.steps  # 600 s at 2 nodes; at 4 nodes: 16 replicas of 32 samples
+    assert jobs[0].work.estimate(4, None) == pytest.approx(steps * model.step_time(4, 16, 32))
+    result = simulate(jobs, platform, make_scheduler("srtf"))
+    check_invariants(result, jobs)
+    with pytest.raises(ValueError, match="no measured model"):
+        dl_jobs(workload.assign(application="zzz"), {"m": model}, np.array([600.0]))
