@@ -129,4 +129,24 @@ EXPECTATIONS: dict[str, Expectation] = {
             "winograd.cuda_sim_validated": 1.0,
         },
     ),
+    "08_loop_communication_patterns": Expectation(
+        required=(
+            "commprof.pattern_accuracy",
+            "commprof.signature_f1_at_eighth",
+            "commprof.overhead_vs_native",
+            "commprof.valgrind_match",
+        ),
+        smoke={
+            "commprof.pattern_accuracy": 1.0,
+            "commprof.signature_f1_at_eighth": ">= 0.9",
+            "commprof.overhead_vs_native": "> 0",
+            "commprof.valgrind_match": 1.0,
+        },
+        full={
+            "commprof.pattern_accuracy": 1.0,
+            "commprof.signature_f1_at_eighth": ">= 0.95",
+            "commprof.overhead_vs_native": "<= 50",
+            "commprof.valgrind_match": 1.0,
+        },
+    ),
 }

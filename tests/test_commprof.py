@@ -300,3 +300,10 @@ def test_valgrind_trace_of_c_program_gives_expected_matrices(tmp_path) -> None:
     assert np.array_equal(p.exact, vg.expected_matrices(4, 32))
     got = [classify(p.exact[r]) for r in range(2, 5)]
     assert got == ["nearest-neighbour", "reduction", "broadcast"]
+
+
+def test_recorded_valgrind_run_parses_to_expected_matrices() -> None:
+    from hpcnb.commprof import valgrind as vg
+
+    p = vg.parse_lackey(vg.recorded_run())
+    assert np.array_equal(p.exact, vg.expected_matrices(4, 64))

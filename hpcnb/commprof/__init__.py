@@ -15,6 +15,7 @@ from hpcnb.commprof.analysis import (
     render_tree,
 )
 from hpcnb.commprof.instrument import InstrumentationError, Kernel, Region, kernel, prange
+from hpcnb.commprof.plots import heatmap_grid, signature_curves
 from hpcnb.commprof.runtime import (
     EXACT_BYTES_PER_ELEMENT,
     MemoryConfig,
@@ -33,8 +34,9 @@ from hpcnb.commprof.shadow import (
     replay_exact_table,
     replay_signature,
     signature_sweep,
+    trace_events,
 )
-from hpcnb.commprof.suite import SUITE, SuiteCase, case, check_result
+from hpcnb.commprof.suite import SUITE, SuiteCase, case, check_result, profile_case
 
 __all__ = [
     "EXACT_BYTES_PER_ELEMENT",
@@ -54,17 +56,21 @@ __all__ = [
     "check_result",
     "classify",
     "exact_table_bytes",
+    "heatmap_grid",
     "inclusive",
     "kernel",
     "loop_tree",
     "prange",
     "profile",
+    "profile_case",
     "render_tree",
     "replay_exact",
     "replay_exact_table",
     "replay_signature",
     "run_native",
     "signature_bytes",
+    "signature_curves",
     "signature_sweep",
     "time_variants",
+    "trace_events",
 ]

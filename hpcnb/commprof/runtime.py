@@ -332,6 +332,7 @@ def time_variants(
     schedule: Schedule | None = None,
     memory: MemoryConfig | None = None,
     repeats: int = 5,
+    variants: tuple[str, ...] = ("native", "parallel", "instrumented"),
 ) -> dict[str, float]:
     """Median wall times (s) of native serial, native parallel and instrumented runs.
 
@@ -343,9 +344,10 @@ def time_variants(
         schedule: Loop schedule.
         memory: Shadow memory of the instrumented run.
         repeats: Timed repeats after one warm-up each.
+        variants: Which of native, parallel, instrumented to time.
 
     Returns:
-        ``{"native": s, "parallel": s, "instrumented": s}``.
+        ``{variant: median seconds}``.
     """
     if not callable(make_args):
         raise TypeError("make_args must be a callable returning the kernel arguments")
@@ -358,7 +360,11 @@ def time_variants(
         "instrumented": lambda a: profile(k, a, nthreads=nthreads, nphases=nphases,
                                           schedule=schedule, memory=memory),
     }  # fmt: skip
-    for name, fn in runs.items():
+    unknown = set(variants) - set(runs)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; expected some of {sorted(runs)}")
+    for name in variants:
+        fn = runs[name]
         times = []
         for r in range(repeats + 1):
             a = make_args()

@@ -38,6 +38,7 @@ __all__ = [
     "replay_exact_table",
     "replay_signature",
     "signature_sweep",
+    "trace_events",
 ]
 
 
@@ -64,6 +65,27 @@ def _replay(S, trace, keys):
                 used += 1
         hooks.record_access(S, e, addr, 0, trace[n, 4] == 1)
     return used
+
+
+@njit(cache=True)
+def _replay_flags(S, trace):
+    ctl = S[hooks.I_CTL]
+    mex = S[hooks.I_MEX]
+    flags = np.zeros(trace.shape[0], np.bool_)
+    for n in range(trace.shape[0]):
+        tid, region = trace[n, 0], trace[n, 1]
+        ctl[hooks.CTL_TID] = tid
+        ctl[hooks.CTL_REGION] = region
+        before = mex[region, :, tid].sum()
+        hooks.record_access(S, trace[n, 2], trace[n, 3], 0, trace[n, 4] == 1)
+        flags[n] = mex[region, :, tid].sum() > before
+    return flags
+
+
+def trace_events(p: Profile) -> np.ndarray:
+    """Boolean per trace row: True where the access is a communication event (exact)."""
+    S = make_state(max(1, p.n_elements), 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
+    return _replay_flags(S, _need_trace(p))
 
 
 def _need_trace(p: Profile) -> np.ndarray:

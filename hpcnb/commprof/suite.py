@@ -29,9 +29,9 @@ import numpy as np
 
 from hpcnb.commprof import kernels as K
 from hpcnb.commprof.instrument import Kernel
-from hpcnb.commprof.runtime import Schedule
+from hpcnb.commprof.runtime import MemoryConfig, Profile, Schedule, profile
 
-__all__ = ["SUITE", "SuiteCase", "case", "check_result"]
+__all__ = ["SUITE", "SuiteCase", "case", "check_result", "profile_case"]
 
 Args = list[object]
 
@@ -202,3 +202,26 @@ def check_result(name: str, args: Args, original: Args) -> bool:
                 s[i, j] = max(s[i - 1, j - 1] + sim, s[i - 1, j] - 1, s[i, j - 1] - 1)
         return bool(np.array_equal(s, args[0]))
     return True
+
+
+def profile_case(
+    name: str,
+    size: int,
+    nthreads: int,
+    seed: int = 0,
+    memory: MemoryConfig | None = None,
+    trace: bool = True,
+) -> tuple[Profile, bool]:
+    """Profile one suite kernel on fresh inputs.
+
+    Returns:
+        The profile and whether the kernel's output matched its NumPy reference.
+    """
+    c = case(name)
+    args, nphases = c.make(size, nthreads, seed)
+    original = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    p = profile(
+        c.kernel, args, nthreads=nthreads, nphases=nphases, schedule=c.schedule,
+        memory=memory, trace=trace,
+    )  # fmt: skip
+    return p, check_result(name, args, original)

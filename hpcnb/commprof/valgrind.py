@@ -36,10 +36,15 @@ __all__ = [
     "ValgrindRun",
     "compile_program",
     "expected_matrices",
+    "filter_log",
     "missing_tools",
     "parse_lackey",
+    "recorded_run",
     "run_valgrind",
 ]
+
+#: A recorded, filtered run (T=4, N=64) for machines without gcc or valgrind.
+RECORDED = Path(__file__).resolve().parents[2] / "data" / "commprof" / "lackey_t4_n64"
 
 #: Regions of the C program (index = region id).
 REGION_NAMES = ("main", "init", "stencil", "gather", "broadcast")
@@ -160,6 +165,37 @@ def run_valgrind(exe: Path, nthreads: int, timeout: float = 120.0) -> ValgrindRu
     return ValgrindRun(log.read_text(), res.stdout, nthreads)
 
 
+def _ranges(stdout: str) -> dict[str, tuple[int, int]]:
+    return {m.group(1): (int(m.group(2), 16), int(m.group(3))) for m in _ADDR.finditer(stdout)}
+
+
+def filter_log(run: ValgrindRun) -> ValgrindRun:
+    """Keep only the scheduler lines and the accesses to the program's own arrays.
+
+    The result parses to the same profile and is a few hundred lines instead of ~10^5.
+    """
+    spans = [(lo, lo + 8 * n) for lo, n in _ranges(run.stdout).values()]
+    keep = []
+    for line in run.log.splitlines():
+        if _SCHED.search(line):
+            keep.append(line)
+            continue
+        m = _ACCESS.match(line)
+        if m and m.group(1) != "I":
+            addr = int(m.group(2), 16)
+            if any(lo <= addr < hi for lo, hi in spans):
+                keep.append(line)
+    return ValgrindRun("\n".join(keep) + "\n", run.stdout, run.nthreads)
+
+
+def recorded_run() -> ValgrindRun:
+    """Load the recorded filtered run shipped in ``data/commprof`` (T=4, N=64)."""
+    log, out = RECORDED.with_suffix(".log"), RECORDED.with_suffix(".stdout")
+    if not log.exists() or not out.exists():
+        raise FileNotFoundError(f"recorded valgrind run not found at {RECORDED}.*")
+    return ValgrindRun(log.read_text(), out.read_text(), 4)
+
+
 def parse_lackey(run: ValgrindRun) -> Profile:
     """Attribute the traced accesses to threads and regions and build a :class:`Profile`.
 
@@ -171,9 +207,7 @@ def parse_lackey(run: ValgrindRun) -> Profile:
     """
     from hpcnb.commprof.shadow import replay_exact
 
-    arrays = {
-        m.group(1): (int(m.group(2), 16), int(m.group(3))) for m in _ADDR.finditer(run.stdout)
-    }
+    arrays = _ranges(run.stdout)
     need = {"a", "b", "total", "cp_whoami", "cp_region"}
     if not need <= set(arrays):
         raise ValueError(f"program output lacks ADDR lines for {sorted(need - set(arrays))}")
