@@ -14,6 +14,15 @@ from hpcnb.ir.graph import COUNTED_KINDS
 ZOO_NAMES = sorted(models.ZOO)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread avoids thread-pool contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _reference_flops(model: nn.Module, x: torch.Tensor) -> int:
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
