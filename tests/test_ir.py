@@ -49,6 +49,15 @@ def test_zoo_trace_and_flops_match_flop_counter(name: str) -> None:
     assert sum(graph.flops_by_module().values()) == graph.total_flops()
 
 
+def test_zoo_describe_rows() -> None:
+    rows = models.describe("tiny")
+    assert [r["name"] for r in rows] == list(models.ZOO)
+    assert all(r["input"] == (1, 1, 8, 8) and r["output"] == (1, 10) for r in rows)
+    assert all(int(r["params"]) > 1000 for r in rows)
+    with pytest.raises(ValueError, match="size='huge'"):
+        models.ZOO["vit"].build("huge")
+
+
 def test_default_sizes_build_and_trace() -> None:
     for name in ("resnet", "vit", "mamba"):
         spec = models.ZOO[name]
@@ -70,7 +79,7 @@ def test_node_fields_for_a_conv() -> None:
     assert conv.flops == 2 * (2 * 8 * 8 * 8) * 9
     assert conv.bytes_written == 2 * 8 * 8 * 8 * 4
     assert conv.bytes_read == (2 * 64 + 72) * 4
-    assert conv.dtype == "float32"
+    assert conv.dtype == "float32" and conv.in_dtypes == ["float32"]
     assert conv.attrs["kernel_size"] == (3, 3) and conv.attrs["groups"] == 1
     assert conv.attrs["out_channels"] == 8 and not conv.attrs["depthwise"]
     assert graph.output_group(conv.name) is graph.groups()[1]

@@ -184,9 +184,24 @@ def draw_graph(
         _, ax = plt.subplots(figsize=(width, 3.5))
     cmap = plt.get_cmap("tab20")
     colour = {k: cmap(i % 20) for i, k in enumerate(KINDS)}
+    from matplotlib.patches import FancyArrowPatch
+
     for src, dst in g.edges:
         (x0, y0), (x1, y1) = pos[src], pos[dst]
-        ax.plot([x0, x1], [y0, y1], color="0.7", lw=0.8, zorder=1)
+        if x1 - x0 > 1 and abs(y1 - y0) < 1e-9:  # a skip connection: bend it to show it
+            ax.add_patch(
+                FancyArrowPatch(
+                    (x0, y0),
+                    (x1, y1),
+                    connectionstyle=f"arc3,rad={-0.6 / (x1 - x0) ** 0.5:.3f}",
+                    arrowstyle="-",
+                    color="0.55",
+                    lw=0.8,
+                    zorder=1,
+                )
+            )
+        else:
+            ax.plot([x0, x1], [y0, y1], color="0.7", lw=0.8, zorder=1)
     kinds_seen = []
     for name, (xx, yy) in pos.items():
         kind = g.nodes[name]["kind"]
@@ -207,7 +222,9 @@ def draw_graph(
                 text, (xx, yy), fontsize=6, rotation=45, xytext=(3, 3), textcoords="offset points"
             )
     ax.set_xlabel("topological depth (ops from the input)")
-    ax.set_ylabel("parallel branch")
+    ax.set_ylabel("parallel branches")
+    ax.set_yticks([])
+    ax.margins(y=0.25)
     ax.set_title(f"{type(graph.gm).__name__}: {g.number_of_nodes()} ops")
     ax.legend(fontsize=6, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax

@@ -106,6 +106,7 @@ class Node:
         out_shape: Shape of the (first) tensor output; () for non-tensors.
         out_shapes: Shapes of all tensor outputs (tuples for chunk/split).
         dtype: dtype of the (first) output tensor, e.g. "float32"; "" for non-tensors.
+        in_dtypes: dtypes of the tensor inputs, in the order of ``in_shapes``.
         params: Number of parameter elements owned by the node's module.
         flops: FLOPs of one call (multiply-add = 2).
         bytes_read: Bytes of tensor inputs plus own parameters/buffers.
@@ -125,6 +126,7 @@ class Node:
     out_shape: tuple[int, ...] = ()
     out_shapes: list[tuple[int, ...]] = field(default_factory=list)
     dtype: str = ""
+    in_dtypes: list[str] = field(default_factory=list)
     params: int = 0
     flops: int = 0
     bytes_read: int = 0

@@ -264,6 +264,7 @@ def _make_node(
         out_shape=out_shape,
         out_shapes=[o.shape for o in outs],
         dtype=outs[0].dtype if outs else "",
+        in_dtypes=[m.dtype for m in in_metas],
         params=params,
         flops=int(flops),
         bytes_read=int(bytes_read),

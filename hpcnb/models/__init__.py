@@ -7,7 +7,7 @@
 from hpcnb.models.cnn import densenet, mobilenet_v2, resnet50_like, resnet_cifar, shufflenet, vgg
 from hpcnb.models.layers import ChannelShuffle, MultiHeadSelfAttention, SelectiveScan
 from hpcnb.models.sequence import mamba, mlp, mlp_mixer, vit
-from hpcnb.models.zoo import SIZES, ZOO, ModelSpec
+from hpcnb.models.zoo import SIZES, ZOO, ModelSpec, describe
 
 __all__ = [
     "SIZES",
@@ -17,6 +17,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "SelectiveScan",
     "densenet",
+    "describe",
     "mamba",
     "mlp",
     "mlp_mixer",

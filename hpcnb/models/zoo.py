@@ -15,7 +15,7 @@ from torch import nn
 from hpcnb.models.cnn import densenet, mobilenet_v2, resnet_cifar, shufflenet, vgg
 from hpcnb.models.sequence import mamba, mlp, mlp_mixer, vit
 
-__all__ = ["SIZES", "ZOO", "ModelSpec"]
+__all__ = ["SIZES", "ZOO", "ModelSpec", "describe"]
 
 SIZES = ("tiny", "default")
 _IMAGE = {"tiny": (1, 8), "default": (3, 32)}
@@ -144,3 +144,31 @@ ZOO: dict[str, ModelSpec] = {
         ModelSpec("densenet", "cnn", _densenet),
     )
 }
+
+
+def describe(size: str = "tiny", num_classes: int = 10) -> list[dict[str, object]]:
+    """One row per zoo model at ``size``: name, family, parameters, input and output shape.
+
+    Args:
+        size: "tiny" or "default".
+        num_classes: Classifier outputs.
+
+    Returns:
+        Rows ready for ``pandas.DataFrame``.
+    """
+    rows: list[dict[str, object]] = []
+    for spec in ZOO.values():
+        model = spec.build(size, num_classes)
+        x = spec.example_input(size, batch=1)
+        with torch.no_grad():
+            y = model(x)
+        rows.append(
+            {
+                "name": spec.name,
+                "family": spec.family,
+                "params": sum(p.numel() for p in model.parameters()),
+                "input": tuple(x.shape),
+                "output": tuple(y.shape),
+            }
+        )
+    return rows
