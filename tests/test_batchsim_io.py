@@ -364,3 +364,16 @@ def test_experiment_helpers_without_data(tmp_path, monkeypatch):
     check_invariants(result, jobs)
     with pytest.raises(ValueError, match="no measured model"):
         dl_jobs(workload.assign(application="zzz"), {"m": model}, np.array([600.0]))
+
+
+def test_predictor_adapter_for_convmeter_style_models():
+    from hpcnb.batchsim import DLWork, PredictorStepTime, RunContext
+
+    class Linear:
+        def predict(self, num_nodes, num_replicas, local_bsz):
+            return 0.01 * np.asarray(local_bsz) + 0.002 * np.asarray(num_replicas)
+
+    work = DLWork(PredictorStepTime(Linear()), steps=1000, global_batch=256, gpus_per_node=4,
+                  units=4)  # fmt: skip
+    ctx = RunContext(Platform(8, gpus_per_node=4))
+    assert work.unit_time(0, 2, ctx) == pytest.approx(250 * (0.01 * 32 + 0.002 * 8))

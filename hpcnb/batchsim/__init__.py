@@ -7,7 +7,15 @@ expression evaluator, SWF and ElastiSim readers, workload generators, DL jobs fr
 measured throughput tables, schedulers and plots.
 """
 
-from hpcnb.batchsim.dl import DLWork, StepTimeModel, dl_jobs, read_dl_tables, scaling_validation
+from hpcnb.batchsim.dl import (
+    DLWork,
+    PredictorStepTime,
+    StepTimeFunction,
+    StepTimeModel,
+    dl_jobs,
+    read_dl_tables,
+    scaling_validation,
+)
 from hpcnb.batchsim.elastisim import (
     ApplicationModel,
     ElastiSimInput,
@@ -108,6 +116,7 @@ __all__ = [
     "MalleableEasy",
     "MalleablePolicy",
     "Platform",
+    "PredictorStepTime",
     "RunContext",
     "SWFError",
     "SWFTrace",
@@ -118,6 +127,7 @@ __all__ = [
     "SimulationError",
     "SimulationResult",
     "Simulator",
+    "StepTimeFunction",
     "StepTimeModel",
     "TraceJobs",
     "WorkModel",

@@ -25,8 +25,10 @@ fixed global batch split over ``nodes × gpus_per_node`` replicas.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -37,6 +39,8 @@ from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
 
 __all__ = [
     "DLWork",
+    "PredictorStepTime",
+    "StepTimeFunction",
     "StepTimeModel",
     "dl_jobs",
     "read_dl_tables",
@@ -176,12 +180,40 @@ def scaling_validation(
     return StepTimeModel.fit(table), test, mape
 
 
+class StepTimeFunction(Protocol):
+    """Anything that gives seconds per step for (nodes, replicas, per-GPU batch)."""
+
+    def step_time(self, num_nodes: float, num_replicas: float, local_bsz: float) -> float:
+        """Return seconds per training step."""
+        ...
+
+
+@dataclass(frozen=True)
+class PredictorStepTime:
+    """Adapter for a fitted model with ``predict(num_nodes, num_replicas, local_bsz)``.
+
+    For instance ConvMeter's multi-node model, ``hpcnb.perfmodel.ScalingModel``, fitted
+    on ``placements.csv``: ``DLWork(PredictorStepTime(model), ...)``.
+
+    Attributes:
+        predictor: The fitted model (array in, array of seconds per step out).
+    """
+
+    predictor: Any
+
+    def step_time(self, num_nodes: float, num_replicas: float, local_bsz: float) -> float:
+        """Return the predictor's seconds per step for one configuration."""
+        out = self.predictor.predict([num_nodes], [num_replicas], [local_bsz])
+        return float(np.asarray(out, dtype=float).reshape(-1)[0])
+
+
 @dataclass(frozen=True, eq=False)
 class DLWork(WorkModel):
     """A data-parallel training job: ``steps`` steps of a fixed ``global_batch``.
 
     Attributes:
-        model: The fitted step-time model.
+        model: The fitted step-time model (:class:`StepTimeModel`, or any
+            :class:`StepTimeFunction` such as :class:`PredictorStepTime`).
         steps: Training steps in total.
         global_batch: Samples per step, split over the replicas.
         gpus_per_node: Replicas per node.
@@ -189,7 +221,7 @@ class DLWork(WorkModel):
         reconfiguration_cost: Cost of a resize (checkpoint and restart) in seconds.
     """
 
-    model: StepTimeModel
+    model: StepTimeFunction
     steps: float
     global_batch: float
     gpus_per_node: int = 4
@@ -217,7 +249,7 @@ class DLWork(WorkModel):
 
 def dl_jobs(
     workload: pd.DataFrame,
-    models: dict[str, StepTimeModel],
+    models: Mapping[str, StepTimeFunction],
     durations: np.ndarray,
     seed: int = 0,
     gpus_per_node: int = 4,
