@@ -574,3 +574,31 @@ def test_flatten_into_linear_slices_channel_blocks() -> None:
         y = nn.functional.max_pool2d(torch.relu(model.bn(model.conv(x))), 4)[:, [5, 0]]
         manual = y.flatten(1) @ model.fc.weight[:, [20, 21, 22, 23, 0, 1, 2, 3]].T + model.fc.bias
         assert torch.allclose(small(x), manual, atol=1e-6)
+
+
+class UpSampler(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(2, 6, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(6, 4, 2, stride=2)
+        self.head = nn.Conv2d(4, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.up(torch.relu(self.down(x)))))
+
+
+def test_transposed_convolution_costs_and_extraction() -> None:
+    model = _randomize(UpSampler())
+    x = torch.randn(2, 2, 8, 8)
+    graph = trace(model, x)
+    assert graph.unsupported() == []
+    assert graph.flops_by_kind()["conv"] == _reference_flops(model, x)
+    up = _group_with(graph, "up.weight", 1)
+    assert up.size == 4 and up.prunable and _has(up, "head.weight", 1)
+    assert _has(_group_with(graph, "down.weight", 0), "up.weight", 0)
+    with torch.no_grad():
+        ref = model(x)
+        assert (extract(model, graph, {})(x) - ref).abs().max().item() <= 1e-6
+        small = extract(model, graph, _half(graph))
+        assert small(x).shape == ref.shape
+        assert small.get_submodule("up").out_channels == 2

@@ -15,7 +15,10 @@ __all__ = ["classify", "node_flops"]
 Shape = tuple[int, ...]
 
 _MODULE_KINDS: tuple[tuple[tuple[type, ...], str], ...] = (
-    ((nn.Conv1d, nn.Conv2d, nn.Conv3d), "conv"),
+    (
+        (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d),
+        "conv",
+    ),
     ((nn.Linear,), "linear"),
     (
         (
@@ -268,6 +271,9 @@ def node_flops(
     if module is not None and hasattr(module, "ir_flops") and isinstance(module.ir_kind, str):
         return int(module.ir_flops(list(in_shapes), out_shape))
     if kind == "conv":
+        if isinstance(module, nn.modules.conv._ConvTransposeNd):
+            # every input element meets (out / groups) * kernel weights
+            return 2 * _numel(in_shapes[0]) * _numel(module.weight.shape[1:])
         if module is not None:
             return _conv_flops(tuple(module.weight.shape), out_shape)
         return _conv_flops(tuple(args[1].shape), out_shape)

@@ -216,6 +216,9 @@ def _owner(root: nn.Module, name: str) -> tuple[nn.Module, str]:
 def _refresh(module: nn.Module) -> None:
     if hasattr(module, "ir_refresh") and isinstance(getattr(module, "ir_kind", None), str):
         module.ir_refresh()
+    elif isinstance(module, nn.modules.conv._ConvTransposeNd):
+        module.in_channels = module.weight.shape[0]
+        module.out_channels = module.weight.shape[1] * module.groups
     elif isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):
         out_c = module.weight.shape[0]
         if module.groups > 1 and module.groups == module.in_channels == module.out_channels:

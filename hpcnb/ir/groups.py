@@ -146,7 +146,11 @@ class Analysis:
         sid = self.space(("virtual", f"{self._prefix}{name}"), size, kind=kind)
         space = self.spaces[sid]
         if not space.members:
-            space.members = [(f"{self._prefix}{p}", a, o, u) for p, a, o, u in members]
+            space.members = [
+                (f"{self._prefix}{p}", a, o, u)
+                for p, a, o, u in members
+                if f"{self._prefix}{p}" in self._params  # e.g. no bias
+            ]
         return [(sid, 0, size)]
 
     def fresh(self, key: tuple[Any, ...], size: int, reason: str) -> list[Segment]:

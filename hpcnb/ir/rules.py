@@ -256,6 +256,21 @@ def _module_rule(a: Analysis, node: fx.Node, m: nn.Module, args: list[Any]) -> A
             a.unify(out_c, a.param("bias", 0))
         a.with_prefix("")
         return [x[0], out_c, *spatial[2:]]
+    if isinstance(m, nn.modules.conv._ConvTransposeNd):
+        spatial = [a.fresh((node.name, "sp", i), d, "spatial") for i, d in enumerate(value.shape)]
+        a.with_prefix(p)
+        out_c = a.param("weight", 1)
+        if m.groups == 1:
+            a.unify(x[1], a.param("weight", 0))
+        else:
+            reason = f"grouped transposed convolution '{path}' (groups={m.groups})"
+            a.fix(x[1], reason)
+            a.fix(out_c, reason)
+            out_c = a.fresh((node.name, "out"), value.shape[1], reason)
+        if m.bias is not None:
+            a.unify(out_c, a.param("bias", 0))
+        a.with_prefix("")
+        return [x[0], out_c, *spatial[2:]]
     if isinstance(m, nn.Linear):
         a.with_prefix(p)
         a.unify(x[-1], a.param("weight", 1))
