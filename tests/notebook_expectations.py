@@ -52,6 +52,28 @@ EXPECTATIONS: dict[str, Expectation] = {
             "pruning.latency_speedup": ">= 1.3",
         },
     ),
+    "03_runtime_prediction": Expectation(
+        required=(
+            "perfmodel.inference_mape",
+            "perfmodel.training_mape",
+            "perfmodel.flops_only_mape",
+            "perfmodel.multinode_mape",
+            "perfmodel.ddp_local_error",
+        ),
+        smoke={
+            "perfmodel.inference_mape": "> 0",
+            "perfmodel.training_mape": "> 0",
+            "perfmodel.multinode_mape": "<= 0.18",
+            "perfmodel.ddp_local_error": ">= 0",
+        },
+        full={
+            "perfmodel.inference_mape": "<= 0.15",
+            "perfmodel.training_mape": "<= 0.15",
+            "perfmodel.flops_only_vs_convmeter": "> 1",
+            "perfmodel.multinode_mape": "<= 0.18",
+            "perfmodel.dataset_configs": ">= 60",
+        },
+    ),
     "04_pipelined_speculative_inference": Expectation(
         required=(
             "speculative.lossless",

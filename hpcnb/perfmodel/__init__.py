@@ -45,6 +45,7 @@ from hpcnb.perfmodel.estimator import (
     feature_names,
     leave_one_family_out,
     mape,
+    step_time_function,
     targets,
 )
 from hpcnb.perfmodel.features import (
@@ -63,6 +64,7 @@ from hpcnb.perfmodel.scaling import (
     read_placements,
     read_scalability,
     validate_scaling,
+    write_synthetic_tables,
 )
 from hpcnb.perfmodel.timing import (
     StepTiming,
@@ -117,10 +119,12 @@ __all__ = [
     "run_distributed_benchmark",
     "runtime_vs_nodes",
     "small_convnet",
+    "step_time_function",
     "targets",
     "time_inference",
     "time_training",
     "training_cost",
     "training_flops",
     "validate_scaling",
+    "write_synthetic_tables",
 ]

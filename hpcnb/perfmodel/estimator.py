@@ -49,6 +49,7 @@ __all__ = [
     "feature_names",
     "leave_one_family_out",
     "mape",
+    "step_time_function",
     "targets",
 ]
 
@@ -313,3 +314,23 @@ def leave_one_family_out(
         pred[held] = model.predict(X[held])
         per[name] = mape(pred[held], y[held])
     return FamilyEvaluation(pred, y, tuple(fam.tolist()), per, mape(pred, y))
+
+
+def step_time_function(
+    model: ConvMeter, features: NetworkFeatures, cache_bytes: float | None = None
+) -> Callable[[int], float]:
+    """Return ``batch -> predicted seconds`` of a fitted ConvMeter for one network.
+
+    Useful as the compute model of :func:`hpcnb.perfmodel.multinode.runtime_vs_nodes`.
+
+    Args:
+        model: A fitted :class:`ConvMeter` (its ``mode`` selects inference or training).
+        features: The network's features.
+        cache_bytes: Cache size used when the model was fitted (default: this machine's).
+    """
+
+    def predict(batch: int) -> float:
+        row = Measurement(features, int(batch), float("nan"), float("nan"))
+        return float(model.predict(design_matrix([row], model.mode, cache_bytes))[0])
+
+    return predict

@@ -51,6 +51,7 @@ __all__ = [
     "read_placements",
     "read_scalability",
     "validate_scaling",
+    "write_synthetic_tables",
 ]
 
 
@@ -428,3 +429,60 @@ def validate_scaling(
     pred = model.predict_table(test)
     mape = float(np.mean(np.abs(pred - test.step_time) / test.step_time))
     return ScalingValidation(directory.name, model, test, pred, mape, model.train_mape_)
+
+
+SYNTHETIC_PLACEMENTS = (
+    "1", "2", "3", "4", "11", "12", "22", "13", "33", "44", "111", "222", "1111", "2434", "4444",
+)  # fmt: skip
+SYNTHETIC_SCALES = ((6, 6), (6, 12), (8, 16), (12, 24), (16, 32), (16, 64))
+
+
+def write_synthetic_tables(
+    directory: str | Path,
+    params: ScalingParams,
+    *,
+    batches: tuple[int, ...] = (8, 16, 32, 64, 128),
+    noise: float = 0.0,
+    seed: int = 0,
+    algorithm: str = "ring",
+) -> Path:
+    """Write ``placements.csv`` and ``scalability.csv`` whose rows follow the model.
+
+    Placements span up to 4 nodes of up to 4 GPUs; the scalability rows 6–16 nodes and up to
+    64 replicas, as in the Pollux artifact. Used when real measurements are absent and to
+    check that fitting recovers known parameters.
+
+    Args:
+        directory: Folder to create (parents too).
+        params: The true parameters (``β`` in seconds per gradient).
+        batches: Local batch sizes of each placement.
+        noise: Standard deviation of multiplicative log-normal noise (0: exact).
+        seed: Seed of the noise.
+        algorithm: ``"ring"`` or ``"tree"``.
+
+    Returns:
+        The folder.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model = ScalingModel(algorithm)
+    rng = np.random.default_rng(seed)
+    theta = params.as_array()
+
+    def steps(nodes: list[int], reps: list[int], bsz: list[int]) -> np.ndarray:
+        t = model._step(theta, np.array(nodes), np.array(reps), np.array(bsz, dtype=float))
+        return t * np.exp(noise * rng.standard_normal(len(t))) if noise > 0 else t
+
+    rows = [(pl, b) for pl in SYNTHETIC_PLACEMENTS for b in batches]
+    t = steps(
+        [len(pl) for pl, _ in rows], [sum(map(int, pl)) for pl, _ in rows], [b for _, b in rows]
+    )
+    lines = ["placement,local_bsz,step_time,sync_time"]
+    lines += [f"{pl},{b},{float(ti)!r},0.0" for (pl, b), ti in zip(rows, t, strict=True)]
+    (directory / "placements.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    scale = [(n, r, b) for n, r in SYNTHETIC_SCALES for b in batches]
+    t = steps([n for n, _, _ in scale], [r for _, r, _ in scale], [b for _, _, b in scale])
+    lines = ["num_nodes,num_replicas,local_bsz,step_time,sync_time"]
+    lines += [f"{n},{r},{b},{float(ti)!r},0.0" for (n, r, b), ti in zip(scale, t, strict=True)]
+    (directory / "scalability.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return directory
