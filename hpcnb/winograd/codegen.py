@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 ConstFmt = Callable[[Fraction], str]
-_CODEGEN_VERSION = "5"
+_CODEGEN_VERSION = "6"
 
 
 def cache_dir() -> Path:
@@ -298,7 +298,8 @@ def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
 
     One thread per ``(channel, tile)`` in the transforms and per ``(ab, k, tile)`` in the
     batched products; the tile bodies are the same generated lines as on the CPU, with
-    bounds-checked loads and stores instead of a scratch patch.
+    bounds-checked loads and stores instead of a scratch patch, inlined into the kernels
+    (no device-function calls, so ``numba.cuda.compile_ptx`` needs no GPU driver).
 
     Args:
         progs: Optimised programs of one ``F(m, r)``.
@@ -311,10 +312,6 @@ def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
     bodies = _tile_lines(progs, checked=True)
     src = [*_header(progs, "numba.cuda"), "import numpy as np", "from numba import cuda", ""]
     src += [*_consts(progs, dtype), f"N_TILE = {n}", f"M_TILE = {m}", "", ""]
-    src += ["@cuda.jit(device=True)", "def in_tile(x, b, c, h0, w0, V, vc, q):"]
-    src += [*_indent(bodies["input"], 4), "", ""]
-    src += ["@cuda.jit(device=True)", "def out_tile(Mt, k, q, out, b, ko, oh, ow):"]
-    src += [*_indent(bodies["output"], 4), "", ""]
     src += [
         "@cuda.jit",
         "def input_transform(x, V, pad, tiles_h, tiles_w, p0, p1, channel_major):",
@@ -335,7 +332,8 @@ def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
         "    rem = p - b * tpi",
         f"    h0 = (rem // tiles_w) * {m} - pad",
         f"    w0 = (rem % tiles_w) * {m} - pad",
-        "    in_tile(x, b, c, h0, w0, V, c, q)",
+        "    vc = c",
+        *_indent(bodies["input"], 4),
         "",
         "",
         "@cuda.jit",
@@ -357,7 +355,8 @@ def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
         "    rem = p - b * tpi",
         f"    oh = (rem // tiles_w) * {m}",
         f"    ow = (rem % tiles_w) * {m}",
-        "    out_tile(Mt, k, q, out, b, k, oh, ow)",
+        "    ko = k",
+        *_indent(bodies["output"], 4),
         "",
         "",
         "@cuda.jit",

@@ -1,0 +1,244 @@
+"""OpenCL C kernels from the same optimised expressions, run through pyopencl (e.g. on PoCL).
+
+:func:`opencl_source` renders the transform programs of one ``F(m, r)`` with C syntax
+(``float t = ...;`` and ``0.5f`` constants) into three kernels that mirror the CUDA ones:
+input transform (one work-item per channel × tile, bounds-checked loads for padding and
+borders), batched products (one work-item per ``(ab, k, tile)``) and output transform.
+:func:`conv2d_winograd_opencl` runs them on an OpenCL device, by default PoCL's CPU device.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+from hpcnb.winograd.codegen import input_body, output_body
+from hpcnb.winograd.conv import check_conv_args, filter_transform
+from hpcnb.winograd.opcount import TransformPrograms, transform_programs
+
+__all__ = [
+    "OpenCLWinograd",
+    "cl_constant",
+    "conv2d_winograd_opencl",
+    "opencl_device",
+    "opencl_source",
+]
+
+
+def cl_constant(c: Fraction) -> str:
+    """Render a constant as an OpenCL ``float`` literal (exact value rounded once)."""
+    return f"{float(c)!r}f"
+
+
+def opencl_source(progs: TransformPrograms) -> str:
+    """Return OpenCL C source of the three kernels of one ``F(m, r)``.
+
+    Args:
+        progs: Optimised programs (the same objects the Numba and CUDA kernels use).
+
+    Returns:
+        Program source text.
+    """
+    n, m = progs.transform.n, progs.transform.m
+    tr = progs.transform
+    decl, end = "const float ", ";"
+    src = [
+        f"// Generated OpenCL Winograd kernels for {tr.name}, points "
+        f"{', '.join(map(str, tr.points))} and infinity (hpcnb.winograd.opencl).",
+        "__kernel void input_transform(__global const float* x, __global float* V,",
+        "    const int C, const int H, const int W, const int pad,",
+        "    const int tiles_h, const int tiles_w, const int P) {",
+        "  const int idx = get_global_id(0);",
+        "  if (idx >= C * P) return;",
+        "  const int c = idx / P;",
+        "  const int q = idx - c * P;",
+        "  const int tpi = tiles_h * tiles_w;",
+        "  const int b = q / tpi;",
+        "  const int rem = q - b * tpi;",
+        f"  const int h0 = (rem / tiles_w) * {m} - pad;",
+        f"  const int w0 = (rem % tiles_w) * {m} - pad;",
+        "  __global const float* xc = x + (long)(b * C + c) * H * W;",
+    ]
+    src += [f"  const int rv{i} = (h0 + {i} >= 0) && (h0 + {i} < H);" for i in range(n)]
+    src += [f"  const int cv{j} = (w0 + {j} >= 0) && (w0 + {j} < W);" for j in range(n)]
+    src += [
+        f"  const float d_{i}_{j} = (rv{i} && cv{j}) ? xc[(h0 + {i}) * W + w0 + {j}] : 0.0f;"
+        for i in range(n)
+        for j in range(n)
+    ]
+    src += ["  " + ln for ln in input_body(progs, cl_constant, decl, end)]
+    src += [
+        f"  V[((long){a * n + b} * C + c) * P + q] = v_{a}_{b};" for a in range(n) for b in range(n)
+    ]
+    src += ["}", ""]
+    src += [
+        "__kernel void batched_gemm(__global const float* U, __global const float* V,",
+        "    __global float* M, const int T, const int K, const int C, const int P) {",
+        "  const int idx = get_global_id(0);",
+        "  if (idx >= T * K * P) return;",
+        "  const int t = idx / (K * P);",
+        "  const int rest = idx - t * K * P;",
+        "  const int k = rest / P;",
+        "  const int p = rest - k * P;",
+        "  __global const float* u = U + ((long)t * K + k) * C;",
+        "  __global const float* v = V + (long)t * C * P + p;",
+        "  float acc = 0.0f;",
+        "  for (int c = 0; c < C; ++c) acc += u[c] * v[(long)c * P];",
+        "  M[idx] = acc;",
+        "}",
+        "",
+        "__kernel void output_transform(__global const float* M, __global float* out,",
+        "    const int K, const int Ho, const int Wo, const int tiles_h, const int tiles_w,",
+        "    const int P) {",
+        "  const int idx = get_global_id(0);",
+        "  if (idx >= K * P) return;",
+        "  const int k = idx / P;",
+        "  const int q = idx - k * P;",
+        "  const int tpi = tiles_h * tiles_w;",
+        "  const int b = q / tpi;",
+        "  const int rem = q - b * tpi;",
+        f"  const int oh = (rem / tiles_w) * {m};",
+        f"  const int ow = (rem % tiles_w) * {m};",
+        "  __global float* o = out + (long)(b * K + k) * Ho * Wo;",
+    ]
+    src += [
+        f"  const float m_{a}_{b} = M[((long){a * n + b} * K + k) * P + q];"
+        for a in range(n)
+        for b in range(n)
+    ]
+    src += ["  " + ln for ln in output_body(progs, cl_constant, decl, end)]
+    for i in range(m):
+        for j in range(m):
+            src.append(
+                f"  if (oh + {i} < Ho && ow + {j} < Wo) o[(oh + {i}) * Wo + ow + {j}] = y_{i}_{j};"
+            )
+    src += ["}", ""]
+    return "\n".join(src)
+
+
+def opencl_device():
+    """Return ``(context, queue)`` on an OpenCL CPU device (PoCL), or None when absent."""
+    try:
+        import pyopencl as cl
+    except ImportError:
+        return None
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        return None
+    devices = [d for p in platforms for d in p.get_devices() if d.type & cl.device_type.CPU]
+    if not devices:
+        devices = [d for p in platforms for d in p.get_devices()]
+    if not devices:
+        return None
+    ctx = cl.Context(devices=[devices[0]])
+    return ctx, cl.CommandQueue(ctx)
+
+
+@lru_cache(maxsize=32)
+def _program(ctx, m: int, r: int, points: str):
+    import pyopencl as cl
+
+    return cl.Program(ctx, opencl_source(transform_programs(m, r, points))).build()
+
+
+class OpenCLWinograd:
+    """A Winograd convolution plan on one OpenCL device (buffers and filters prepared).
+
+    Args:
+        x_shape: Input shape ``(N, C, H, W)``.
+        w: Filters ``(K, C, r, r)`` (transformed once, in float64, then stored as float32).
+        m: Outputs per tile side.
+        padding: Zero padding.
+        points: Point set.
+        device: ``(context, queue)``; default :func:`opencl_device`.
+
+    Raises:
+        RuntimeError: When no OpenCL device exists.
+    """
+
+    def __init__(
+        self,
+        x_shape: tuple,
+        w: np.ndarray,
+        m: int = 2,
+        padding: int = 0,
+        points: str = "default",
+        device: tuple | None = None,
+    ):
+        import pyopencl as cl
+
+        dev = device or opencl_device()
+        if dev is None:
+            raise RuntimeError("no OpenCL device (install pocl-opencl-icd for PoCL's CPU device)")
+        self.ctx, self.queue = dev
+        self.Ho, self.Wo = check_conv_args(tuple(x_shape), w.shape, padding)
+        self.N, self.C, self.H, self.W = (int(v) for v in x_shape)
+        self.K, _, self.r, _ = w.shape
+        self.m, self.n, self.padding = m, m + self.r - 1, padding
+        self.tiles_h, self.tiles_w = math.ceil(self.Ho / m), math.ceil(self.Wo / m)
+        self.P = self.N * self.tiles_h * self.tiles_w
+        self.prog = _program(self.ctx, m, self.r, points)
+        mf = cl.mem_flags
+        U = filter_transform(w, m, points).astype(np.float32)
+        nn = self.n * self.n
+        self.U = cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=U)
+        self.V = cl.Buffer(self.ctx, mf.READ_WRITE, 4 * nn * self.C * self.P)
+        self.M = cl.Buffer(self.ctx, mf.READ_WRITE, 4 * nn * self.K * self.P)
+        self.x = cl.Buffer(self.ctx, mf.READ_ONLY, 4 * self.N * self.C * self.H * self.W)
+        self.out = cl.Buffer(self.ctx, mf.WRITE_ONLY, 4 * self.N * self.K * self.Ho * self.Wo)
+        self.knl_in = self.prog.input_transform
+        self.knl_gemm = self.prog.batched_gemm
+        self.knl_out = self.prog.output_transform
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Convolve ``x`` (shape as planned) and return ``(N, K, Ho, Wo)`` float32."""
+        import pyopencl as cl
+
+        i32 = np.int32
+        cl.enqueue_copy(self.queue, self.x, np.ascontiguousarray(x, np.float32))
+        nn = self.n * self.n
+        self.knl_in(self.queue, (self.C * self.P,), None, self.x, self.V, i32(self.C),
+                    i32(self.H), i32(self.W), i32(self.padding), i32(self.tiles_h),
+                    i32(self.tiles_w), i32(self.P))  # fmt: skip
+        self.knl_gemm(self.queue, (nn * self.K * self.P,), None, self.U, self.V, self.M,
+                      i32(nn), i32(self.K), i32(self.C), i32(self.P))  # fmt: skip
+        self.knl_out(self.queue, (self.K * self.P,), None, self.M, self.out, i32(self.K),
+                     i32(self.Ho), i32(self.Wo), i32(self.tiles_h), i32(self.tiles_w),
+                     i32(self.P))  # fmt: skip
+        y = np.empty((self.N, self.K, self.Ho, self.Wo), dtype=np.float32)
+        cl.enqueue_copy(self.queue, y, self.out)
+        self.queue.finish()
+        return y
+
+    def time(self, x: np.ndarray, reps: int = 3) -> float:
+        """Median wall time (s) of one call after a warm-up call."""
+        self(x)
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            self(x)
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts))
+
+
+def conv2d_winograd_opencl(
+    x: np.ndarray, w: np.ndarray, m: int = 2, padding: int = 0, points: str = "default"
+) -> np.ndarray:
+    """One-shot Winograd convolution with the generated OpenCL kernels.
+
+    Args:
+        x: Input ``(N, C, H, W)``.
+        w: Filters ``(K, C, r, r)``.
+        m: Outputs per tile side.
+        padding: Zero padding.
+        points: Point set.
+
+    Returns:
+        ``(N, K, Ho, Wo)`` float32.
+    """
+    return OpenCLWinograd(x.shape, np.asarray(w), m, padding, points)(x)

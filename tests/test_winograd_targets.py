@@ -1,0 +1,89 @@
+"""Tests of the portable Winograd targets: PTX for several architectures, OpenCL, one generator."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hpcnb.winograd import cpu_source, cuda_source, transform_programs
+from hpcnb.winograd.codegen import _const_name, input_body, output_body
+from hpcnb.winograd.opencl import cl_constant, conv2d_winograd_opencl, opencl_device, opencl_source
+from hpcnb.winograd.ptx import ARCHS, compile_kernel, cuda_toolkit, occupancy, tune_cuda
+
+needs_toolkit = pytest.mark.skipif(
+    cuda_toolkit() is None, reason="CUDA toolkit (ptxas + libNVVM) not found; set CUDA_HOME"
+)
+_DEVICE = opencl_device()
+needs_opencl = pytest.mark.skipif(
+    _DEVICE is None, reason="no OpenCL device: install Debian pocl-opencl-icd (PoCL)"
+)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    cache = tmp_path_factory.getbasetemp().parent / "hpcnb_winograd_cache"
+    monkeypatch.setenv("HPCNB_CACHE_DIR", str(cache))
+
+
+def test_all_targets_render_one_expression_set():
+    progs = transform_programs(4, 3)
+    sources = {
+        "cpu": (cpu_source(progs), _const_name, "", ""),
+        "cuda": (cuda_source(progs), _const_name, "", ""),
+        "opencl": (opencl_source(progs), cl_constant, "const float ", ";"),
+    }
+    targets = {}
+    for name, (src, const, decl, end) in sources.items():
+        lines = input_body(progs, const, decl, end) + output_body(progs, const, decl, end)
+        for line in lines:
+            assert line in src, (name, line)
+        targets[name] = [re.split(r"\s*=", ln.removeprefix(decl))[0] for ln in lines]
+    assert targets["cpu"] == targets["cuda"] == targets["opencl"]
+    n_defs = len(progs.input.definitions) * 2 * progs.transform.n
+    assert len(input_body(progs, _const_name)) == n_defs
+
+
+def test_occupancy_model():
+    a100 = ARCHS["sm_80"]
+    assert occupancy(a100, 32, 0, 128) == 1.0
+    assert occupancy(a100, 64, 0, 128) == 0.5
+    assert occupancy(a100, 255, 0, 256) == pytest.approx(0.125)  # 1 block of 8 warps
+    assert occupancy(ARCHS["sm_75"], 32, 48 * 1024, 128) == pytest.approx(0.125)
+
+
+@needs_toolkit
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
+def test_ptx_compiles_for_each_architecture(arch):
+    ptx, res = compile_kernel(2, 3, "input_transform", arch)
+    assert f".target {arch}" in ptx
+    assert res.registers > 0 and res.spill_stores == 0
+    assert 0 < res.occupancy <= 1
+
+
+@needs_toolkit
+def test_all_kernels_compile_and_model_choice_without_gpu():
+    for kernel in ("batched_gemm", "output_transform"):
+        _, res = compile_kernel(2, 3, kernel, "sm_90")
+        assert res.registers > 0
+    choice = tune_cuda((1, 16, 16, 14), "sm_90", ms=(2, 4))
+    assert not choice["measured"] and choice["best_m"] in (2, 4)
+    assert set(choice["estimates"]) == {2, 4}
+
+
+@needs_opencl
+def test_opencl_kernels_match_torch():
+    rng = np.random.default_rng(5)
+    for N, C, K, H, W, r, pad, m in [
+        (1, 3, 5, 9, 11, 3, 1, 2),
+        (2, 67, 4, 7, 6, 3, 1, 4),
+        (3, 2, 3, 10, 9, 5, 2, 2),
+    ]:
+        x = rng.standard_normal((N, C, H, W), dtype=np.float32)
+        w = rng.standard_normal((K, C, r, r), dtype=np.float32)
+        y = conv2d_winograd_opencl(x, w, m=m, padding=pad)
+        ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad).numpy()
+        assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max() * 2
