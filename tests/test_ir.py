@@ -602,3 +602,52 @@ def test_transposed_convolution_costs_and_extraction() -> None:
         small = extract(model, graph, _half(graph))
         assert small(x).shape == ref.shape
         assert small.get_submodule("up").out_channels == 2
+
+
+def _masked_reference(model: nn.Module, graph, keep: dict[str, list[int]]) -> nn.Module:
+    """The original model with the pruned channels' *consumers* zeroed (conv/linear inputs)."""
+    import copy
+
+    masked = copy.deepcopy(model)
+    modules = dict(masked.named_modules())
+    state = dict(masked.named_parameters())
+    with torch.no_grad():
+        for gid, kept in keep.items():
+            group = graph.group(gid)
+            dropped = [i for i in range(group.size) if i not in kept]
+            for m in group.members:
+                owner = modules.get(m.param.rpartition(".")[0])
+                if m.axis == 1 and isinstance(owner, nn.Conv1d | nn.Conv2d | nn.Linear):
+                    idx = torch.tensor(m.indices(dropped), dtype=torch.long)
+                    state[m.param].index_fill_(1, idx, 0.0)
+    return masked
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_extraction_equals_zeroing_the_consumers(name: str) -> None:
+    """Removing channels must equal zeroing every consumer of them (groups without
+    cross-channel norms), with random kept index lists: checks offsets end to end."""
+    spec = models.ZOO[name]
+    model = _randomize(spec.build("tiny"), seed=1)
+    x = spec.example_input("tiny", batch=2, seed=1)
+    graph = trace(model, x)
+    modules = dict(model.named_modules())
+    norms = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)
+    gen = torch.Generator().manual_seed(0)
+    keep: dict[str, list[int]] = {}
+    for g in graph.prunable_groups():
+        owners = [modules.get(m.param.rpartition(".")[0]) for m in g.members]
+        consumers = [
+            m
+            for m, o in zip(g.members, owners, strict=True)
+            if m.axis == 1 and isinstance(o, nn.Conv1d | nn.Conv2d | nn.Linear)
+        ]
+        if g.size < 2 or not consumers or any(isinstance(o, norms) for o in owners):
+            continue
+        perm = torch.randperm(g.size, generator=gen).tolist()
+        keep[g.id] = perm[: max(1, g.size // 2)]
+    assert keep, name
+    with torch.no_grad():
+        got = extract(model, graph, keep)(x)
+        want = _masked_reference(model, graph, keep)(x)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
