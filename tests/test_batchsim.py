@@ -252,3 +252,13 @@ def test_moldable_job_takes_what_is_free():
     # one node free at t=1: the moldable job starts there on 1 node (4x its 4-node time)
     assert rows.loc[2, "start"] == 1 and rows.loc[2, "nodes"] == 1
     assert rows.loc[2, "runtime"] == pytest.approx(160.0) and rows.loc[2, "resizes"] == 0
+
+
+def test_without_scheduling_point_invocations_freed_nodes_wait_for_next_event():
+    # same case as above, but the scheduler is not invoked at scheduling points: J1's
+    # shrink still takes effect at t=30, yet J2 only starts at the next invocation, J1's end
+    jobs = malleable_case()
+    result = simulate(jobs, Platform(4), SRTF(), on_scheduling_point=False)
+    check_invariants(result, jobs)
+    assert starts(result) == {1: 0, 2: 170}
+    assert result.jobs.set_index("id").loc[1, "end"] == pytest.approx(30 + 7 * 20)

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from hpcnb.batchsim.dl import scaling_validation
 from hpcnb.batchsim.elastisim import read_elastisim
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-def _load(args: argparse.Namespace) -> tuple[list[Job], Platform, float, list[str]]:
+def _load(args: argparse.Namespace) -> tuple[list[Job], Platform, dict[str, Any], list[str]]:
     path = Path(args.workload)
     policy = MalleablePolicy(args.malleable_fraction, seed=args.seed)
     if path.suffix == ".json":
@@ -62,20 +63,20 @@ def _load(args: argparse.Namespace) -> tuple[list[Job], Platform, float, list[st
         jobs = data.jobs
         if policy.fraction > 0:
             jobs = make_malleable(jobs, platform.num_nodes, policy)
-        return jobs, platform, data.scheduling_interval, []
+        return jobs, platform, data.simulation_options(), []
     if not (path.name.endswith(".swf") or path.name.endswith(".swf.gz")):
         raise ValueError(f"{path}: expected a .swf, .swf.gz or ElastiSim jobs .json file")
     trace = read_swf(path, on_error=args.on_error)
     loaded = jobs_from_swf(trace, args.nodes, policy)
     notes = list(trace.skipped) + [f"{path}: skipped {s}" for s in loaded.skipped]
-    return loaded.jobs, Platform(loaded.num_nodes), 0.0, notes
+    return loaded.jobs, Platform(loaded.num_nodes), {}, notes
 
 
 def simulate_command(args: argparse.Namespace) -> int:
     """Run ``simulate`` for parsed arguments; return the exit code (0 ok, 2 bad input)."""
     try:
         scheduler = make_scheduler(args.scheduler)
-        jobs, platform, interval, notes = _load(args)
+        jobs, platform, options, notes = _load(args)
     except (ValueError, FileNotFoundError, SWFError) as exc:
         print(f"hpcnb batchsim simulate: {exc}", file=sys.stderr)
         return 2
@@ -83,7 +84,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     if notes:
         print(f"{len(notes)} line(s)/job(s) skipped (listed above)", file=sys.stderr)
-    result = simulate(jobs, platform, scheduler, scheduling_interval=interval)
+    result = simulate(jobs, platform, scheduler, **options)
     paths = result.write(args.out)
     metrics = json.loads(paths["metrics"].read_text(encoding="utf-8"))
     metrics["skipped"] = len(notes)

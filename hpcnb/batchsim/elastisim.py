@@ -306,12 +306,24 @@ class ElastiSimInput:
         platform: The machine from the platform XML.
         configuration: ``configuration.json`` content (empty if absent).
         scheduling_interval: Periodic invocation interval from the configuration (s).
+        on_scheduling_point: ``schedule_on_scheduling_point`` from the configuration.
+        clip_evolving_requests: ``clip_evolving_requests`` from the configuration.
     """
 
     jobs: list[Job]
     platform: Platform
     configuration: dict[str, Any] = field(default_factory=dict)
     scheduling_interval: float = 0.0
+    on_scheduling_point: bool = True
+    clip_evolving_requests: bool = True
+
+    def simulation_options(self) -> dict[str, float | bool]:
+        """Return the configuration's options as keyword arguments of ``simulate``."""
+        return {
+            "scheduling_interval": self.scheduling_interval,
+            "on_scheduling_point": self.on_scheduling_point,
+            "clip_evolving_requests": self.clip_evolving_requests,
+        }
 
 
 def _resolve(base: Path, name: str, what: str) -> Path:
@@ -374,4 +386,11 @@ def read_elastisim(
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
     interval = float(config.get("scheduling_interval", 0) or 0)
-    return ElastiSimInput(jobs, platform, config, interval)
+    return ElastiSimInput(
+        jobs,
+        platform,
+        config,
+        interval,
+        bool(config.get("schedule_on_scheduling_point", True)),
+        bool(config.get("clip_evolving_requests", True)),
+    )

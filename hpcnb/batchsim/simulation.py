@@ -189,6 +189,8 @@ def simulate(
     scheduler: Scheduler,
     *,
     scheduling_interval: float = 0.0,
+    on_scheduling_point: bool = True,
+    clip_evolving_requests: bool = True,
     compiled: bool = True,
 ) -> SimulationResult:
     """Simulate ``jobs`` on ``platform`` under ``scheduler``.
@@ -198,6 +200,9 @@ def simulate(
         platform: The machine.
         scheduler: The policy.
         scheduling_interval: Periodic invocations every so many seconds (0: none).
+        on_scheduling_point: Invoke the scheduler when a resizable job reaches a
+            scheduling point (ElastiSim's ``schedule_on_scheduling_point``).
+        clip_evolving_requests: Clip evolving requests to the job's size range.
         compiled: Use the compiled rigid kernel when the workload and the scheduler
             allow it (same schedule as the general engine, much faster).
     """
@@ -226,7 +231,9 @@ def simulate(
         })  # fmt: skip
         times, used = _usage(start, end, size)
         return SimulationResult(df, times, used, platform.num_nodes, scheduler.name, wall, 0, True)
-    trace = Simulator(platform, scheduler, scheduling_interval).run(jobs)
+    sim = Simulator(platform, scheduler, scheduling_interval, on_scheduling_point,
+                    clip_evolving_requests)  # fmt: skip
+    trace = sim.run(jobs)
     wall = time.perf_counter() - t0
     recs = trace.records
     starts_size = [r.resizes[0][1] if r.resizes else r.active for r in recs]
