@@ -182,6 +182,11 @@ def test_scheduler_errors_are_caught():
         simulate(SMALL, Platform(4), Idle())
     with pytest.raises(ValueError, match="machine has 2"):
         simulate(SMALL, Platform(2), FCFS())
+    gpu_job = Job(9, 0, JobType.RIGID, 1, FixedWork(1), gpus_per_node=2)
+    with pytest.raises(ValueError, match="needs 2 GPUs per node"):
+        simulate([gpu_job], Platform(2, gpus_per_node=1), DRF())
+    with pytest.raises(ValueError, match="needs 2 GPUs per node"):
+        simulate([gpu_job], Platform(2, gpus_per_node=1), FCFS(), compiled=True)
 
 
 def test_periodic_invocations_and_reasons():

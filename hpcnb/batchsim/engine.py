@@ -382,6 +382,9 @@ class Simulator:
             if job.num_nodes_min > n_nodes:
                 raise ValueError(f"job {job.id}: needs {job.num_nodes_min} nodes, "
                                  f"the machine has {n_nodes}")  # fmt: skip
+            if job.gpus_per_node > self.platform.gpus_per_node:
+                raise ValueError(f"job {job.id}: needs {job.gpus_per_node} GPUs per node, "
+                                 f"the nodes have {self.platform.gpus_per_node}")  # fmt: skip
             if job.id in ids:
                 raise ValueError(f"job id {job.id} appears twice")
             ids.add(job.id)

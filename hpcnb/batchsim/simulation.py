@@ -214,6 +214,11 @@ def simulate(
             if job.num_nodes > platform.num_nodes:
                 raise ValueError(f"job {job.id}: needs {job.num_nodes} nodes, "
                                  f"the machine has {platform.num_nodes}")  # fmt: skip
+            if job.gpus_per_node > platform.gpus_per_node:
+                raise ValueError(f"job {job.id}: needs {job.gpus_per_node} GPUs per node, "
+                                 f"the nodes have {platform.gpus_per_node}")  # fmt: skip
+        if len({j.id for j in ordered}) != len(ordered):
+            raise ValueError("job ids are not unique")
         submit = np.array([j.submit_time for j in ordered])
         runtime = np.array([j.work.runtime for j in ordered])  # type: ignore[attr-defined]
         estimate = np.array([j.walltime if j.walltime is not None else j.work.runtime
