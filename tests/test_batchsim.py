@@ -101,6 +101,8 @@ def test_malleable_shrink_then_expand_hand_computed(scheduler):
     row = result.jobs.set_index("id").loc[1]
     assert row["end"] == pytest.approx(110.0)
     assert row["resizes"] == 2 and row["min_nodes"] == 2 and row["max_nodes"] == 4
+    log = result.resize_log
+    assert log[["id", "time", "old", "new"]].values.tolist() == [[1, 30, 4, 2], [1, 50, 2, 4]]
 
 
 def test_reconfiguration_cost_is_paid():

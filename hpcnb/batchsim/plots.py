@@ -34,7 +34,8 @@ def plot_gantt(
 ) -> Axes:
     """Draw one bar per job from start to end (wait as a thin grey line before it).
 
-    Bars are coloured by job type; the bar height grows with the job's start size.
+    Bars are coloured by job type; the bar height grows with the job's size, so the
+    resizes of malleable and evolving jobs show as steps along the bar.
 
     Args:
         result: A simulation result.
@@ -45,11 +46,25 @@ def plot_gantt(
     ax = _axes(ax, (9, 4))
     df = result.jobs.head(max_jobs)
     scale = 3600.0 if hours else 1.0
-    height = 0.2 + 0.7 * df["nodes"].to_numpy() / max(1, int(df["nodes"].max()))
+    biggest = max(1, int(df["max_nodes"].max())) if len(df) else 1
     y = np.arange(len(df))
     ax.hlines(y, df["submit"] / scale, df["start"] / scale, colors="0.7", linewidth=0.8)
-    colours = [_TYPE_COLOURS.get(t, "tab:gray") for t in df["type"]]
-    ax.barh(y, df["runtime"] / scale, left=df["start"] / scale, height=height, color=colours)
+    log = result.resize_log
+    changes = {jid: grp.sort_values("time") for jid, grp in log.groupby("id")} if len(log) else {}
+    rows, lefts, widths, heights, colours = [], [], [], [], []
+    for k, job in enumerate(df.itertuples(index=False)):
+        times, sizes = [job.start], [job.nodes]
+        if job.id in changes:
+            times += list(changes[job.id]["time"])
+            sizes += list(changes[job.id]["new"])
+        times.append(job.end)
+        for t0, t1, size in zip(times[:-1], times[1:], sizes, strict=True):
+            rows.append(k)
+            lefts.append(t0 / scale)
+            widths.append((t1 - t0) / scale)
+            heights.append(0.2 + 0.7 * size / biggest)
+            colours.append(_TYPE_COLOURS.get(job.type, "tab:gray"))
+    ax.barh(rows, widths, left=lefts, height=heights, color=colours)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for t, c in _TYPE_COLOURS.items()
                if t in set(df["type"])]  # fmt: skip
     ax.legend(handles, [t for t in _TYPE_COLOURS if t in set(df["type"])], loc="lower right")

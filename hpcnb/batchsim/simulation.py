@@ -61,6 +61,9 @@ class SimulationResult:
         wall_seconds: Wall-clock time of the simulation (s).
         invocations: Scheduler invocations (0 on the compiled rigid path).
         compiled: Whether the compiled rigid kernel ran.
+        extra: Other counters (``events`` of the general engine).
+        resize_log: One row per applied reconfiguration: ``id, time, old, new`` (sizes
+            in nodes; the new size holds from ``time`` on, after the reconfiguration cost).
     """
 
     jobs: pd.DataFrame
@@ -72,6 +75,9 @@ class SimulationResult:
     invocations: int = 0
     compiled: bool = False
     extra: dict[str, float] = field(default_factory=dict)
+    resize_log: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=["id", "time", "old", "new"])
+    )
 
     @property
     def jobs_per_second(self) -> float:
@@ -264,6 +270,10 @@ def simulate(
         trace.invocations,
         False,
         {"events": float(trace.events)},
+        pd.DataFrame(
+            [(r.id, t, old, new) for r in recs for t, old, new in r.resizes],
+            columns=["id", "time", "old", "new"],
+        ),
     )
 
 
