@@ -73,13 +73,16 @@ def hash_slot(addr: int, kind: int, slots: int) -> int:
         addr: Byte address (non-negative).
         kind: 0 DiscoPoP ``((addr >> 8) + addr) mod slots``, 1 ``addr mod slots``,
             2 word ``(addr >> 3) mod slots``, 3 Fibonacci (multiplicative) hashing.
-        slots: Number of slots (> 0).
+        slots: Number of slots (> 0). For the DiscoPoP hash, a power of two turns the
+            modulo into a mask (a 64-bit division costs tens of cycles per access).
 
     Returns:
         The slot index in ``[0, slots)``.
     """
+    pow2 = slots & (slots - 1) == 0
     if kind == 0:
-        return ((addr >> 8) + addr) % slots
+        h0 = (addr >> 8) + addr
+        return h0 & (slots - 1) if pow2 else h0 % slots
     if kind == 1:
         return addr % slots
     if kind == 2:

@@ -1,0 +1,214 @@
+"""Case-study kernels for the locality advice: a symptom and its fix, plus a clean kernel.
+
+Each :class:`CaseStudy` pairs a *before* and an *after* configuration of a kernel (same
+results) that differ only in what the advice suggests: padding, privatisation + reduction,
+a schedule change, tiling, or a data-layout change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hpcnb.commprof import kernels as K
+from hpcnb.commprof.instrument import Kernel, kernel, prange
+from hpcnb.commprof.runtime import Schedule, run_native
+
+__all__ = [
+    "CASE_STUDIES",
+    "CaseStudy",
+    "Variant",
+    "aos_update",
+    "clean_scale",
+    "measure_case",
+    "nw_tiles",
+    "soa_update",
+    "sum_private",
+    "sum_shared",
+    "thread_histogram",
+]
+
+# ruff: noqa: D103  (kernels are described by the case studies)
+
+
+@kernel
+def thread_histogram(tid, nthreads, phase, x, hist):
+    nb = 4
+    for i in prange(x.shape[0]):
+        hist[tid, x[i] % nb] += 1
+
+
+@kernel
+def sum_shared(tid, nthreads, phase, x, acc):
+    for i in prange(x.shape[0]):
+        acc[tid] += x[i] * x[i]
+
+
+@kernel
+def sum_private(tid, nthreads, phase, x, acc):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += x[i] * x[i]
+    acc[tid] = s
+
+
+@kernel
+def nw_tiles(tid, nthreads, phase, score, s1, s2, penalty, ncb):
+    n = score.shape[0] - 1
+    m = score.shape[1] - 1
+    cb = phase - tid
+    if cb >= 0 and cb < ncb:
+        r0 = 1 + (n * tid) // nthreads
+        r1 = 1 + (n * (tid + 1)) // nthreads
+        c0 = 1 + (m * cb) // ncb
+        c1 = 1 + (m * (cb + 1)) // ncb
+        for i in range(r0, r1):
+            for j in range(c0, c1):
+                sim = 1 if s1[i - 1] == s2[j - 1] else -1
+                best = score[i - 1, j - 1] + sim
+                up = score[i - 1, j] - penalty
+                left = score[i, j - 1] - penalty
+                if up > best:
+                    best = up
+                if left > best:
+                    best = left
+                score[i, j] = best
+
+
+@kernel
+def aos_update(tid, nthreads, phase, p):
+    for i in prange(p.shape[0]):
+        p[i, 0] = p[i, 0] + 0.5 * p[i, 1]
+
+
+@kernel
+def soa_update(tid, nthreads, phase, pos, vel):
+    for i in prange(pos.shape[0]):
+        pos[i] = pos[i] + 0.5 * vel[i]
+
+
+@kernel
+def clean_scale(tid, nthreads, phase, x, y):
+    for i in prange(x.shape[0]):
+        y[i] = 2.0 * x[i]
+
+
+Args = list[object]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration: kernel, inputs, phases and schedule.
+
+    Attributes:
+        kernel: The kernel.
+        make: ``make(size, nthreads, seed) -> (args, nphases)``.
+        schedule: Schedule of its ``prange`` loops.
+    """
+
+    kernel: Kernel
+    make: Callable[[int, int, int], tuple[Args, int]]
+    schedule: Schedule = field(default_factory=Schedule)
+
+
+@dataclass(frozen=True)
+class CaseStudy:
+    """A symptom (``before``), the advice rule expected to fire, and the fix (``after``).
+
+    Attributes:
+        name: Short name.
+        rule: Advice rule expected on ``before`` (see :mod:`hpcnb.commprof.advice`).
+        before: The configuration with the symptom.
+        after: The configuration with the suggested fix applied.
+        description: One line on the fix.
+    """
+
+    name: str
+    rule: str
+    before: Variant
+    after: Variant
+    description: str
+
+
+def _hist(pad: int) -> Callable[[int, int, int], tuple[Args, int]]:
+    def make(n: int, T: int, seed: int) -> tuple[Args, int]:
+        x = np.random.default_rng(seed).integers(0, 1 << 20, n * 64).astype(np.int64)
+        return [x, np.zeros((T, pad), np.int64)], 1
+
+    return make
+
+
+def _sum(n: int, T: int, seed: int) -> tuple[Args, int]:
+    return [np.random.default_rng(seed).random(n * 64), np.zeros(T)], 1
+
+
+def _jacobi(n: int, T: int, seed: int) -> tuple[Args, int]:
+    a = np.random.default_rng(seed).random((n, n))
+    return [a, a.copy()], 4
+
+
+def _nw(blocks_per_thread: int) -> Callable[[int, int, int], tuple[Args, int]]:
+    def make(n: int, T: int, seed: int) -> tuple[Args, int]:
+        rng = np.random.default_rng(seed)
+        m = 2 * n
+        score = np.zeros((m + 1, m + 1), np.int64)
+        score[0, :] = -np.arange(m + 1)
+        score[:, 0] = -np.arange(m + 1)
+        ncb = blocks_per_thread * T
+        return [score, rng.integers(0, 4, m), rng.integers(0, 4, m), 1, ncb], T + ncb - 1
+
+    return make
+
+
+def _aos(n: int, T: int, seed: int) -> tuple[Args, int]:
+    return [np.random.default_rng(seed).random((n * 16, 8))], 1
+
+
+def _soa(n: int, T: int, seed: int) -> tuple[Args, int]:
+    p = np.random.default_rng(seed).random((n * 16, 8))
+    return [np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])], 1
+
+
+CASE_STUDIES: dict[str, CaseStudy] = {
+    c.name: c
+    for c in (
+        CaseStudy("histogram", "padding", Variant(thread_histogram, _hist(4)),
+                  Variant(thread_histogram, _hist(16)),
+                  "pad each thread's histogram row to two cache lines"),
+        CaseStudy("sum", "privatisation", Variant(sum_shared, _sum), Variant(sum_private, _sum),
+                  "accumulate in a private scalar, write the partial sum once"),
+        CaseStudy("jacobi", "schedule", Variant(K.jacobi, _jacobi, Schedule("cyclic", 1)),
+                  Variant(K.jacobi, _jacobi, Schedule("static")),
+                  "static row blocks instead of cyclic rows"),
+        CaseStudy("wavefront", "tiling", Variant(nw_tiles, _nw(1)), Variant(nw_tiles, _nw(8)),
+                  "8 column tiles per thread instead of 1"),
+        CaseStudy("particles", "layout", Variant(aos_update, _aos), Variant(soa_update, _soa),
+                  "structure of arrays instead of array of structures"),
+    )
+}  # fmt: skip
+
+
+def measure_case(
+    cs: CaseStudy, size: int, nthreads: int = 2, repeats: int = 5, seed: int = 0
+) -> dict[str, float]:
+    """Median wall time of the native parallel (``prange``) kernel before and after the fix.
+
+    Both variants are timed alternately in the same run after one warm-up each.
+
+    Returns:
+        ``{"before": s, "after": s, "speedup": before / after}``.
+    """
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for r in range(repeats + 1):
+        for label, v in (("before", cs.before), ("after", cs.after)):
+            args, nphases = v.make(size, nthreads, seed)
+            t0 = time.perf_counter()
+            run_native(v.kernel, args, nthreads=nthreads, nphases=nphases, schedule=v.schedule,
+                       parallel=True)  # fmt: skip
+            if r:
+                times[label].append(time.perf_counter() - t0)
+    before, after = float(np.median(times["before"])), float(np.median(times["after"]))
+    return {"before": before, "after": after, "speedup": before / after}
