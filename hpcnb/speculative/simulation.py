@@ -42,6 +42,7 @@ class ClusterConfig:
         latency_s: Per-message latency of a hop.
         bandwidth_bps: Link bandwidth in bytes/s.
         hidden_bytes: Bytes of one token's hidden state.
+        layers_per_rank: Layers of each stage (default: an even split).
     """
 
     n_ranks: int = 2
@@ -53,6 +54,7 @@ class ClusterConfig:
     latency_s: float = 50e-6
     bandwidth_bps: float = 125e6
     hidden_bytes: int = 576 * 4
+    layers_per_rank: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         """Check the values."""
@@ -66,12 +68,19 @@ class ClusterConfig:
                 raise ValueError(f"ClusterConfig.{name} must be >= 0")
         if self.bandwidth_bps <= 0:
             raise ValueError("ClusterConfig.bandwidth_bps must be > 0")
+        lpr = self.layers_per_rank
+        if lpr is not None and (len(lpr) != self.n_ranks or sum(lpr) != self.n_layers):
+            raise ValueError(
+                f"layers_per_rank={lpr} must give {self.n_ranks} counts summing to {self.n_layers}"
+            )
 
     def stage_s(self, rank: int, b: int) -> float:
         """Seconds for stage ``rank`` to run a batch of ``b`` tokens."""
-        lo = rank * self.n_layers // self.n_ranks
-        hi = (rank + 1) * self.n_layers // self.n_ranks
-        t = (hi - lo) * self.layer_s * (1.0 + self.batch_slope * (b - 1))
+        if self.layers_per_rank is not None:
+            n = self.layers_per_rank[rank]
+        else:
+            n = (rank + 1) * self.n_layers // self.n_ranks - rank * self.n_layers // self.n_ranks
+        t = n * self.layer_s * (1.0 + self.batch_slope * (b - 1))
         if rank == self.n_ranks - 1:
             t += self.head_s * b
         return t

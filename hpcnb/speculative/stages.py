@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from hpcnb.speculative.drafts import ModelDraft, NgramDraft, early_exit_draft
 from hpcnb.speculative.model import LlamaModel, tiny_config
 
-__all__ = ["build_draft", "build_stage", "layer_split", "model_from_spec"]
+__all__ = ["balanced_split", "build_draft", "build_stage", "layer_split", "model_from_spec"]
 
 
 def model_from_spec(mspec: dict[str, Any]) -> LlamaModel:
@@ -56,6 +58,35 @@ def layer_split(spec: dict[str, Any], n_ranks: int) -> list[tuple[int, int]]:
     if n_ranks > n:
         raise ValueError(f"{n_ranks} ranks but the model has only {n} layers")
     return [(r * n // n_ranks, (r + 1) * n // n_ranks) for r in range(n_ranks)]
+
+
+def balanced_split(
+    n_layers: int, n_ranks: int, layer_s: float, head_s: float, batch: float = 1.0
+) -> list[list[int]]:
+    """Return contiguous layer slices that balance the stages' times.
+
+    The last rank also runs the output head (``head_s`` per token, ``batch`` tokens per
+    run on average), so it gets fewer layers.
+
+    Args:
+        n_layers: Layers of the model.
+        n_ranks: Pipeline stages.
+        layer_s: Seconds per layer per run.
+        head_s: Seconds of the head per token.
+        batch: Mean tokens per run.
+    """
+    if not 1 <= n_ranks <= n_layers:
+        raise ValueError(f"need 1 <= n_ranks={n_ranks} <= n_layers={n_layers}")
+    extra = head_s * batch / layer_s  # the head in layer-equivalents
+    target = (n_layers + extra) / n_ranks
+    counts = [max(1, round(target)) for _ in range(n_ranks - 1)]
+    counts.append(n_layers - sum(counts))
+    while counts[-1] < 1:  # the head alone exceeds a fair share: shrink the others
+        i = max(range(n_ranks - 1), key=lambda j: counts[j])
+        counts[i] -= 1
+        counts[-1] += 1
+    bounds = [0, *np.cumsum(counts).tolist()]
+    return [[int(bounds[r]), int(bounds[r + 1])] for r in range(n_ranks)]
 
 
 def build_stage(
