@@ -244,3 +244,37 @@ def test_gnnrl_mean_reward_rises_on_toy_problem():
     assert rewards[-40:].mean() > rewards[:40].mean() + 0.05
     assert learning_curve(rewards, 10)[-1] == pytest.approx(rewards[-10:].mean())
     assert result.flops_ratio <= 0.5
+
+
+def test_layerwise_env_always_meets_budget(task):
+    env = LayerwiseEnv(task, EnvConfig(target=0.3))
+    env.action_space.seed(0)
+    for episode in range(5):
+        env.reset(seed=episode)
+        done = False
+        while not done:
+            _, reward, done, _, info = env.step(env.action_space.sample())
+        assert info["flops_ratio"] <= 0.3 + 1e-9
+        assert 0.0 <= reward <= 1.0
+
+
+def test_compare_methods_small(task, split):
+    from hpcnb.pruning import compare_methods, outcomes_table
+
+    outcomes, searches = compare_methods(
+        task,
+        split,
+        0.5,
+        methods=("uniform", "torch_pruning"),
+        finetune=TrainConfig(epochs=1),
+        latency_batch=8,
+        latency_repeats=2,
+    )
+    table = outcomes_table(outcomes)
+    assert [o.method for o in outcomes] == ["original", "uniform", "torch_pruning"]
+    assert table.loc[(0.5, "original")].flops_ratio == pytest.approx(1.0)
+    for o in outcomes[1:]:
+        assert o.flops_ratio <= 0.52
+        assert o.params < outcomes[0].params
+        assert o.latency_ms > 0
+    assert set(searches) == {"uniform"}

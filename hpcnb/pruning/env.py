@@ -163,7 +163,9 @@ class LayerwiseEnv(_HistoryMixin, gym.Env):
     the group, FLOPs removed so far, FLOPs still prunable after this group, the previous
     action, the budget. Action ``Box(-1, 1, (1,))`` -> keep ratio in ``[min_keep, 1]``,
     then clipped to the largest keep ratio that still lets the budget be met when every
-    later group is cut to ``min_keep`` (AMC's constraint enforcement).
+    later group is cut to ``min_keep`` (AMC's constraint enforcement). With
+    ``config.project`` an over-pruned final policy is moved back towards full width until it
+    lands on the budget, as :class:`PruningEnv` does on its last step.
 
     Args:
         problem: The pruning problem.
@@ -256,6 +258,10 @@ class LayerwiseEnv(_HistoryMixin, gym.Env):
         self.t += 1
         if self.t < len(self.sizes):
             return self._state(), 0.0, False, False, {}
+        if self.config.project:  # use up the budget: move back towards full width
+            self.keep = project_to_budget(
+                self.problem, np.ones(len(self.sizes)), self.keep, self.config.target
+            )
         ratio = self._flops(self.keep)
         success = ratio <= self.config.target + 1e-9
         reward = (
