@@ -126,6 +126,7 @@ from hpcnb.ir import (  # noqa: E402
     ParamSlice,
     draw_graph,
     extract,
+    find_blocks,
     importance,
     reorder,
     to_networkx,
@@ -300,6 +301,13 @@ def test_zoo_extract_half_keep_all_and_reorder(name: str) -> None:
             skipped = extract(model, graph, keep, skip_blocks=blocks[:1])
             assert skipped(x).shape == ref.shape
             assert trace(skipped, x).total_flops() < small_graph.total_flops()
+            every = extract(model, graph, {}, skip_blocks=blocks[::-1])  # chained skips
+            assert every(x).shape == ref.shape
+            left = {n.rpartition(".")[0] for n, _ in every.named_parameters()}
+            owners = {n.rpartition(".")[0] for n, _ in model.named_parameters()}
+            gone = [m for b in find_blocks(graph) for m in b.modules if m in owners]
+            assert gone and not any(m in left for m in gone)
+            assert trace(every, x).total_flops() < graph.total_flops()
         perms = reorder(model, graph)
         assert set(perms) == {g.id for g in graph.groups() if g.prunable}
         after = model(x)

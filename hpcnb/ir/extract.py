@@ -340,9 +340,15 @@ def extract(
         _slice_tensors(gm, graph, keep_idx)
         _patch_args(gm, graph, keep_idx)
     nodes = {n.name: n for n in gm.graph.nodes}
-    for b in skip:
+    replaced: dict[str, fx.Node] = {}
+    order = {b.id: i for i, b in enumerate(blocks.values())}
+    for b in sorted(set(skip), key=order.__getitem__):  # graph order: a skip may be a skipped add
         add = nodes[blocks[b].add]
-        add.replace_all_uses_with(nodes[blocks[b].skip])
+        target = nodes[blocks[b].skip]
+        while target.name in replaced:
+            target = replaced[target.name]
+        add.replace_all_uses_with(target)
+        replaced[add.name] = target
         gm.graph.erase_node(add)
     if skip:
         gm.graph.eliminate_dead_code()
