@@ -278,3 +278,23 @@ def test_compare_methods_small(task, split):
         assert o.params < outcomes[0].params
         assert o.latency_ms > 0
     assert set(searches) == {"uniform"}
+
+
+@pytest.mark.parametrize("name", ["vgg", "mobilenet_v2", "shufflenet", "densenet"])
+def test_flops_formula_and_masking_across_zoo(name):
+    spec = models.ZOO[name]
+    model = spec.build("tiny").eval()
+    x = spec.example_input("tiny")[:1]
+    t = ModelPruningTask(model, x, torch.randn(4, *x.shape[1:]), torch.zeros(4, dtype=torch.long))
+    counted = t.flops_model_of(("conv", "linear"))
+    counts = keep_counts(
+        np.random.default_rng(0).uniform(0.2, 1, len(t.group_sizes)), t.group_sizes
+    )
+    small = t.extract(counts, ratios=False).eval()
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        out = small(x)
+    assert counted(counts / t.group_sizes) == pytest.approx(counter.get_total_flops())
+    with torch.no_grad():
+        masked = torch.func.functional_call(model, t.masked_parameters(counts), (x,), strict=False)
+    torch.testing.assert_close(out, masked, atol=1e-4, rtol=1e-4)
