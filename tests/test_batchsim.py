@@ -25,6 +25,7 @@ from hpcnb.batchsim import (
     SchedulerError,
     SchedulerView,
     SimulationError,
+    WorkModel,
     check_invariants,
     jobs_from_swf,
     lublin_feitelson,
@@ -269,3 +270,53 @@ def test_without_scheduling_point_invocations_freed_nodes_wait_for_next_event():
     check_invariants(result, jobs)
     assert starts(result) == {1: 0, 2: 170}
     assert result.jobs.set_index("id").loc[1, "end"] == pytest.approx(30 + 7 * 20)
+
+
+class Transfer(WorkModel):
+    """One unit that writes ``nbytes`` through the PFS (after ``compute`` seconds)."""
+
+    def __init__(self, nbytes: float, compute: float = 0.0) -> None:
+        self.nbytes, self.compute = nbytes, compute
+
+    def unit_time(self, unit, nodes, ctx):
+        return self.compute + ctx.platform.pfs_time(self.nbytes, True, ctx.pfs_sharers)
+
+    def unit_segments(self, unit, nodes, ctx):
+        return [("time", self.compute), ("pfs_write", self.nbytes)]
+
+
+def test_pfs_bandwidth_is_shared_between_concurrent_transfers():
+    # 10 GB/s write link: A writes 10 GB from t=0; B writes 5 GB from t=0.5. A gets 5 GB
+    # alone by 0.5, then both get 5 GB/s: both finish at 1.5. C computes 2 s then writes
+    # 5 GB alone: 2.5.
+    platform = Platform(4, pfs_write_bandwidth=10e9, pfs_latency=0.0)
+    jobs = [
+        Job(1, 0.0, JobType.RIGID, 1, Transfer(10e9)),
+        Job(2, 0.5, JobType.RIGID, 1, Transfer(5e9)),
+        Job(3, 0.0, JobType.RIGID, 1, Transfer(5e9, compute=2.0)),
+    ]
+    result = simulate(jobs, platform, FCFS())
+    check_invariants(result, jobs)
+    ends = dict(zip(result.jobs["id"], result.jobs["end"], strict=True))
+    assert ends[1] == pytest.approx(1.5) and ends[2] == pytest.approx(1.5)
+    assert ends[3] == pytest.approx(2.5)
+
+
+def test_killed_transfer_frees_its_bandwidth_share():
+    class KillFirstAtHalf(Scheduler):
+        name = "kill"
+
+        def schedule(self, view, reasons):
+            for rec in list(view.queue):
+                view.start(rec)
+            if view.time == 0.5:
+                view.kill(next(r for r in view.running if r.id == 1))
+
+    platform = Platform(4, pfs_write_bandwidth=10e9, pfs_latency=0.0)
+    jobs = [Job(1, 0.0, JobType.RIGID, 1, Transfer(10e9)),
+            Job(2, 0.5, JobType.RIGID, 1, Transfer(5e9))]  # fmt: skip
+    result = simulate(jobs, platform, KillFirstAtHalf())
+    check_invariants(result, jobs)
+    rows = result.jobs.set_index("id")
+    assert rows.loc[1, "status"] == "killed" and rows.loc[1, "end"] == 0.5
+    assert rows.loc[2, "end"] == pytest.approx(1.0)  # alone on the link: 5 GB at 10 GB/s

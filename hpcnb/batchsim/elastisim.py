@@ -15,9 +15,10 @@ Task timing (on ``n`` nodes, platform of :mod:`hpcnb.batchsim.platform`):
   the node (or per-node GPU) speed. Communication ``bytes`` with
   ``communication_pattern`` as in :meth:`Platform.communication_time`. Coupled tasks
   compute then communicate (sum); uncoupled ones overlap (max).
-* ``pfs_read`` / ``pfs_write``: ``bytes`` in total (``all_ranks`` / ``total``) or on the
-  root (``root_only``) through the PFS bandwidth shared equally among running jobs that
-  do I/O.
+* ``pfs_read`` / ``pfs_write``: the PFS latency, then ``bytes`` in total (``all_ranks`` /
+  ``total``), on the root (``root_only``) or ``bytes`` per node (``uniform``) through the
+  PFS read or write link, whose bandwidth the engine shares equally among the jobs
+  transferring at the moment (:mod:`hpcnb.batchsim.pfs`).
 * ``idle`` / ``busy_wait``: ``delay`` seconds. ``sequence``: its ``tasks``, ``iterations``
   times.
 
@@ -35,6 +36,7 @@ from typing import Any
 
 from hpcnb.batchsim.expressions import ExpressionError, parse_expression
 from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
+from hpcnb.batchsim.pfs import Segment, merge_segments, nominal_duration
 from hpcnb.batchsim.platform import COMMUNICATION_PATTERNS, Platform, read_platform_xml
 
 __all__ = ["ApplicationModel", "ElastiSimInput", "read_application_model", "read_elastisim"]
@@ -170,7 +172,9 @@ class ApplicationWork(WorkModel):
     arguments: dict[str, float]
     nodes: int
     _units: list[tuple[int, int]] = field(default_factory=list, repr=False)
-    _cache: dict[tuple[int, int, int, int], float] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[int, int, int, Platform], list[Segment]] = field(
+        default_factory=dict, repr=False
+    )
 
     def __post_init__(self) -> None:
         env = {**self.arguments, "num_nodes": self.nodes}
@@ -188,6 +192,7 @@ class ApplicationWork(WorkModel):
         self.reconfiguration_time(self.nodes, self.nodes + 1, ctx)
         for phase in sorted({k for k, _ in self._units}):
             self._tasks_time(self.model.phases[phase].tasks, self.nodes, ctx, 0)
+        self._cache.clear()
 
     def _uses_iteration(self, tasks: tuple[_Task, ...]) -> bool:
         for task in tasks:
@@ -213,17 +218,19 @@ class ApplicationWork(WorkModel):
         return {**self.arguments, "num_nodes": nodes, "num_gpus": nodes * gpn,
                 "num_gpus_per_node": gpn, "phase_iteration": iteration}  # fmt: skip
 
-    def _task_time(self, task: _Task, n: int, ctx: RunContext, env: dict[str, float]) -> float:
+    def _task_segments(
+        self, task: _Task, n: int, ctx: RunContext, env: dict[str, float]
+    ) -> list[Segment]:
         reps = 1 if task.iterations is None else int(self._eval(task.iterations, env, task.where))
         if task.type == "sequence":
-            one = sum(self._task_time(c, n, ctx, env) for c in task.children)
+            one = [seg for c in task.children for seg in self._task_segments(c, n, ctx, env)]
         elif task.type in ("idle", "busy_wait"):
-            one = self._eval(task.payload, env, task.where)
+            one = [("time", self._eval(task.payload, env, task.where))]
         elif task.type.startswith("pfs"):
             size = self._eval(task.payload, env, task.where)
             if task.spread == "uniform":
                 size *= n
-            one = ctx.platform.pfs_time(size, task.type == "pfs_write", ctx.pfs_sharers)
+            one = [("time", ctx.platform.pfs_latency), (task.type, size)]
         else:
             compute = 0.0
             if task.payload is not None:
@@ -240,22 +247,48 @@ class ApplicationWork(WorkModel):
             if task.comm_bytes is not None:
                 size = self._eval(task.comm_bytes, env, task.where)
                 comm = ctx.platform.communication_time(task.comm_pattern, size, n)
-            one = compute + comm if task.coupled else max(compute, comm)
-        return reps * one
+            one = [("time", compute + comm if task.coupled else max(compute, comm))]
+        return one * max(0, reps)
+
+    def _segments(
+        self, tasks: tuple[_Task, ...], n: int, ctx: RunContext, it: int
+    ) -> list[Segment]:
+        env = self._env(n, ctx, it)
+        out = [seg for t in tasks for seg in self._task_segments(t, n, ctx, env)]
+        return merge_segments(out, self.model.source)
+
+    def _nominal(self, segments: list[Segment], ctx: RunContext) -> float:
+        p = ctx.platform
+        return nominal_duration(segments, p.pfs_read_bandwidth, p.pfs_write_bandwidth,
+                                ctx.pfs_sharers)  # fmt: skip
 
     def _tasks_time(self, tasks: tuple[_Task, ...], n: int, ctx: RunContext, it: int) -> float:
-        env = self._env(n, ctx, it)
-        return sum(self._task_time(t, n, ctx, env) for t in tasks)
+        return self._nominal(self._segments(tasks, n, ctx, it), ctx)
 
-    def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
-        """Return the time of one phase iteration on ``nodes`` nodes (memoised)."""
+    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[Segment]:
+        """Return one phase iteration on ``nodes`` nodes as segments (memoised)."""
         phase, iteration = self._units[unit]
-        key = (phase, iteration if self._by_iteration[phase] else -1, nodes, ctx.pfs_sharers)
+        key = (phase, iteration if self._by_iteration[phase] else -1, nodes, ctx.platform)
         value = self._cache.get(key)
         if value is None:
-            value = self._tasks_time(self.model.phases[phase].tasks, nodes, ctx, iteration)
+            value = self._segments(self.model.phases[phase].tasks, nodes, ctx, iteration)
             self._cache[key] = value
-        return value
+        return list(value)
+
+    def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
+        """Return the time of one phase iteration with the PFS shared by ``ctx.pfs_sharers``."""
+        return self._nominal(self.unit_segments(unit, nodes, ctx), ctx)
+
+    def init_segments(self, nodes: int, ctx: RunContext) -> list[Segment]:
+        """Return the ``on_init`` tasks as segments."""
+        return self._segments(self.model.on_init, nodes, ctx, 0)
+
+    def reconfiguration_segments(self, old: int, new: int, ctx: RunContext) -> list[Segment]:
+        """Return ``on_reconfiguration`` (+ ``on_expansion`` on growth) at ``new`` nodes."""
+        segments = self._segments(self.model.on_reconfiguration, new, ctx, 0)
+        if new > old:
+            segments += self._segments(self.model.on_expansion, new, ctx, 0)
+        return merge_segments(segments, self.model.source)
 
     def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
         """Return the time of units ``from_unit..``.
@@ -282,10 +315,7 @@ class ApplicationWork(WorkModel):
 
     def reconfiguration_time(self, old: int, new: int, ctx: RunContext) -> float:
         """Return the ``on_reconfiguration`` (+ ``on_expansion`` on growth) time at ``new``."""
-        cost = self._tasks_time(self.model.on_reconfiguration, new, ctx, 0)
-        if new > old:
-            cost += self._tasks_time(self.model.on_expansion, new, ctx, 0)
-        return cost
+        return self._nominal(self.reconfiguration_segments(old, new, ctx), ctx)
 
     def evolving_request(self, unit_done: int, nodes: int) -> int | None:
         """Evaluate the finished phase's ``evolving_request`` (``None`` if it has none)."""

@@ -15,12 +15,18 @@ shrink are free in the same invocation); a resize ordered for a job in the middl
 a unit takes effect at its next scheduling point (nodes of an expansion are
 reserved at once, nodes of a shrink are freed then). Each resize pays the work
 model's reconfiguration cost before the next unit.
+
+A unit runs as a list of segments (:meth:`WorkModel.unit_segments`): timed segments are
+single events; PFS transfers join the PFS read or write :class:`SharedLink`, whose
+bandwidth is shared equally by the transfers active on it, so their completion times
+move whenever another job starts or finishes a transfer.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hpcnb.batchsim.jobs import Job, JobType, RunContext
+from hpcnb.batchsim.pfs import Segment, SharedLink, merge_segments, nominal_duration
 from hpcnb.batchsim.platform import Platform
 
 if TYPE_CHECKING:
@@ -44,7 +51,7 @@ __all__ = [
     "Simulator",
 ]
 
-_UNIT_END, _SUBMIT, _PERIODIC = 0, 1, 2
+_UNIT_END, _LINK, _SUBMIT, _PERIODIC = 0, 1, 2, 3
 
 
 class InvocationReason(StrEnum):
@@ -92,8 +99,9 @@ class JobRecord:
         resizes: ``(time, old, new)`` for each applied reconfiguration.
     """
 
-    __slots__ = ("active", "at_point", "end_time", "epoch", "evolving_request", "job", "nodes",
-                 "resizes", "start_time", "status", "target", "unit", "unit_end")  # fmt: skip
+    __slots__ = ("active", "at_point", "end_time", "epoch", "evolving_request", "job", "link",
+                 "nodes", "resizes", "segments", "start_time", "status", "target", "unit",
+                 "unit_end")  # fmt: skip
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -109,6 +117,8 @@ class JobRecord:
         self.evolving_request: int | None = None
         self.resizes: list[tuple[float, int, int]] = []
         self.epoch = 0
+        self.segments: deque[Segment] = deque()
+        self.link: SharedLink | None = None
 
     @property
     def id(self) -> int:
@@ -317,18 +327,68 @@ class Simulator:
         rec.nodes = rec.target = rec.active = n
         self._alloc(n)
         ctx = self._ctx()
-        self._schedule_unit(rec, rec.job.work.init_time(n, ctx), ctx)
+        self._schedule_unit(rec, rec.job.work.init_segments(n, ctx), ctx)
 
-    def _schedule_unit(self, rec: JobRecord, extra: float, ctx: RunContext) -> None:
+    def _schedule_unit(self, rec: JobRecord, extra: list[Segment], ctx: RunContext) -> None:
         rec.at_point = False
-        duration = extra + rec.job.work.unit_time(rec.unit, rec.active, ctx)
-        if not (duration >= 0 and math.isfinite(duration)):
-            raise SimulationError(
-                f"job {rec.id}: unit {rec.unit} on {rec.active} nodes lasts {duration} s "
-                "(expected a finite time >= 0; check the work model)"
+        where = f"job {rec.id}: unit {rec.unit} on {rec.active} nodes"
+        try:
+            segments = merge_segments(
+                [*extra, *rec.job.work.unit_segments(rec.unit, rec.active, ctx)], where
             )
-        rec.unit_end = self._view.time + duration
-        self._push(rec.unit_end, _UNIT_END, (rec, rec.epoch))
+        except ValueError as exc:
+            raise SimulationError(f"{exc} (check the work model)") from None
+        p = self.platform
+        nominal = nominal_duration(segments, p.pfs_read_bandwidth, p.pfs_write_bandwidth,
+                                   ctx.pfs_sharers)  # fmt: skip
+        rec.unit_end = self._view.time + nominal
+        rec.segments = deque(segments)
+        if not segments:  # an empty unit still ends through an event, never inside a call
+            self._push(self._view.time, _UNIT_END, (rec, rec.epoch))
+        else:
+            self._next_segment(rec)
+
+    def _next_segment(self, rec: JobRecord) -> None:
+        """Start the job's next segment, or end its unit when none is left."""
+        now = self._view.time
+        if not rec.segments:
+            self._unit_done(rec)
+            return
+        kind, amount = rec.segments.popleft()
+        if kind == "time":
+            self._push(now + amount, _UNIT_END, (rec, rec.epoch))
+            return
+        link = self._links[kind]
+        link.join(rec, amount, now)
+        rec.link = link
+        self._reschedule_link(link)
+
+    def _reschedule_link(self, link: SharedLink) -> None:
+        link.token += 1
+        when = link.next_completion(self._view.time)
+        if when is not None:
+            self._push(when, _LINK, (link, link.token))
+
+    def _unit_done(self, rec: JobRecord) -> None:
+        rec.unit += 1
+        if rec.unit >= rec.job.work.num_units:
+            self._finish(rec, JobStatus.COMPLETED)
+            self._reasons.add(InvocationReason.JOB_COMPLETED)
+            return
+        rec.at_point = True
+        self._paused.append(rec)
+        if rec.nodes > rec.target:  # a shrink ordered earlier takes effect now
+            self._alloc(rec.target - rec.nodes)
+            rec.nodes = rec.target
+        if rec.type.resizable and self.on_point:
+            self._reasons.add(InvocationReason.SCHEDULING_POINT)
+        if rec.type in (JobType.EVOLVING, JobType.ADAPTIVE):
+            want = rec.job.work.evolving_request(rec.unit, rec.active)
+            if want is not None and self.clip:
+                want = min(max(want, rec.job.num_nodes_min), rec.job.num_nodes_max)
+            if want is not None and want != rec.active:
+                rec.evolving_request = want
+                self._reasons.add(InvocationReason.EVOLVING_REQUEST)
 
     def _resize(self, rec: JobRecord, n: int) -> None:
         if n > rec.nodes:
@@ -347,6 +407,10 @@ class Simulator:
         else:
             view.running.remove(rec)
             self._alloc(-rec.nodes)
+        if rec.link is not None and rec in rec.link.active:
+            rec.link.leave(rec, view.time)
+            self._reschedule_link(rec.link)
+        rec.link = None
         rec.status = status
         rec.end_time = view.time
         rec.epoch += 1
@@ -357,12 +421,12 @@ class Simulator:
         if rec.status is not JobStatus.RUNNING or not rec.at_point:
             return
         ctx = self._ctx()
-        extra = 0.0
+        extra: list[Segment] = []
         if rec.nodes > rec.target:
             self._alloc(rec.target - rec.nodes)
             rec.nodes = rec.target
         if rec.target != rec.active:
-            extra = rec.job.work.reconfiguration_time(rec.active, rec.target, ctx)
+            extra = rec.job.work.reconfiguration_segments(rec.active, rec.target, ctx)
             rec.resizes.append((self._view.time, rec.active, rec.target))
             rec.active = rec.target
         self._schedule_unit(rec, extra, ctx)
@@ -396,6 +460,12 @@ class Simulator:
         self._usage_t: list[float] = [0.0]
         self._usage_n: list[int] = [0]
         self._open = len(records)
+        self._links = {
+            "pfs_read": SharedLink("pfs_read", self.platform.pfs_read_bandwidth),
+            "pfs_write": SharedLink("pfs_write", self.platform.pfs_write_bandwidth),
+        }
+        self._reasons: set[InvocationReason] = set()
+        self._paused: list[JobRecord] = []
         for rec in records:
             self._push(rec.job.submit_time, _SUBMIT, rec)
         if self.interval > 0 and records:
@@ -406,8 +476,8 @@ class Simulator:
         while heap:
             now = heap[0][0]
             view.time = now
-            reasons: set[InvocationReason] = set()
-            paused: list[JobRecord] = []
+            self._reasons = reasons = set()
+            self._paused = paused = []
             while heap and heap[0][0] == now:
                 _, rank, _, payload = heapq.heappop(heap)
                 events += 1
@@ -417,27 +487,17 @@ class Simulator:
                     reasons.add(InvocationReason.JOB_SUBMIT)
                 elif rank == _UNIT_END:
                     rec, epoch = payload  # type: ignore[misc]
-                    if epoch != rec.epoch:
+                    if epoch == rec.epoch:
+                        self._next_segment(rec)
+                elif rank == _LINK:
+                    link, token = payload  # type: ignore[misc]
+                    if token != link.token:
                         continue
-                    rec.unit += 1
-                    if rec.unit >= rec.job.work.num_units:
-                        self._finish(rec, JobStatus.COMPLETED)
-                        reasons.add(InvocationReason.JOB_COMPLETED)
-                        continue
-                    rec.at_point = True
-                    paused.append(rec)
-                    if rec.nodes > rec.target:  # a shrink ordered earlier takes effect now
-                        self._alloc(rec.target - rec.nodes)
-                        rec.nodes = rec.target
-                    if rec.type.resizable and self.on_point:
-                        reasons.add(InvocationReason.SCHEDULING_POINT)
-                    if rec.type in (JobType.EVOLVING, JobType.ADAPTIVE):
-                        want = rec.job.work.evolving_request(rec.unit, rec.active)
-                        if want is not None and self.clip:
-                            want = min(max(want, rec.job.num_nodes_min), rec.job.num_nodes_max)
-                        if want is not None and want != rec.active:
-                            rec.evolving_request = want
-                            reasons.add(InvocationReason.EVOLVING_REQUEST)
+                    done = link.pop_finished(now)
+                    self._reschedule_link(link)
+                    for rec in done:
+                        rec.link = None
+                        self._next_segment(rec)
                 else:
                     reasons.add(InvocationReason.PERIODIC)
                     if self._open > 0:

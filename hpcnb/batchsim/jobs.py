@@ -51,8 +51,9 @@ class RunContext:
 
     Attributes:
         platform: The machine.
-        pfs_sharers: Number of running jobs that do PFS I/O (the PFS bandwidth is
-            shared equally among them; fixed for a unit when it starts).
+        pfs_sharers: Number of running jobs that do PFS I/O. Used for *estimates*
+            (:meth:`WorkModel.unit_time`, backfilling, remaining times); the engine itself
+            shares the PFS links dynamically (:mod:`hpcnb.batchsim.pfs`).
     """
 
     platform: Platform
@@ -85,6 +86,25 @@ class WorkModel:
     def evolving_request(self, unit_done: int, nodes: int) -> int | None:
         """Return the size an evolving job asks for after ``unit_done`` units, or ``None``."""
         return None
+
+    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
+        """Return unit ``unit`` as segments: ``("time", s)``, ``("pfs_read" | "pfs_write", B)``.
+
+        The engine runs ``time`` segments as they are and PFS segments on the shared PFS
+        links (see :mod:`hpcnb.batchsim.pfs`). Default: one ``time`` segment of
+        :meth:`unit_time`.
+        """
+        return [("time", self.unit_time(unit, nodes, ctx))]
+
+    def init_segments(self, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
+        """Return the start-up cost as segments (default: :meth:`init_time`)."""
+        return [("time", self.init_time(nodes, ctx))]
+
+    def reconfiguration_segments(
+        self, old: int, new: int, ctx: RunContext
+    ) -> list[tuple[str, float]]:
+        """Return the resize cost as segments (default: :meth:`reconfiguration_time`)."""
+        return [("time", self.reconfiguration_time(old, new, ctx))]
 
     def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
         """Return the time (s) to run units ``from_unit..`` on ``nodes`` nodes."""
@@ -167,6 +187,15 @@ class ScaledWork(WorkModel):
             ctx.platform.pfs_time(self.data_bytes, False, ctx.pfs_sharers) if self.data_bytes else 0
         )
         return self.reconfiguration_cost + io
+
+    def reconfiguration_segments(
+        self, old: int, new: int, ctx: RunContext
+    ) -> list[tuple[str, float]]:
+        """Return the fixed cost, the PFS latency and the state read as segments."""
+        if not self.data_bytes:
+            return [("time", self.reconfiguration_cost)]
+        fixed = self.reconfiguration_cost + ctx.platform.pfs_latency
+        return [("time", fixed), ("pfs_read", self.data_bytes)]
 
     def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
         """Return the remaining time in closed form."""
