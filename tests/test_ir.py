@@ -362,6 +362,15 @@ def test_extract_rejects_bad_keep() -> None:
         extract(model, graph, {free.id: 0})
     with pytest.raises(ValueError, match="distinct"):
         extract(model, graph, {free.id: [0, 0]})
+    with pytest.raises(TypeError, match="count or a list"):
+        extract(model, graph, {free.id: 1.5})
+    import numpy as np
+
+    a = extract(model, graph, {free.id: np.int64(2)})
+    b = extract(model, graph, {free.id: torch.tensor([0, 1])})
+    x = spec.example_input("tiny")
+    with torch.no_grad():
+        assert torch.equal(a(x), b(x))
     with pytest.raises(KeyError, match="unknown block"):
         extract(model, graph, {}, skip_blocks=["nope"])
 

@@ -10,6 +10,7 @@ skippable residual blocks (``x + f(x)`` becomes ``x``).
 from __future__ import annotations
 
 import copy
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -141,10 +142,14 @@ def normalize_keep(graph: Graph, keep: Mapping[str, int | Sequence[int]]) -> dic
         if gid not in groups:
             raise KeyError(f"keep: unknown group {gid!r}; groups are g0..g{len(groups) - 1}")
         group = groups[gid]
-        if isinstance(spec, int | torch.SymInt):
+        if isinstance(spec, torch.Tensor) or hasattr(spec, "tolist"):
+            spec = spec.tolist()  # tensors and numpy arrays / scalars
+        if isinstance(spec, numbers.Integral):
             idx = list(range(int(spec)))
-        else:
+        elif isinstance(spec, Sequence) and all(isinstance(i, numbers.Integral) for i in spec):
             idx = [int(i) for i in spec]
+        else:
+            raise TypeError(f"keep[{gid!r}]: expected a count or a list of indices, got {spec!r}")
         if idx == list(range(group.size)):
             continue
         if not group.prunable:
