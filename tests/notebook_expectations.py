@@ -132,6 +132,7 @@ EXPECTATIONS: dict[str, Expectation] = {
             "winograd.speedup_vs_direct",
             "winograd.autotune_gain",
             "winograd.cuda_sim_validated",
+            "winograd.targets_compiled",
         ),
         smoke={
             "winograd.max_op_reduction": ">= 0.5",
@@ -141,6 +142,7 @@ EXPECTATIONS: dict[str, Expectation] = {
             "winograd.optimised_vs_naive_error_ratio": "<= 2",
             "winograd.speedup_vs_torch": "> 0",
             "winograd.autotune_gain": "> 0",
+            "winograd.targets_compiled": ">= 1",
         },
         full={
             "winograd.max_op_reduction": ">= 0.5",
@@ -149,6 +151,27 @@ EXPECTATIONS: dict[str, Expectation] = {
             "winograd.speedup_vs_direct": ">= 10",
             "winograd.autotune_gain": ">= 1.1",
             "winograd.cuda_sim_validated": 1.0,
+            "winograd.targets_compiled": ">= 4",
+            "winograd.opencl_max_rel_error": "<= 1e-5",
+        },
+    ),
+    "07_communication_locality": Expectation(
+        required=(
+            "commprof.best_fix_speedup",
+            "commprof.kernels_improved",
+            "commprof.reuse_distance_rate",
+            "commprof.locality_metric_agrees",
+        ),
+        smoke={
+            "commprof.best_fix_speedup": "> 0",
+            "commprof.kernels_improved": ">= 0",
+            "commprof.reuse_distance_rate": "> 0",
+            "commprof.locality_metric_agrees": ">= 0",
+        },
+        full={
+            "commprof.best_fix_speedup": ">= 1.3",
+            "commprof.kernels_improved": ">= 3",
+            "commprof.reuse_distance_rate": "> 0",
         },
     ),
     "08_loop_communication_patterns": Expectation(

@@ -56,7 +56,7 @@ def test_interleave_keeps_each_threads_order_and_phases() -> None:
         assert np.array_equal(tr[tr[:, 0] == t], p.trace[p.trace[:, 0] == t])
 
 
-def _metrics(v: C.Variant, size: int = 24, T: int = 4, capacity: int = 64):
+def _metrics(v: C.Variant, size: int = 24, T: int = 4, capacity: int = 32):
     args, nphases = v.make(size, T, 0)
     p = commprof.profile(v.kernel, args, nthreads=T, nphases=nphases, schedule=v.schedule,
                          trace=True)  # fmt: skip

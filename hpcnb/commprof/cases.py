@@ -153,7 +153,7 @@ def _jacobi(n: int, T: int, seed: int) -> tuple[Args, int]:
 def _nw(blocks_per_thread: int) -> Callable[[int, int, int], tuple[Args, int]]:
     def make(n: int, T: int, seed: int) -> tuple[Args, int]:
         rng = np.random.default_rng(seed)
-        m = 2 * n
+        m = n
         score = np.zeros((m + 1, m + 1), np.int64)
         score[0, :] = -np.arange(m + 1)
         score[:, 0] = -np.arange(m + 1)
@@ -164,11 +164,11 @@ def _nw(blocks_per_thread: int) -> Callable[[int, int, int], tuple[Args, int]]:
 
 
 def _aos(n: int, T: int, seed: int) -> tuple[Args, int]:
-    return [np.random.default_rng(seed).random((n * 16, 8))], 1
+    return [np.random.default_rng(seed).random((n * 256, 8))], 1
 
 
 def _soa(n: int, T: int, seed: int) -> tuple[Args, int]:
-    p = np.random.default_rng(seed).random((n * 16, 8))
+    p = np.random.default_rng(seed).random((n * 256, 8))
     return [np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])], 1
 
 
