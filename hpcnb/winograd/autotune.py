@@ -16,7 +16,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numba
@@ -174,6 +174,8 @@ def autotune(
     padding: int = 1,
     *,
     space: list[WinogradConfig] | None = None,
+    knobs: dict[str, tuple] | None = None,
+    rounds: int = 1,
     reps: int = 3,
     seed: int = 0,
     path: str | os.PathLike | None = None,
@@ -190,7 +192,11 @@ def autotune(
         x_shape: Input shape ``(N, C, H, W)``.
         w_shape: Filter shape ``(K, C, r, r)``.
         padding: Zero padding.
-        space: Configurations to try (default :func:`search_space`).
+        space: Configurations to try exhaustively (default :func:`search_space`).
+        knobs: Instead of ``space``, a coordinate search: ``{"m": (2, 4, 6),
+            "block_tiles": (0, 256), ...}`` varies one knob at a time from the default,
+            keeping each improvement (far fewer measurements than the full product).
+        rounds: Passes of the coordinate search.
         reps: Timed repetitions per configuration (median).
         seed: Seed of the random data.
         path: Wisdom file.
@@ -220,23 +226,40 @@ def autotune(
     x = rng.standard_normal(x_shape, dtype=np.float32)
     w = rng.standard_normal(w_shape, dtype=np.float32)
     default = default or default_config(r)
-    space = list(space or search_space(r))
-    if default not in space:
-        space.insert(0, default)
-    iterator = space
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(space, desc=f"autotune {key}")
-    trials = []
     filters: dict[tuple, np.ndarray] = {}  # filters are transformed once per (m, points)
-    for cfg in iterator:
-        key_u = (cfg.m, cfg.points)
-        if key_u not in filters:
-            filters[key_u] = filter_transform(w, cfg.m, cfg.points).astype(np.float32)
-        U = filters[key_u]
-        secs = time_call(lambda cfg=cfg, U=U: winograd_numpy(x, w, padding, cfg, U=U), reps=reps)
-        trials.append((asdict(cfg), secs))
+    measured: dict[WinogradConfig, float] = {}
+
+    def measure(cfg: WinogradConfig) -> float:
+        if cfg not in measured:
+            key_u = (cfg.m, cfg.points)
+            if key_u not in filters:
+                filters[key_u] = filter_transform(w, cfg.m, cfg.points).astype(np.float32)
+            U = filters[key_u]
+            measured[cfg] = time_call(lambda: winograd_numpy(x, w, padding, cfg, U=U), reps=reps)
+        return measured[cfg]
+
+    measure(default)
+    if knobs is not None:  # coordinate search: one knob at a time, the others at their best
+        unknown = set(knobs) - {"m", "block_tiles", "channel_major", "threads", "gemm"}
+        if unknown:
+            raise ValueError(f"autotune: unknown knobs {sorted(unknown)}")
+        best = default
+        for _ in range(rounds):
+            for knob, values in knobs.items():
+                for v in values:
+                    cand = replace(best, **{knob: v})
+                    if measure(cand) < measure(best):
+                        best = cand
+    else:
+        space = list(space or search_space(r))
+        iterator = space
+        if progress:
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(space, desc=f"autotune {key}")
+        for cfg in iterator:
+            measure(cfg)
+    trials = [(asdict(c), t) for c, t in measured.items()]
     best_dict, best_s = min(trials, key=lambda t: t[1])
     default_s = next(s for c, s in trials if c == asdict(default))
     result = TuneResult(key, WinogradConfig(**best_dict), best_s, default_s, tuple(trials))

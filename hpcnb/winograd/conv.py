@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _GEMMS = ("blas", "numba")
+_CONTROLLER = None
 _STORAGE = ("fp32", "fp16")
 
 
@@ -94,13 +95,16 @@ def thread_limit(threads: int) -> Iterator[None]:
     if threads <= 0:
         yield
         return
-    from threadpoolctl import threadpool_limits
+    global _CONTROLLER
+    if _CONTROLLER is None:  # inspecting the loaded BLAS libraries is slow: do it once
+        from threadpoolctl import ThreadpoolController
 
+        _CONTROLLER = ThreadpoolController()
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)
     old = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        with threadpool_limits(limits=threads):
+        with _CONTROLLER.limit(limits=threads, user_api="blas"):
             yield
     finally:
         numba.set_num_threads(old)

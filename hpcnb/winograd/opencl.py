@@ -242,3 +242,31 @@ def conv2d_winograd_opencl(
         ``(N, K, Ho, Wo)`` float32.
     """
     return OpenCLWinograd(x.shape, np.asarray(w), m, padding, points)(x)
+
+
+def tune_opencl(
+    shape: tuple[int, int, int, int], ms: tuple[int, ...] = (2, 4, 6), reps: int = 3, seed: int = 0
+) -> dict:
+    """Measure the OpenCL kernels for each tile size on one layer and pick the fastest.
+
+    Args:
+        shape: ``(N, C, K, H)`` of a square 3×3 layer with padding 1.
+        ms: Tile sizes to try.
+        reps: Timed repetitions (median).
+        seed: Seed of the data.
+
+    Returns:
+        Dict with ``best_m``, ``times`` (seconds per m) and ``measured`` (True).
+
+    Raises:
+        RuntimeError: When no OpenCL device exists.
+    """
+    dev = opencl_device()
+    if dev is None:
+        raise RuntimeError("no OpenCL device (install pocl-opencl-icd for PoCL's CPU device)")
+    N, C, K, H = shape
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, C, H, H), dtype=np.float32)
+    w = rng.standard_normal((K, C, 3, 3), dtype=np.float32)
+    times = {m: OpenCLWinograd(x.shape, w, m, 1, device=dev).time(x, reps) for m in ms}
+    return {"best_m": min(times, key=times.get), "times": times, "measured": True}
