@@ -42,7 +42,7 @@ from hpcnb.batchsim.experiments import (
 )
 from hpcnb.batchsim.expressions import Expression, ExpressionError, evaluate, parse_expression
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext, ScaledWork, WorkModel
-from hpcnb.batchsim.platform import Platform, read_platform_xml
+from hpcnb.batchsim.platform import Platform, SharedLink, read_platform_xml
 from hpcnb.batchsim.plots import (
     plot_dl_fit,
     plot_gantt,
@@ -124,6 +124,7 @@ __all__ = [
     "Scheduler",
     "SchedulerError",
     "SchedulerView",
+    "SharedLink",
     "SimulationError",
     "SimulationResult",
     "Simulator",

@@ -18,7 +18,7 @@ Task timing (on ``n`` nodes, platform of :mod:`hpcnb.batchsim.platform`):
 * ``pfs_read`` / ``pfs_write``: the PFS latency, then ``bytes`` in total (``all_ranks`` /
   ``total``), on the root (``root_only``) or ``bytes`` per node (``uniform``) through the
   PFS read or write link, whose bandwidth the engine shares equally among the jobs
-  transferring at the moment (:mod:`hpcnb.batchsim.pfs`).
+  transferring at the moment (:class:`~hpcnb.batchsim.platform.SharedLink`).
 * ``idle`` / ``busy_wait``: ``delay`` seconds. ``sequence``: its ``tasks``, ``iterations``
   times.
 
@@ -36,8 +36,14 @@ from typing import Any
 
 from hpcnb.batchsim.expressions import ExpressionError, parse_expression
 from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
-from hpcnb.batchsim.pfs import Segment, merge_segments, nominal_duration
-from hpcnb.batchsim.platform import COMMUNICATION_PATTERNS, Platform, read_platform_xml
+from hpcnb.batchsim.platform import (
+    COMMUNICATION_PATTERNS,
+    Platform,
+    Segment,
+    merge_segments,
+    nominal_duration,
+    read_platform_xml,
+)
 
 __all__ = ["ApplicationModel", "ElastiSimInput", "read_application_model", "read_elastisim"]
 

@@ -35,8 +35,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hpcnb.batchsim.jobs import Job, JobType, RunContext
-from hpcnb.batchsim.pfs import Segment, SharedLink, merge_segments, nominal_duration
-from hpcnb.batchsim.platform import Platform
+from hpcnb.batchsim.platform import (
+    Platform,
+    Segment,
+    SharedLink,
+    merge_segments,
+    nominal_duration,
+)
 
 if TYPE_CHECKING:
     from hpcnb.batchsim.scheduler import Scheduler

@@ -53,7 +53,7 @@ class RunContext:
         platform: The machine.
         pfs_sharers: Number of running jobs that do PFS I/O. Used for *estimates*
             (:meth:`WorkModel.unit_time`, backfilling, remaining times); the engine itself
-            shares the PFS links dynamically (:mod:`hpcnb.batchsim.pfs`).
+            shares the PFS links dynamically (:class:`~hpcnb.batchsim.platform.SharedLink`).
     """
 
     platform: Platform
@@ -91,7 +91,7 @@ class WorkModel:
         """Return unit ``unit`` as segments: ``("time", s)``, ``("pfs_read" | "pfs_write", B)``.
 
         The engine runs ``time`` segments as they are and PFS segments on the shared PFS
-        links (see :mod:`hpcnb.batchsim.pfs`). Default: one ``time`` segment of
+        links (see :class:`~hpcnb.batchsim.platform.SharedLink`). Default: one ``time`` segment of
         :meth:`unit_time`.
         """
         return [("time", self.unit_time(unit, nodes, ctx))]
