@@ -668,3 +668,43 @@ def test_extraction_equals_zeroing_the_consumers(name: str) -> None:
         got = extract(model, graph, keep)(x)
         want = _masked_reference(model, graph, keep)(x)
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+
+
+class GroupedBlock(nn.Module):
+    """ResNeXt-style: 1x1 reduce, grouped 3x3 (groups=2), 1x1 expand, residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(1, 6, 3, padding=1)
+        self.reduce = nn.Conv2d(6, 8, 1)
+        self.grouped = nn.Conv2d(8, 12, 3, padding=1, groups=2)
+        self.bn = nn.BatchNorm2d(12)
+        self.expand = nn.Conv2d(12, 6, 1)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        y = y + self.expand(torch.relu(self.bn(self.grouped(torch.relu(self.reduce(y))))))
+        return self.fc(y.mean(dim=(2, 3)))
+
+
+def test_grouped_convolution_ties_chunks() -> None:
+    model = _randomize(GroupedBlock())
+    x = torch.randn(2, 1, 6, 6)
+    graph = trace(model, x)
+    into = _group_with(graph, "grouped.weight", 1)
+    assert into.size == 4 and into.prunable
+    assert _has(into, "reduce.weight", 0, 0) and _has(into, "reduce.weight", 0, 4)
+    out = _group_with(graph, "grouped.weight", 0)
+    assert out.size == 6 and out.prunable
+    assert _has(out, "grouped.weight", 0, 6) and _has(out, "bn.running_var", 0, 6)
+    assert _has(out, "expand.weight", 1, 0) and _has(out, "expand.weight", 1, 6)
+    with torch.no_grad():
+        ref = model(x)
+        assert (extract(model, graph, {})(x) - ref).abs().max().item() <= 1e-6
+        keep = {into.id: [3, 0], out.id: [5, 1, 2]}
+        small = extract(model, graph, keep)
+        assert small.get_submodule("grouped").weight.shape == (6, 2, 3, 3)
+        assert torch.allclose(small(x), _masked_reference(model, graph, keep)(x), atol=1e-5)
+        reorder(model, graph)
+        assert (model(x) - ref).abs().max().item() <= 1e-5

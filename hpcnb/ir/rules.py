@@ -247,6 +247,16 @@ def _module_rule(a: Analysis, node: fx.Node, m: nn.Module, args: list[Any]) -> A
         elif m.groups == m.in_channels == m.out_channels:
             a.unify(x[1], w)
             out_c = x[1]
+        elif m.in_channels // m.groups > 1 and m.out_channels // m.groups > 1:
+            # Grouped conv: every input chunk meets the same weight columns and every
+            # output chunk must keep the same rows, so chunk j is tied to chunk 0.
+            cin, cout = m.in_channels // m.groups, m.out_channels // m.groups
+            w_in = a.param("weight", 1)
+            for j in range(m.groups):
+                a.unify(slice_segments(x[1], j * cin, (j + 1) * cin), w_in)
+                if j:
+                    a.unify(slice_segments(w, j * cout, (j + 1) * cout), slice_segments(w, 0, cout))
+            out_c = w
         else:
             reason = f"grouped convolution '{path}' (groups={m.groups})"
             a.fix(x[1], reason)
