@@ -47,6 +47,8 @@ def test_zoo_trace_and_flops_match_flop_counter(name: str) -> None:
     assert len(out) == 1
     assert graph.activation_bytes() > 0
     assert sum(graph.flops_by_module().values()) == graph.total_flops()
+    assert sum(r["flops"] for r in graph.rows()) == graph.total_flops()
+    assert repr(graph).startswith("Graph(") and len(repr(graph)) < 200
 
 
 def test_zoo_describe_rows() -> None:

@@ -297,6 +297,30 @@ class Graph:
 
         return [b.id for b in find_blocks(self)]
 
+    def __repr__(self) -> str:
+        return (
+            f"Graph({type(self.gm).__name__}: {len(self.nodes)} nodes, "
+            f"{self.total_params():,} params, {self.total_flops() / 1e6:.2f} MFLOPs)"
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per node (name, kind, module, shapes, params, FLOPs, bytes) for pandas."""
+        return [
+            {
+                "name": n.name,
+                "kind": n.kind,
+                "module": n.module,
+                "target": n.target,
+                "in_shapes": n.in_shapes,
+                "out_shape": n.out_shape,
+                "params": n.params,
+                "flops": n.flops,
+                "bytes_read": n.bytes_read,
+                "bytes_written": n.bytes_written,
+            }
+            for n in self.nodes
+        ]
+
     def summary(self) -> str:
         """A short text table: nodes, params, FLOPs, top kinds."""
         kinds = sorted(self.flops_by_kind().items(), key=lambda kv: -kv[1])[:6]
