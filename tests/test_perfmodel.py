@@ -132,7 +132,7 @@ def test_convmeter_api_and_exact_recovery() -> None:
     rows = _rows()
     X = design_matrix(rows, "inference", cache_bytes=1e6)
     assert X.shape == (len(rows), len(feature_names("inference")))
-    theta = np.array([2e-5, 5e-6, 1e-11, 3e-10, 1e-10, 2e-10, 1e-10, 3e-10])
+    theta = np.array([2e-5, 5e-6, 1e-11, 1e-10, 2e-10, 1e-10, 3e-10])
     y = 1e-3 + X @ theta
     model = ConvMeter("inference")
     assert model.fit(X, y) is model

@@ -11,11 +11,13 @@ import pytest
 from hpcnb.perfmodel import (
     ScalingDataError,
     ScalingModel,
+    ScalingParams,
     allreduce_time,
     fit_alpha_beta,
     overlapped_step,
     read_placements,
     validate_scaling,
+    write_synthetic_tables,
 )
 from hpcnb.perfmodel.cli import register
 
@@ -163,3 +165,24 @@ def test_pollux_extrapolation_mape(shared_data: Path) -> None:
     assert dirs, f"no model folders in {dl}"
     mapes = [validate_scaling(d).mape for d in dirs]
     assert float(np.mean(mapes)) <= 0.18
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_write_synthetic_tables_round_trip(tmp_path: Path, algorithm: str) -> None:
+    true = ScalingParams(0.03, 2e-3, 1e-4, 5e-3, 2e-3, 0.04, 0.25)
+    d = write_synthetic_tables(tmp_path / algorithm, true, algorithm=algorithm)
+    assert read_placements(d / "placements.csv").num_nodes.max() == 4
+    got = validate_scaling(d, algorithm=algorithm).model.params_
+    if algorithm == "tree":
+        # the tree's latency and bandwidth terms share one multiplier: only alpha + n*beta shows
+        for link in ("intra", "inter"):
+            total = getattr(got, f"alpha_{link}") + getattr(got, f"beta_{link}")
+            assert total == pytest.approx(
+                getattr(true, f"alpha_{link}") + getattr(true, f"beta_{link}"), rel=1e-3
+            )
+        keep = [0, 1, 6]  # compute line and overlap
+    else:
+        keep = list(range(7))
+    np.testing.assert_allclose(got.as_array()[keep], true.as_array()[keep], rtol=1e-3, atol=1e-7)
+    noisy = validate_scaling(write_synthetic_tables(tmp_path / "noisy", true, noise=0.05))
+    assert 0 < noisy.mape < 0.15

@@ -4,19 +4,21 @@
 non-negative combination of its inherent costs::
 
     T = θ0 + θ1 K_gemm + θ2 K_other                     per-operator overheads
-          + θ3 B F_dense + θ4 B F_grouped                arithmetic
-          + θ5 M_gemm,in + θ6 M_gemm,out                 bytes moved by conv/linear nodes
-          + θ7 M_other,in + θ8 M_other,out               bytes moved by all other nodes
-          [+ θ9 P]                                       (training only) optimiser update
+          + θ3 B F_dense                                 arithmetic of dense conv / linear
+          + θ4 M_gemm,in + θ5 M_gemm,out                 bytes moved by conv/linear nodes
+          + θ6 M_other,in + θ7 M_other,out               bytes moved by all other nodes
+          [+ θ8 P]                                       (training only) optimiser update
 
 ``K_gemm`` / ``K_other``: convolution/linear nodes and other kernel-launching nodes per
-forward pass. ``F_dense`` / ``F_grouped``: per-sample FLOPs of dense (incl. linear) and of
-grouped/depthwise convolutions — forward FLOPs for inference, forward + backward FLOPs
-measured with ``FlopCounterMode`` for training. ``M_*,in`` / ``M_*,out``: bytes read plus
-written at batch ``B`` by nodes whose working set fits in / spills out of the per-core L2
-cache. ``P``: parameters. All ``θ ≥ 0`` (each is a time per unit of work), fitted by
-non-negative least squares on the *relative* error (each row divided by its measured
-time), so small and large configurations count alike.
+forward pass. ``F_dense``: per-sample FLOPs of dense (``groups == 1``) convolutions and
+linear layers — forward FLOPs for inference, forward + backward FLOPs measured with
+``FlopCounterMode`` for training. Grouped and depthwise convolutions do a handful of
+multiply-adds per byte they move, so they enter through their bytes and launches, not their
+FLOPs (a FLOP term for them, fitted on one family, transferred badly to another).
+``M_*,in`` / ``M_*,out``: bytes read plus written at batch ``B`` by nodes whose working set
+fits in / spills out of the per-core L2 cache. ``P``: parameters. All ``θ ≥ 0`` (each is a
+time per unit of work), fitted by non-negative least squares on the *relative* error (each
+row divided by its measured time), so small and large configurations count alike.
 
 **Baselines.** :class:`FlopsOnly`: ``T = θ0 + θ1 B F`` (all FLOPs, same fit).
 :class:`Roofline`: ``T = max(B F / peak, bytes / bandwidth)`` with the machine's peak FLOP/s
@@ -88,7 +90,6 @@ def feature_names(mode: str) -> list[str]:
         "gemm_kernels",
         "other_kernels",
         "dense_flops",
-        "grouped_flops",
         "gemm_bytes_in_cache",
         "gemm_bytes_spilling",
         "other_bytes_in_cache",
@@ -114,14 +115,13 @@ def design_matrix(
     for r in rows:
         f, b = r.features, float(r.batch)
         if mode == "inference":
-            dense, grouped = f.conv_flops + f.linear_flops, f.grouped_conv_flops
+            dense = f.conv_flops + f.linear_flops
         else:
-            dense, grouped = f.train_flops - f.train_grouped_flops, f.train_grouped_flops
+            dense = f.train_flops - f.train_grouped_flops
         row = [
             f.gemm_kernels,
             f.kernels - f.gemm_kernels,
             b * dense,
-            b * grouped,
             *f.split_bytes(r.batch, cache),
         ]
         out.append(row if mode == "inference" else [*row, f.params])
