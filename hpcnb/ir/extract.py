@@ -19,7 +19,7 @@ import torch.fx as fx
 from torch import nn
 
 from hpcnb.ir.costs import target_name
-from hpcnb.ir.graph import ChannelGroup, Graph, ParamSlice
+from hpcnb.ir.graph import Graph, ParamSlice
 
 __all__ = [
     "Block",
@@ -422,8 +422,3 @@ def _permute(tensor: torch.Tensor, m: ParamSlice, perm: list[int]) -> None:
     src = torch.tensor(m.indices(perm), dtype=torch.long, device=tensor.device)
     dst = torch.arange(m.offset, m.offset + m.length * m.unit, device=tensor.device)
     tensor.index_copy_(m.axis, dst, tensor.index_select(m.axis, src))
-
-
-def group_of(graph: Graph, param: str) -> list[ChannelGroup]:
-    """The groups that slice parameter ``param`` (any axis)."""
-    return [g for g in graph.groups() if any(m.param == param for m in g.members)]

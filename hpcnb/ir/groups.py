@@ -103,6 +103,7 @@ class Analysis:
         self.groups: list[ChannelGroup] = []
         self.atom_group: dict[Atom, str] = {}
         self._classes: dict[Atom, list[Atom]] = {}
+        self.passes = 0
         self._params = dict(graph.gm.named_parameters())
         self._params.update(dict(graph.gm.named_buffers()))
 
@@ -273,6 +274,7 @@ class Analysis:
                         f"channel analysis failed at node '{n.name}' "
                         f"(module '{n.meta.get('scope', '')}'): {type(err).__name__}: {err}"
                     ) from err
+            self.passes += 1
             if not self._changed:
                 break
         else:
