@@ -55,10 +55,14 @@ def test_every_table_transform_is_exact(m, r):
         tr = cook_toom(m, r, pts)
         assert check_tensor_identity(tr)
         assert prove_equivalence(tr, dims=1)
-        progs = transform_programs(m, r, pts, "searched", 20)
-        assert progs.input.matrix() == [list(row) for row in tr.BT]
-        assert progs.kernel.matrix() == [list(row) for row in tr.G]
-        assert progs.output.matrix() == [list(row) for row in tr.AT]
+        for level in ("naive", "paired", "searched"):
+            progs = transform_programs(m, r, pts, level, 20)
+            st = progs.transform  # the searched level rescales rows of BT and G
+            assert check_tensor_identity(st)
+            assert st.AT == tr.AT and (level == "searched" or st == tr)
+            assert progs.input.matrix() == [list(row) for row in st.BT]
+            assert progs.kernel.matrix() == [list(row) for row in st.G]
+            assert progs.output.matrix() == [list(row) for row in st.AT]
 
 
 def test_nested_2d_symbolic_proof_and_broken_transform_fails():

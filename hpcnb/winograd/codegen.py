@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 ConstFmt = Callable[[Fraction], str]
-_CODEGEN_VERSION = "6"
+_CODEGEN_VERSION = "7"
 
 
 def cache_dir() -> Path:

@@ -19,7 +19,8 @@ import numba
 import numpy as np
 
 from hpcnb.winograd.codegen import cpu_kernels
-from hpcnb.winograd.transforms import cook_toom, validate_mr
+from hpcnb.winograd.opcount import transform_programs
+from hpcnb.winograd.transforms import validate_mr
 
 __all__ = [
     "WinogradConfig",
@@ -150,19 +151,24 @@ def check_conv_args(x_shape: tuple, w_shape: tuple, padding: int) -> tuple[int, 
     return Ho, Wo
 
 
-def filter_transform(w: np.ndarray, m: int, points: str = "default") -> np.ndarray:
+def filter_transform(
+    w: np.ndarray, m: int, points: str = "default", level: str = "searched"
+) -> np.ndarray:
     """Return ``U[ab, k, c] = (G w[k, c] Gᵀ)[a, b]`` computed in float64.
 
     Args:
         w: Filters ``(K, C, r, r)``.
         m: Outputs per tile side.
         points: Point set.
+        level: Optimisation level of the kernels that will use ``U`` (the ``searched``
+            level rescales rows of ``BT`` and ``G``, see
+            :func:`~hpcnb.winograd.opcount.search_row_scaling`).
 
     Returns:
         ``(n², K, C)`` float64 array.
     """
     K, C, r, _ = w.shape
-    _, G, _ = cook_toom(m, r, points).numpy(np.float64)
+    _, G, _ = transform_programs(m, r, points, level).transform.numpy(np.float64)
     n = G.shape[0]
     # two small contractions (einsum's C loops beat BLAS on these skinny shapes)
     T = np.einsum("xij,bj->xib", w.astype(np.float64).reshape(K * C, r, r), G)

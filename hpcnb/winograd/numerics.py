@@ -83,7 +83,7 @@ def winograd_reference(
     xp[:, :, padding : padding + hh, padding : padding + ww] = x[:, :, :hh, :ww]
     win = np.lib.stride_tricks.sliding_window_view(xp, (n, n), axis=(2, 3))[:, :, ::m, ::m]
     V = apply_program(progs.input, apply_program(progs.input, win, 4), 5)  # (N,C,th,tw,n,n)
-    U = filter_transform(w, m, points).reshape(n, n, K, C).astype(dtype)
+    U = filter_transform(w, m, points, level).reshape(n, n, K, C).astype(dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         if storage == "fp16":  # values beyond the half range become inf (reported as such)
             V = V.astype(np.float16).astype(dtype)

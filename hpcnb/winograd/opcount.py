@@ -18,6 +18,7 @@ once per filter and reported separately.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import sympy as sp
@@ -31,6 +32,7 @@ __all__ = [
     "op_count_row",
     "op_count_table",
     "point_pairs",
+    "search_row_scaling",
     "sympy_cse_cost",
     "transform_programs",
 ]
@@ -133,6 +135,8 @@ def transform_programs(
     tr = cook_toom(m, r, points)
     n = tr.n
     pairs = point_pairs(tr)
+    if level == "searched":
+        tr = search_row_scaling(tr)
     mats = {"input": (tr.BT, n, n, pairs, ()), "kernel": (tr.G, r, n, pairs, ())}
     mats["output"] = (tr.AT, n, m, (), pairs)
     progs = {}
@@ -155,6 +159,53 @@ def transform_programs(
                 f"transform_programs: level must be naive/paired/searched, got {level!r}"
             )
     return TransformPrograms(tr, progs["input"], progs["kernel"], progs["output"])
+
+
+def _scaled(tr: WinogradTransform, scales: list[Fraction]) -> WinogradTransform:
+    """Scale row l of ``BT`` by ``s_l`` and row l of ``G`` by ``1/s_l`` (same algorithm)."""
+    BT = tuple(tuple(v * s for v in row) for row, s in zip(tr.BT, scales, strict=True))
+    G = tuple(tuple(v / s for v in row) for row, s in zip(tr.G, scales, strict=True))
+    return WinogradTransform(tr.m, tr.r, tr.points, tr.AT, G, BT)
+
+
+@lru_cache(maxsize=256)
+def search_row_scaling(tr: WinogradTransform) -> WinogradTransform:
+    """Choose the scale of every ``BT`` row (compensated in ``G``) that minimises input ops.
+
+    Scaling row ``l`` of ``BT`` by ``s`` and row ``l`` of ``G`` by ``1/s`` leaves the
+    algorithm unchanged, but decides which coefficients are ±1 and so how many
+    multiplications the input transform needs (Lavin's ``F(6,3)`` divides rows by 4 to get
+    ``5.25`` and ``4.25``). Rows of a ±a pair share one scale so that the even/odd split
+    still applies. Candidates are ``1/|c|`` for the coefficients ``c`` of the group's rows;
+    a coordinate search keeps the cheapest program.
+
+    Args:
+        tr: A transform.
+
+    Returns:
+        The rescaled transform (exactly equivalent).
+    """
+    n = tr.n
+    pairs = point_pairs(tr)
+    paired = {i for p in pairs for i in p}
+    groups = [list(p) for p in pairs] + [[i] for i in range(n) if i not in paired]
+    scales = [Fraction(1)] * n
+    names = _names("x", n), _names("y", n)
+
+    def cost(sc: list[Fraction]) -> int:
+        return optimise(_scaled(tr, sc).BT, *names, row_pairs=pairs).ops
+
+    best = cost(scales)
+    for group in groups:
+        cands = {Fraction(1)} | {1 / abs(c) for i in group for c in tr.BT[i] if c != 0}
+        for cand in sorted(cands):
+            trial = list(scales)
+            for i in group:
+                trial[i] = cand
+            c = cost(trial)
+            if c < best:
+                best, scales = c, trial
+    return _scaled(tr, scales)
 
 
 def _per_output(m: int, n: int, r: int, cin: int, cout: int, ck: int) -> tuple[float, float]:
