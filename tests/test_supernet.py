@@ -28,6 +28,7 @@ from hpcnb.supernet import (
     evolutionary_search,
     exhaustive_search,
     fork_join_step,
+    join_order_demo,
     last_writer_step,
     local_gradients,
     pareto_front,
@@ -229,3 +230,14 @@ def test_selective_recall_task() -> None:
     assert torch.equal(tokens, y)
     with pytest.raises(ValueError, match="features"):
         selective_recall(5, features=3, classes=4)
+
+
+def test_join_order_demo_shows_hazard_only_for_last_writer() -> None:
+    sn = _supernet()
+    x, y = _data()
+    out = join_order_demo(sn, [sn.max(), sn.min(), SubnetConfig((12, 4))], x, y, lr=0.1)
+    assert out["join_order_max_diff"] <= 1e-12
+    assert out["lastwriter_max_diff"] > 1e-4
+    assert 0 < out["overlap_fraction"] <= 1
+    summary = sn.summary()
+    assert summary["width_dims"] == 2 and summary["min_flops"] < summary["max_flops"]

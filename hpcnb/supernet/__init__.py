@@ -16,10 +16,19 @@ from hpcnb.supernet.forkjoin import (
     coverage_average,
     distill_loss,
     fork_join_step,
+    join_order_demo,
     last_writer_step,
     local_gradients,
 )
-from hpcnb.supernet.mpi import ForkJoinJob, mpiexec_command, run_job, run_local, run_mpi, write_job
+from hpcnb.supernet.mpi import (
+    ForkJoinJob,
+    benchmark_fork_join,
+    mpiexec_command,
+    run_job,
+    run_local,
+    run_mpi,
+    write_job,
+)
 from hpcnb.supernet.samplers import PrioritizedSampler, Sampler, SandwichSampler, UniformSampler
 from hpcnb.supernet.search import (
     Candidate,
@@ -29,6 +38,7 @@ from hpcnb.supernet.search import (
     exhaustive_search,
     pareto_front,
     pareto_ranks,
+    search_supernet,
 )
 from hpcnb.supernet.sharing import FlatParameters, SubnetBinding, bind_subnet
 from hpcnb.supernet.space import Dimension, SearchSpace, SubnetConfig, width_choices
@@ -68,6 +78,7 @@ __all__ = [
     "accuracy",
     "assign_subnets",
     "batches",
+    "benchmark_fork_join",
     "bind_subnet",
     "compare_models",
     "coverage_average",
@@ -76,6 +87,7 @@ __all__ = [
     "evolutionary_search",
     "exhaustive_search",
     "fork_join_step",
+    "join_order_demo",
     "last_writer_step",
     "local_gradients",
     "make_optimizer",
@@ -86,6 +98,7 @@ __all__ = [
     "run_job",
     "run_local",
     "run_mpi",
+    "search_supernet",
     "selective_recall",
     "subnet_accuracy",
     "time_call",

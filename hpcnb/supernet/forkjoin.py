@@ -37,6 +37,7 @@ __all__ = [
     "coverage_average",
     "distill_loss",
     "fork_join_step",
+    "join_order_demo",
     "last_writer_step",
     "local_gradients",
 ]
@@ -295,3 +296,62 @@ def last_writer_step(
         codes, vals = updates[i]
         out[codes] = vals
     return out
+
+
+def join_order_demo(
+    supernet: Supernet,
+    configs: Sequence[SubnetConfig],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float = 0.05,
+    orders: Sequence[Sequence[int]] = (),
+    distill: bool = False,
+) -> dict[str, float]:
+    """Compare the coverage-count join with the last-writer write-back under worker orders.
+
+    One worker per subnet. For every order, the workers' gradient sums and counts are
+    joined in that order and one SGD step of size ``lr`` is taken; separately, each worker
+    takes its own SGD step and writes its weights back in that order. The result holds the
+    largest difference between any two orders for each scheme, and how far the last-writer
+    result is from the joined one.
+
+    Args:
+        supernet: The supernet (not modified).
+        configs: One subnet per worker.
+        x: Input batch.
+        y: Labels.
+        lr: SGD step size.
+        orders: Worker orders (default: identity, reversed and one random permutation).
+        distill: In-place distillation.
+
+    Returns:
+        ``{"join_order_max_diff", "lastwriter_max_diff", "lastwriter_vs_join_max_diff",
+        "overlap_fraction"}`` (the last is the fraction of covered elements covered by
+        two or more subnets).
+    """
+    k = len(configs)
+    if not orders:
+        rng = torch.Generator().manual_seed(0)
+        orders = [list(range(k)), list(range(k))[::-1], torch.randperm(k, generator=rng).tolist()]
+    per_worker = [local_gradients(supernet, [c], x, y, distill=distill) for c in configs]
+    start = supernet.flat.params.detach().double()
+    joined, written = [], []
+    for order in orders:
+        sums = torch.zeros_like(per_worker[0].sums)
+        counts = torch.zeros_like(per_worker[0].counts)
+        for i in order:
+            sums += per_worker[i].sums
+            counts += per_worker[i].counts
+        joined.append(start - lr * coverage_average(sums, counts))
+        written.append(last_writer_step(supernet, configs, x, y, lr, order, distill=distill))
+    total_counts = sum(r.counts for r in per_worker)
+    covered = total_counts > 0
+    return {
+        "join_order_max_diff": max(float((a - joined[0]).abs().max()) for a in joined),
+        "lastwriter_max_diff": max(
+            float((a.double() - written[0].double()).abs().max()) for a in written
+        ),
+        "lastwriter_vs_join_max_diff": float((written[0].double() - joined[0]).abs().max()),
+        "overlap_fraction": float((total_counts[covered] > 1).double().mean()),
+    }

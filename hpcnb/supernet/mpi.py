@@ -30,7 +30,15 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ForkJoinJob", "mpiexec_command", "run_job", "run_local", "run_mpi", "write_job"]
+__all__ = [
+    "ForkJoinJob",
+    "benchmark_fork_join",
+    "mpiexec_command",
+    "run_job",
+    "run_local",
+    "run_mpi",
+    "write_job",
+]
 
 
 @dataclass(frozen=True)
@@ -241,6 +249,40 @@ def run_local(folder: str | Path, *, threads: int = 2, timeout: float = 120.0) -
     folder = Path(folder)
     cmd = [sys.executable, "-m", __name__, str(folder), "--no-mpi", "--threads", str(threads)]
     return _run(cmd, folder, threads, timeout, 1)
+
+
+def benchmark_fork_join(
+    folder: str | Path,
+    job: ForkJoinJob,
+    state_dict: dict[str, torch.Tensor],
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    workers: int = 2,
+    sequential_threads: int = 2,
+    timeout: float = 180.0,
+    hostfile: str | Path | None = None,
+) -> dict[str, float]:
+    """Time the same fork-join schedule sequentially and on ``workers`` MPI ranks.
+
+    The sequential run is one process with ``sequential_threads`` torch threads; the MPI
+    run has ``job.threads`` threads per rank. Both exclude start-up and subnet extraction
+    (timed region: the training steps only).
+
+    Returns:
+        ``{"sequential_s", "mpi_s", "speedup", "max_weight_diff", "steps"}`` where
+        ``max_weight_diff`` compares the final shared weights of the two runs.
+    """
+    folder = write_job(folder, job, state_dict, x, y)
+    seq = run_local(folder, threads=sequential_threads, timeout=timeout)
+    par = run_mpi(folder, workers, timeout=timeout, hostfile=hostfile)
+    return {
+        "sequential_s": float(seq["seconds"]),
+        "mpi_s": float(par["seconds"]),
+        "speedup": float(seq["seconds"] / par["seconds"]),
+        "max_weight_diff": float((seq["final"] - par["final"]).abs().max()),
+        "steps": float(len(job.schedule)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from .space import SearchSpace, SubnetConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .supernet import Supernet
 
 __all__ = [
     "Candidate",
@@ -25,6 +30,7 @@ __all__ = [
     "exhaustive_search",
     "pareto_front",
     "pareto_ranks",
+    "search_supernet",
 ]
 
 
@@ -60,6 +66,16 @@ class SearchResult:
     method: str
     history: list[float] = field(default_factory=list)
 
+    def cheapest_within(self, accuracy: float) -> Candidate:
+        """Return the cheapest front member with accuracy at least ``accuracy``.
+
+        Falls back to the most accurate front member when none reaches it.
+        """
+        fits = [c for c in self.front if c.accuracy >= accuracy]
+        if not fits:
+            return max(self.front, key=lambda c: (c.accuracy, -c.cost))
+        return min(fits, key=lambda c: (c.cost, -c.accuracy))
+
     def best_under(self, budget: float) -> Candidate:
         """Return the most accurate front member whose cost is at most ``budget``.
 
@@ -70,6 +86,55 @@ class SearchResult:
         if not fits:
             raise ValueError(f"no subnet on the front costs <= {budget:g}")
         return max(fits, key=lambda c: (c.accuracy, -c.cost))
+
+
+def search_supernet(
+    supernet: Supernet,
+    x_val: torch.Tensor,
+    y_val: torch.Tensor,
+    *,
+    calib_x: torch.Tensor | None = None,
+    budget: float | None = None,
+    population: int = 16,
+    generations: int = 8,
+    seed: int = 0,
+    exhaustive_limit: int = 256,
+) -> SearchResult:
+    """Search a trained supernet for the (validation accuracy, FLOPs) Pareto front.
+
+    Exhaustive when the space has at most ``exhaustive_limit`` configurations, else
+    evolutionary. Batch-norm statistics of each subnet are recalibrated on ``calib_x``.
+
+    Args:
+        supernet: The trained supernet.
+        x_val: Validation inputs.
+        y_val: Validation labels.
+        calib_x: Inputs for batch-norm recalibration (``None``: none).
+        budget: FLOPs budget.
+        population: Population of the evolutionary search.
+        generations: Generations of the evolutionary search.
+        seed: Random seed.
+        exhaustive_limit: Largest space searched exhaustively.
+    """
+    from .training import subnet_accuracy
+
+    def evaluate(config: SubnetConfig) -> float:
+        return subnet_accuracy(supernet, config, x_val, y_val, calib_x)
+
+    def cost(config: SubnetConfig) -> float:
+        return float(supernet.flops(config))
+
+    if supernet.space.size() <= exhaustive_limit:
+        return exhaustive_search(supernet.space, evaluate, cost, budget=budget)
+    return evolutionary_search(
+        supernet.space,
+        evaluate,
+        cost,
+        budget=budget,
+        population=population,
+        generations=generations,
+        seed=seed,
+    )
 
 
 def pareto_ranks(points: np.ndarray) -> np.ndarray:

@@ -171,6 +171,19 @@ class Supernet:
                 keep[d.name] = int(v)
         return keep, tuple(skip)
 
+    def summary(self) -> dict[str, float]:
+        """Return the space's dimensions by kind, its size, and the FLOPs range."""
+        kinds = {k: sum(d.kind == k for d in self.space.dims) for k in ("width", "heads", "depth")}
+        return {
+            "width_dims": kinds["width"],
+            "head_dims": kinds["heads"],
+            "depth_dims": kinds["depth"],
+            "space_size": self.space.size(),
+            "params": self.flat.numel,
+            "max_flops": self.flops(self.max()),
+            "min_flops": self.flops(self.min()),
+        }
+
     # ------------------------------------------------------------------ subnets
     def bind(self, config: SubnetConfig) -> SubnetBinding:
         """Return the (cached) binding of a subnet to the shared weights."""
