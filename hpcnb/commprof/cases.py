@@ -135,14 +135,14 @@ class CaseStudy:
 
 def _hist(pad: int) -> Callable[[int, int, int], tuple[Args, int]]:
     def make(n: int, T: int, seed: int) -> tuple[Args, int]:
-        x = np.random.default_rng(seed).integers(0, 1 << 20, n * 64).astype(np.int64)
+        x = np.random.default_rng(seed).integers(0, 1 << 20, n * 512).astype(np.int64)
         return [x, np.zeros((T, pad), np.int64)], 1
 
     return make
 
 
 def _sum(n: int, T: int, seed: int) -> tuple[Args, int]:
-    return [np.random.default_rng(seed).random(n * 64), np.zeros(T)], 1
+    return [np.random.default_rng(seed).random(n * 512), np.zeros(T)], 1
 
 
 def _jacobi(n: int, T: int, seed: int) -> tuple[Args, int]:
@@ -183,8 +183,8 @@ CASE_STUDIES: dict[str, CaseStudy] = {
         CaseStudy("jacobi", "schedule", Variant(K.jacobi, _jacobi, Schedule("cyclic", 1)),
                   Variant(K.jacobi, _jacobi, Schedule("static")),
                   "static row blocks instead of cyclic rows"),
-        CaseStudy("wavefront", "tiling", Variant(nw_tiles, _nw(1)), Variant(nw_tiles, _nw(8)),
-                  "8 column tiles per thread instead of 1"),
+        CaseStudy("wavefront", "tiling", Variant(nw_tiles, _nw(1)), Variant(nw_tiles, _nw(3)),
+                  "3 column tiles per thread instead of 1"),
         CaseStudy("particles", "layout", Variant(aos_update, _aos), Variant(soa_update, _soa),
                   "structure of arrays instead of array of structures"),
     )

@@ -309,34 +309,34 @@ class _Rewriter(ast.NodeTransformer):
         lo, hi = (ast.Constant(0), args[0]) if len(args) == 1 else (args[0], args[1])
         k = self.counter
         self.counter += 1
-        it, kk = f"_cp_it{k}", f"_cp_k{k}"
-        sched = self._call(
-            "sched_iters",
-            [ast.Name("_cp_sched", ast.Load()), ast.Name(self.tid, ast.Load()),
-             ast.Name(self.nth, ast.Load()), lo, hi],
-        )  # fmt: skip
-        pick = ast.Assign(
-            [node.target],
-            ast.Subscript(ast.Name(it, ast.Load()), ast.Name(kk, ast.Load()), ast.Load()),
-            lineno=node.lineno,
-        )
-        body = [self.visit(s) for s in node.body]
-        flat: list[ast.stmt] = [pick]
-        for b in body:
-            flat.extend(b if isinstance(b, list) else [b])
-        shape0 = ast.Subscript(
-            ast.Attribute(ast.Name(it, ast.Load()), "shape", ast.Load()), ast.Constant(0)
-        )
-        loop = ast.For(
-            target=ast.Name(kk, ast.Store()),
-            iter=self._call("range", [shape0]),
-            body=flat,
-            orelse=[],
-            lineno=node.lineno,
-        )
-        assign = ast.Assign([ast.Name(it, ast.Store())], sched, lineno=node.lineno)
-        self.an.loop_rid[id(loop)] = self.an.loop_rid[key]
-        return [assign, *self._wrap(node, loop)]
+        it, kk, vlo, vhi = f"_cp_it{k}", f"_cp_k{k}", f"_cp_lo{k}", f"_cp_hi{k}"
+        tid, nth, tgt = self.tid, self.nth, node.target.id  # type: ignore[attr-defined]
+        body: list[ast.stmt] = []
+        for b in (self.visit(s) for s in node.body):
+            body.extend(b if isinstance(b, list) else [b])
+        # static blocks: a plain range (vectorisable); other schedules: the iteration list
+        tmpl = ast.parse(
+            f"if _cp_sched[0] == 0:\n"
+            f"    for {tgt} in range({vlo} + (({vhi} - {vlo}) * {tid}) // {nth},"
+            f" {vlo} + (({vhi} - {vlo}) * ({tid} + 1)) // {nth}):\n"
+            f"        pass\n"
+            f"else:\n"
+            f"    {it} = sched_iters(_cp_sched, {tid}, {nth}, {vlo}, {vhi})\n"
+            f"    for {kk} in range({it}.shape[0]):\n"
+            f"        {tgt} = {it}[{kk}]\n"
+        ).body[0]
+        assert isinstance(tmpl, ast.If)
+        tmpl.body[0].body = body  # type: ignore[attr-defined]
+        tmpl.orelse[1].body.extend(copy.deepcopy(body))  # type: ignore[attr-defined]
+        setup = [
+            ast.Assign([ast.Name(vlo, ast.Store())], lo, lineno=node.lineno),
+            ast.Assign([ast.Name(vhi, ast.Store())], hi, lineno=node.lineno),
+        ]
+        for n in ast.walk(tmpl):
+            if hasattr(n, "lineno"):
+                n.lineno = node.lineno  # type: ignore[attr-defined]
+        self.an.loop_rid[id(tmpl)] = self.an.loop_rid[key]
+        return [*setup, *self._wrap(node, tmpl)]
 
     def visit_While(self, node: ast.While) -> Any:
         key = id(node)
