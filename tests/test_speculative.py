@@ -175,3 +175,21 @@ def test_simulation_lossless_cancellation_and_trends() -> None:
     assert rows[0]["pipeinfer_vs_speculative"] > 1.0
     with pytest.raises(ValueError, match="n_ranks"):
         ClusterConfig(n_ranks=1)
+
+
+def test_toy_tokenizer_and_balanced_split() -> None:
+    from hpcnb.speculative import BPETokenizer
+    from hpcnb.speculative.stages import balanced_split
+
+    toks = ["<|end|>", "a", "b", "Ġ", "ab", "Ġab", "1", "2"]
+    tok = BPETokenizer(toks, ["a b", "Ġ ab"], control=[0])
+    ids = tok.encode("ab ab12<|end|>")
+    assert ids == [4, 5, 6, 7, 0]
+    assert tok.decode(ids) == "ab ab12<|end|>"
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        tok.encode("c")
+    with pytest.raises(ValueError, match="left right"):
+        BPETokenizer(toks, ["abc"])
+    split = balanced_split(30, 2, layer_s=1.0, head_s=4.0, batch=1)
+    assert split == [[0, 17], [17, 30]]
+    assert balanced_split(4, 4, 1.0, 100.0) == [[0, 1], [1, 2], [2, 3], [3, 4]]
