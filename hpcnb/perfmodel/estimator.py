@@ -7,7 +7,6 @@ non-negative combination of its inherent costs::
           + θ3 B F_dense                                 arithmetic of dense conv / linear
           + θ4 M_gemm,in + θ5 M_gemm,out                 bytes moved by conv/linear nodes
           + θ6 M_other,in + θ7 M_other,out               bytes moved by all other nodes
-          [+ θ8 P]                                       (training only) optimiser update
 
 ``K_gemm`` / ``K_other``: convolution/linear nodes and other kernel-launching nodes per
 forward pass. ``F_dense``: per-sample FLOPs of dense (``groups == 1``) convolutions and
@@ -16,9 +15,12 @@ linear layers — forward FLOPs for inference, forward + backward FLOPs measured
 multiply-adds per byte they move, so they enter through their bytes and launches, not their
 FLOPs (a FLOP term for them, fitted on one family, transferred badly to another).
 ``M_*,in`` / ``M_*,out``: bytes read plus written at batch ``B`` by nodes whose working set
-fits in / spills out of the per-core L2 cache. ``P``: parameters. All ``θ ≥ 0`` (each is a
-time per unit of work), fitted by non-negative least squares on the *relative* error (each
-row divided by its measured time), so small and large configurations count alike.
+fits in / spills out of the per-core L2 cache. The SGD update has no term of its own: on
+these networks it is a small part of a step, and a parameter-count term fitted on families
+of similar size extrapolated badly to a family with ten times the parameters (VGG). Inference
+and training share the columns. All ``θ ≥ 0`` (each is a time per unit of work), fitted by
+non-negative least squares on the *relative* error (each row divided by its measured time),
+so small and large configurations count alike.
 
 **Baselines.** :class:`FlopsOnly`: ``T = θ0 + θ1 B F`` (all FLOPs, same fit).
 :class:`Roofline`: ``T = max(B F / peak, bytes / bandwidth)`` with the machine's peak FLOP/s
@@ -95,7 +97,7 @@ def feature_names(mode: str) -> list[str]:
         "other_bytes_in_cache",
         "other_bytes_spilling",
     ]
-    return names if mode == "inference" else [*names, "params"]
+    return names
 
 
 def design_matrix(
@@ -124,7 +126,7 @@ def design_matrix(
             b * dense,
             *f.split_bytes(r.batch, cache),
         ]
-        out.append(row if mode == "inference" else [*row, f.params])
+        out.append(row)
     return np.asarray(out, dtype=float)
 
 
