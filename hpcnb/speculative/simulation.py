@@ -269,7 +269,7 @@ def sweep(
     *,
     n_new: int = 128,
     ks: tuple[int, ...] = (1, 2, 4, 8),
-    pipeinfer_ks: tuple[int, ...] = (1, 2),
+    pipeinfer_ks: tuple[int, ...] = (1, 2, 4),
     inflights: tuple[int, ...] | None = None,
     plain_drafts: bool = False,
     seeds: tuple[int, ...] = (0,),
@@ -283,7 +283,7 @@ def sweep(
         n_new: Generated tokens.
         ks: Draft lengths tried for standard speculation (the best is kept).
         pipeinfer_ks: Tokens per speculative run tried for PipeInfer (the best is kept).
-        inflights: PipeInfer in-flight limits tried (default ``(4, 2 * n_ranks)``).
+        inflights: PipeInfer in-flight limits tried (default ``(4, n_ranks, 2 * n_ranks)``).
         plain_drafts: PipeInfer variant (see :class:`HeadPolicy`).
         seeds: Acceptance traces averaged over.
         **overrides: :class:`ClusterConfig` fields to replace.
@@ -293,7 +293,7 @@ def sweep(
         and mean inter-token latencies.
     """
     cl = replace(cluster, **overrides)
-    limits = tuple(sorted(set(inflights or (4, 2 * cl.n_ranks))))
+    limits = tuple(sorted(set(inflights or (4, cl.n_ranks, 2 * cl.n_ranks))))
     rows = []
     for a in acceptances:
 
