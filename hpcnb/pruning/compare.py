@@ -56,6 +56,9 @@ class MethodOutcome:
         acc_before: Test accuracy before fine-tuning.
         acc_after: Test accuracy after the shared fine-tuning.
         latency_ms: Median forward latency of one batch, milliseconds.
+        speedup: Median over timing rounds of original latency / this latency (each
+            round times every model once, back to back, so a burst of load on a shared
+            machine slows both sides of a ratio alike).
         search_seconds: Wall time of the search (0 for the original).
         keep: Per-group keep ratios (empty for the original and the peer).
     """
@@ -67,6 +70,7 @@ class MethodOutcome:
     acc_before: float
     acc_after: float
     latency_ms: float
+    speedup: float
     search_seconds: float
     keep: tuple[float, ...] = ()
 
@@ -160,6 +164,12 @@ def compare_methods(
                 acc_before=before,
                 acc_after=after,
                 latency_ms=1e3 * latency[name].median_s,
+                speedup=float(
+                    np.median(
+                        np.asarray(latency["original"].samples_s)
+                        / np.asarray(latency[name].samples_s)
+                    )
+                ),
                 search_seconds=0.0 if name == "original" else pruned[name][1],
                 keep=() if name == "original" else pruned[name][2],
             )
