@@ -233,7 +233,7 @@ def autotune(
         if cfg not in measured:
             key_u = (cfg.m, cfg.points)
             if key_u not in filters:
-                filters[key_u] = filter_transform(w, cfg.m, cfg.points).astype(np.float32)
+                filters[key_u] = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
             U = filters[key_u]
             measured[cfg] = time_call(lambda: winograd_numpy(x, w, padding, cfg, U=U), reps=reps)
         return measured[cfg]

@@ -99,6 +99,9 @@ def benchmark_layer(
 ) -> dict:
     """Median times of the four convolutions of one layer, with equal thread counts.
 
+    All methods are timed in interleaved rounds (one call each per round) after a
+    warm-up, so that changes of machine load affect them alike.
+
     Args:
         layer: The layer.
         threads: Thread count given to torch, Numba and BLAS (the tuned Winograd
@@ -126,39 +129,56 @@ def benchmark_layer(
     if cfg.threads == 0 or cfg.threads > threads:
         cfg = replace(cfg, threads=threads)
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+    U = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
+
+    def run_torch() -> None:
+        with torch.no_grad():
+            F.conv2d(xt, wt, padding=pad)
+
+    methods = {
+        "torch": run_torch,
+        "winograd": lambda: winograd_numpy(x, w, pad, cfg, U=U),
+        "winograd_with_filter_transform": lambda: winograd_numpy(x, w, pad, cfg),
+    }
+    if im2col:
+        methods["im2col"] = lambda: conv2d_im2col(x, w, pad)
+    if direct:
+        methods["direct"] = lambda: conv2d_direct(x, w, pad)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
+    times: dict[str, list[float]] = {k: [] for k in methods}
     try:
         with torch.no_grad():
             ref = F.conv2d(xt, wt, padding=pad).numpy()
-            t_torch = time_call(lambda: F.conv2d(xt, wt, padding=pad), reps=reps)
+        y = winograd_numpy(x, w, pad, cfg, U=U)
+        with thread_limit(threads):
+            for fn in methods.values():  # warm-up (and compile)
+                fn()
+            # interleaved rounds: a change of machine load hits every method alike
+            for rnd in range(reps):
+                for name, fn in methods.items():
+                    if name == "direct" and rnd >= max(1, reps // 2):
+                        continue  # the slow baseline gets fewer rounds
+                    times[name].append(time_call(fn, reps=1, warmup=0))
     finally:
         torch.set_num_threads(old)
-    U = filter_transform(w, cfg.m, cfg.points).astype(np.float32)
-    y = winograd_numpy(x, w, pad, cfg, U=U)
-    t_wino = time_call(lambda: winograd_numpy(x, w, pad, cfg, U=U), reps=reps)
-    t_full = time_call(lambda: winograd_numpy(x, w, pad, cfg), reps=reps)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    t_wino = med["winograd"]
     out = {
         "layer": layer.name,
         "N": layer.N,
         "C": layer.C,
         "H": layer.H,
         "m": cfg.m,
-        "threads": threads,
-        "torch_s": t_torch,
-        "winograd_s": t_wino,
-        "winograd_with_filter_transform_s": t_full,
+        "threads": cfg.threads,
         "winograd_rel_error": float(np.abs(y - ref).max() / np.abs(ref).max()),
-        "speedup_vs_torch": t_torch / t_wino,
         "winograd_gflops_equiv": layer.flops / t_wino / 1e9,
     }
-    with thread_limit(threads):
-        if direct:
-            t = time_call(lambda: conv2d_direct(x, w, pad), reps=max(1, reps // 2))
-            out["direct_s"], out["speedup_vs_direct"] = t, t / t_wino
-        if im2col:
-            t = time_call(lambda: conv2d_im2col(x, w, pad), reps=reps)
-            out["im2col_s"], out["speedup_vs_im2col"] = t, t / t_wino
+    out.update({f"{k}_s": v for k, v in med.items()})
+    out["speedup_vs_torch"] = med["torch"] / t_wino
+    for k in ("direct", "im2col"):
+        if k in med:
+            out[f"speedup_vs_{k}"] = med[k] / t_wino
     return out
 
 
@@ -186,7 +206,7 @@ def time_configs(
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
     pad = (layer.r - 1) // 2
     cfgs = [c if 0 < c.threads <= threads else replace(c, threads=threads) for c in configs]
-    filters = [filter_transform(w, c.m, c.points).astype(np.float32) for c in cfgs]
+    filters = [filter_transform(w, c.m, c.points, dtype=np.float32) for c in cfgs]
     times: list[list[float]] = [[] for _ in cfgs]
     for c, U in zip(cfgs, filters, strict=True):  # warm-up (and compile)
         winograd_numpy(x, w, pad, c, U=U)

@@ -152,7 +152,11 @@ def check_conv_args(x_shape: tuple, w_shape: tuple, padding: int) -> tuple[int, 
 
 
 def filter_transform(
-    w: np.ndarray, m: int, points: str = "default", level: str = "searched"
+    w: np.ndarray,
+    m: int,
+    points: str = "default",
+    level: str = "searched",
+    dtype: type = np.float64,
 ) -> np.ndarray:
     """Return ``U[ab, k, c] = (G w[k, c] Gᵀ)[a, b]`` computed in float64.
 
@@ -163,6 +167,7 @@ def filter_transform(
         level: Optimisation level of the kernels that will use ``U`` (the ``searched``
             level rescales rows of ``BT`` and ``G``, see
             :func:`~hpcnb.winograd.opcount.search_row_scaling`).
+        dtype: Storage type of the result (arithmetic is float64 either way).
 
     Returns:
         ``(n², K, C)`` float64 array.
@@ -170,10 +175,32 @@ def filter_transform(
     K, C, r, _ = w.shape
     _, G, _ = transform_programs(m, r, points, level).transform.numpy(np.float64)
     n = G.shape[0]
-    # two small contractions (einsum's C loops beat BLAS on these skinny shapes)
-    T = np.einsum("xij,bj->xib", w.astype(np.float64).reshape(K * C, r, r), G)
-    U = np.einsum("ai,xib->abx", G, T)
-    return np.ascontiguousarray(U.reshape(n * n, K, C))
+    U = np.empty((n * n, K, C), dtype=dtype)
+    _filter_kernel(np.ascontiguousarray(w, dtype=np.float64), G, U)
+    return U
+
+
+@numba.njit(parallel=True, cache=True)
+def _filter_kernel(w, G, U):  # pragma: no cover - compiled
+    """``U[a*n+b, k, c] = Σ_ij G[a,i] w[k,c,i,j] G[b,j]`` in float64, parallel over (k, c)."""
+    K, C, r, _ = w.shape
+    n = G.shape[0]
+    for idx in numba.prange(K * C):
+        k = idx // C
+        c = idx - k * C
+        T = np.zeros((r, n))
+        for i in range(r):
+            for b in range(n):
+                acc = 0.0
+                for j in range(r):
+                    acc += w[k, c, i, j] * G[b, j]
+                T[i, b] = acc
+        for a in range(n):
+            for b in range(n):
+                acc = 0.0
+                for i in range(r):
+                    acc += G[a, i] * T[i, b]
+                U[a * n + b, k, c] = acc
 
 
 def winograd_numpy(
@@ -208,7 +235,7 @@ def winograd_numpy(
     np_dtype = np.dtype(dtype)
     x = np.ascontiguousarray(x, dtype=np_dtype)
     if U is None:
-        U = filter_transform(w, m, config.points)
+        U = filter_transform(w, m, config.points, dtype=np_dtype)
     elif U.shape != (n * n, K, C):
         raise ValueError(f"winograd_numpy: U must have shape {(n * n, K, C)}, got {U.shape}")
     U = U.astype(np_dtype, copy=False)

@@ -67,7 +67,7 @@ def conv2d_winograd_cuda(
     K, _, r, _ = w.shape
     n = m + r - 1
     kern = cuda_kernels(m, r, points)
-    U = filter_transform(w, m, points).astype(np.float32)
+    U = filter_transform(w, m, points, dtype=np.float32)
     tiles_h, tiles_w = math.ceil(Ho / m), math.ceil(Wo / m)
     P = N * tiles_h * tiles_w
     d_x = cuda.to_device(np.ascontiguousarray(x, np.float32))

@@ -184,7 +184,7 @@ class OpenCLWinograd:
         self.P = self.N * self.tiles_h * self.tiles_w
         self.prog = _program(self.ctx, m, self.r, points)
         mf = cl.mem_flags
-        U = filter_transform(w, m, points).astype(np.float32)
+        U = filter_transform(w, m, points, dtype=np.float32)
         nn = self.n * self.n
         self.U = cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=U)
         self.V = cl.Buffer(self.ctx, mf.READ_WRITE, 4 * nn * self.C * self.P)

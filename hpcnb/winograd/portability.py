@@ -108,7 +108,7 @@ def portability_table(
     rows = []
     cfg = WinogradConfig(m=m, threads=threads)
     cpu_kernels(m, r)
-    U = filter_transform(w, m).astype(np.float32)
+    U = filter_transform(w, m, dtype=np.float32)
     y = winograd_numpy(x, w, pad, cfg, U=U)
     t = time_call(lambda: winograd_numpy(x, w, pad, cfg, U=U), reps=reps)
     rows.append({"target": "Numba CPU", "compiled": True, "max_rel_error": relative_error(y, ref),
