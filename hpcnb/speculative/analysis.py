@@ -25,18 +25,21 @@ from hpcnb.speculative.simulation import ClusterConfig
 __all__ = ["metrics_table", "paper_scale_cluster", "plot_timeline", "time_layers"]
 
 
-def _median_time(fn: Any, repeats: int) -> float:
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def _median_times(fns: Sequence[Any], repeats: int) -> list[float]:
+    """Median time of each function, timed interleaved so that load drifts hit all alike."""
+    for fn in fns:
         fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    ts: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            ts[i].append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in ts]
 
 
 @torch.no_grad()
-def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 5, context: int = 32) -> dict:
+def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: int = 32) -> dict:
     """Measure per-layer and head times of ``model`` after ``context`` cached tokens.
 
     Returns:
@@ -59,16 +62,17 @@ def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 5, context: in
     def prefill_only() -> None:
         sub.run_layers(sub.embed(ids[:context]), 0, sub.new_cache())
 
-    base = _median_time(prefill_only, repeats)
-    t1 = max(_median_time(lambda: run(1), repeats) - base, 1e-9) / n
-    tb = max(_median_time(lambda: run(batch), repeats) - base, 1e-9) / n
     h = torch.randn(1, model.config.dim)
-    head = _median_time(lambda: sub.logits(h), repeats)
+    base, r1, rb, head = _median_times(
+        [prefill_only, lambda: run(1), lambda: run(batch), lambda: sub.logits(h)], repeats
+    )
+    t1 = max(r1 - base, 1e-9) / n
+    tb = max(rb - base, 1e-9) / n
     lw = model.layers[layers[0]]
     nbytes = sum(t.numel() * 4 for t in lw.__dict__.values())
     return {
         "layer_s": t1,
-        "batch_slope": max((tb / t1 - 1.0) / (batch - 1), 0.0),
+        "batch_slope": min(max((tb / t1 - 1.0) / (batch - 1), 0.0), 1.0),
         "head_s": head,
         "layer_bytes": float(nbytes),
     }
