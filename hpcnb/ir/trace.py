@@ -205,15 +205,23 @@ def trace(
     )
 
 
+_META_ABOVE = 1e9  # parameters x input elements; below this a real forward is cheaper
+
+
 def _propagate(gm: fx.GraphModule, inputs: tuple[torch.Tensor, ...]) -> _Recorder:
     """Run the graph once, recording every node's output shape.
 
-    Shapes are first propagated on the ``meta`` device (a weight-free copy: no
-    arithmetic, so a ResNet-50 at 224x224 takes milliseconds); ops that need real
-    data (data-dependent shapes, ``.item()`` in a leaf) fall back to one real run,
-    after which buffers (train-mode BatchNorm statistics) are restored.
+    Large models are propagated on the ``meta`` device (a weight-free copy: no
+    arithmetic, so a ResNet-50 at 224x224 takes a fraction of a second); small ones
+    (parameters x input elements below ``_META_ABOVE``) run for real, which is faster
+    than meta dispatch. Ops that need real data (data-dependent shapes, ``.item()``
+    in a leaf) fall back to a real run. After a real run, buffers (train-mode
+    BatchNorm statistics) are restored.
     """
-    if all(isinstance(t, torch.Tensor) for t in inputs):
+    work = sum(p.numel() for p in gm.parameters()) * sum(
+        t.numel() for t in inputs if isinstance(t, torch.Tensor)
+    )
+    if work > _META_ABOVE and all(isinstance(t, torch.Tensor) for t in inputs):
         try:
             memo: dict[int, Any] = {}
             for p in gm.parameters():
