@@ -28,8 +28,48 @@ class Expectation:
 
 EXPECTATIONS: dict[str, Expectation] = {
     "00_tour": Expectation(
-        required=("tour.numba_vs_numpy", "tour.kernel_max_abs_error"),
-        smoke={"tour.kernel_max_abs_error": "<= 1e-9", "tour.numba_vs_numpy": "> 0"},
+        required=("tour.numba_vs_numpy", "tour.kernel_max_abs_error", "ir.trace_seconds_resnet50"),
+        smoke={
+            "tour.kernel_max_abs_error": "<= 1e-9",
+            "tour.numba_vs_numpy": "> 0",
+            "ir.half_width_flops_ratio": "< 0.5",
+        },
+        full={"tour.numba_vs_numpy": "> 1", "ir.trace_seconds_resnet50": "< 5"},
+    ),
+    "01_supernet_formation": Expectation(
+        required=(
+            "supernet.architectures_converted",
+            "supernet.vit_flops_reduction",
+            "supernet.vit_accuracy_drop",
+            "supernet.vit_throughput_gain",
+            "supernet.vit_latency_reduction",
+            "supernet.forkjoin_speedup",
+            "supernet.forkjoin_speedup_vs_1thread",
+            "supernet.forkjoin_mpi_vs_sequential_max_diff",
+            "supernet.join_order_max_diff",
+            "supernet.lastwriter_max_diff",
+            "supernet.prioritized_vs_uniform",
+        ),
+        smoke={
+            "supernet.architectures_converted": ">= 4",
+            "supernet.join_order_max_diff": "<= 1e-6",
+            "supernet.lastwriter_max_diff": "> 0",
+            "supernet.forkjoin_mpi_vs_sequential_max_diff": "<= 1e-4",
+            "supernet.vit_flops_reduction": "> 0",
+            "supernet.forkjoin_speedup": "> 0",
+        },
+        full={
+            "supernet.architectures_converted": ">= 4",
+            "supernet.vit_flops_reduction": ">= 0.45",
+            "supernet.vit_accuracy_drop": "<= 0.01",
+            "supernet.vit_throughput_gain": ">= 1.5",
+            "supernet.vit_latency_reduction": ">= 0.30",
+            "supernet.forkjoin_speedup": ">= 1.5",
+            "supernet.forkjoin_mpi_vs_sequential_max_diff": "<= 1e-4",
+            "supernet.join_order_max_diff": "<= 1e-6",
+            "supernet.lastwriter_max_diff": "> 0",
+            "supernet.prioritized_vs_uniform": "> 1.0",
+        },
     ),
     "02_gnn_rl_pruning": Expectation(
         required=(
