@@ -260,29 +260,48 @@ def benchmark_fork_join(
     *,
     workers: int = 2,
     sequential_threads: int = 2,
+    single_thread_baseline: bool = True,
     timeout: float = 180.0,
     hostfile: str | Path | None = None,
 ) -> dict[str, float]:
     """Time the same fork-join schedule sequentially and on ``workers`` MPI ranks.
 
     The sequential run is one process with ``sequential_threads`` torch threads; the MPI
-    run has ``job.threads`` threads per rank. Both exclude start-up and subnet extraction
-    (timed region: the training steps only).
+    run has ``job.threads`` threads per rank. All runs exclude start-up and subnet
+    extraction (timed region: the training steps only).
+
+    Args:
+        folder: Job folder to write.
+        job: The job.
+        state_dict: Supernet weights.
+        x: Training inputs.
+        y: Labels.
+        workers: MPI ranks.
+        sequential_threads: Torch threads of the sequential baseline.
+        single_thread_baseline: Also time the sequential run with one thread.
+        timeout: Seconds allowed per run.
+        hostfile: MPI hostfile for a cluster.
 
     Returns:
-        ``{"sequential_s", "mpi_s", "speedup", "max_weight_diff", "steps"}`` where
+        ``{"sequential_s", "mpi_s", "speedup", "max_weight_diff", "steps"}`` (plus
+        ``"sequential_1thread_s"`` and ``"speedup_vs_1thread"``), where
         ``max_weight_diff`` compares the final shared weights of the two runs.
     """
     folder = write_job(folder, job, state_dict, x, y)
     seq = run_local(folder, threads=sequential_threads, timeout=timeout)
     par = run_mpi(folder, workers, timeout=timeout, hostfile=hostfile)
-    return {
+    out = {
         "sequential_s": float(seq["seconds"]),
         "mpi_s": float(par["seconds"]),
         "speedup": float(seq["seconds"] / par["seconds"]),
         "max_weight_diff": float((seq["final"] - par["final"]).abs().max()),
         "steps": float(len(job.schedule)),
     }
+    if single_thread_baseline:
+        one = run_local(folder, threads=1, timeout=timeout)
+        out["sequential_1thread_s"] = float(one["seconds"])
+        out["speedup_vs_1thread"] = float(one["seconds"] / par["seconds"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
