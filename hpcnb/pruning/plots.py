@@ -53,7 +53,8 @@ def plot_hierarchical_graph(graph: HierarchicalGraph, op: int | None = None) -> 
     )
     ax1.set_yticks(range(2 * k), [f"in{i}" for i in range(k)] + [f"out{i}" for i in range(k)])
     name = graph.names[op] if graph.names else str(op)
-    ax1.set_title(f"level 1 of {name}: channel-bin weights")
+    ax1.set_title(f"level 1: {name}", fontsize=10)
+    ax1.set_xlabel("channel bin (by filter L2 norm)")
     fig.colorbar(im, ax=ax1, label="mean |W| between bins (normalised)")
     fig.tight_layout()
     return fig
@@ -71,8 +72,8 @@ def plot_learning_curves(curves: Mapping[str, Sequence[float]], window: int = 20
         r = np.asarray(rewards, dtype=float)
         ax.plot(np.arange(1, r.size + 1), learning_curve(r, window), label=label)
     ax.set_xlabel("episode")
-    ax.set_ylabel(f"episode reward, running mean over {window} (accuracy; failure = -1)")
-    ax.set_title("agent learning curves")
+    ax.set_ylabel(f"reward, mean of last {window} episodes")
+    ax.set_title("learning curves (reward = held-out accuracy; budget missed = -1)")
     ax.legend()
     fig.tight_layout()
     return fig
@@ -98,6 +99,6 @@ def plot_keep_ratios(
     ax.set_xlabel("prunable group (IR id, size)")
     ax.set_ylim(0, 1.05)
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
