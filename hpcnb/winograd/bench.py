@@ -104,8 +104,9 @@ def benchmark_layer(
 
     Args:
         layer: The layer.
-        threads: Thread count given to torch, Numba and BLAS (the tuned Winograd
-            configuration may use fewer when that was faster).
+        threads: Largest thread count. The Winograd configuration's own count (the tuner
+            may have chosen fewer) is then given to torch, Numba and BLAS alike, so every
+            method runs with the same number of threads.
         config: Winograd configuration (default: :func:`default_config`).
         reps: Timed repetitions (median).
         seed: Seed of the data.
@@ -128,6 +129,7 @@ def benchmark_layer(
     cfg = config or default_config(layer.r)
     if cfg.threads == 0 or cfg.threads > threads:
         cfg = replace(cfg, threads=threads)
+    threads = cfg.threads  # every method runs with the same count as the Winograd configuration
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
     U = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
 
