@@ -51,6 +51,8 @@ class SupernetTrainConfig:
         lr: Learning rate.
         optimizer: ``"adam"`` or ``"sgd"`` (momentum 0.9).
         distill: In-place distillation from the largest subnet.
+        cosine: Anneal the learning rate to zero with a cosine schedule (fine-tuning a
+            pretrained model at a constant rate undoes part of its training).
         seed: Seed of batches and subnet draws.
     """
 
@@ -60,6 +62,7 @@ class SupernetTrainConfig:
     lr: float = 1e-3
     optimizer: str = "adam"
     distill: bool = True
+    cosine: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -229,6 +232,11 @@ def train_supernet(
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     opt = make_optimizer(supernet.model.parameters(), config.optimizer, config.lr)
+    sched = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, config.steps))
+        if config.cosine
+        else None
+    )
     log = TrainLog()
     steps = batches(len(x), config.batch_size, rng, config.steps)
     for step, idx in enumerate(tqdm(steps, total=config.steps, disable=not progress)):
@@ -237,6 +245,8 @@ def train_supernet(
         log.losses.append(float(np.mean(losses)))
         log.max_losses.append(losses[0])
         log.configs.append(configs)
+        if sched is not None:
+            sched.step()
         sampler.update(supernet, step)
     supernet.model.eval()
     return log
