@@ -49,6 +49,7 @@ EXPECTATIONS: dict[str, Expectation] = {
             "supernet.join_order_max_diff",
             "supernet.lastwriter_max_diff",
             "supernet.prioritized_vs_uniform",
+            "supernet.prioritized_vs_uniform_shared_front",
         ),
         smoke={
             "supernet.architectures_converted": ">= 4",
