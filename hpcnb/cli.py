@@ -26,8 +26,13 @@ from hpcnb.records import format_record, read_record_details
 
 __all__ = ["TECHNIQUE_CLIS", "build_parser", "main", "strip_notebook"]
 
-#: Modules whose ``register(subparsers)`` adds a technique's sub-command.
-TECHNIQUE_CLIS: tuple[str, ...] = ("hpcnb.batchsim.cli", "hpcnb.perfmodel.cli")
+#: Technique sub-commands: name -> (module with ``register(subparsers)``, one-line help).
+#: A module is imported only when its sub-command is used (they import torch), so that
+#: ``hpcnb run`` rejects a bad parameter in a fraction of a second.
+TECHNIQUE_CLIS: dict[str, tuple[str, str]] = {
+    "batchsim": ("hpcnb.batchsim.cli", "ElastiSim-style batch-system simulation"),
+    "perfmodel": ("hpcnb.perfmodel.cli", "ConvMeter performance-model tools"),
+}
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -146,8 +151,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of the ``hpcnb`` command."""
+def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser of the ``hpcnb`` command.
+
+    Args:
+        load: Name of the technique sub-command whose module is imported and whose full
+            parser is built (see :data:`TECHNIQUE_CLIS`); the others are listed only.
+    """
     parser = argparse.ArgumentParser(prog="hpcnb", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -181,22 +191,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.set_defaults(func=_cmd_report)
 
-    for module_name in TECHNIQUE_CLIS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            # Only a technique package that is not there at all is skipped; a broken
-            # import inside one that exists propagates.
-            if exc.name is None or not module_name.startswith(exc.name):
-                raise
-            continue
-        module.register(sub)
+    for name, (module_name, help_text) in TECHNIQUE_CLIS.items():
+        if name == load:
+            importlib.import_module(module_name).register(sub)
+        else:
+            # Listed in --help; main() loads the real parser when the name is used.
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hpcnb`` command line; return the exit status."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    load = argv[0] if argv and argv[0] in TECHNIQUE_CLIS else None
+    args = build_parser(load).parse_args(argv)
     return int(args.func(args) or 0)
 
 

@@ -88,3 +88,20 @@ def test_shared_data_found_through_env():
     if not value:
         pytest.skip("real data absent: set HPCNB_DATA to a folder like ../shared/data")
     assert os.path.isdir(value)
+
+
+def test_cli_imports_technique_modules_only_when_used(tmp_path):
+    code = (
+        "import sys, contextlib, io\n"
+        "from hpcnb.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['list'])\n"
+        "print('torch' in sys.modules, 'hpcnb.batchsim.cli' in sys.modules)\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    main(['batchsim', 'schedulers'])\n"
+        "print('easy' in out.getvalue(), 'hpcnb.batchsim.cli' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == ["False", "False", "True", "True"]
