@@ -27,6 +27,7 @@ from hpcnb.supernet import (
     coverage_average,
     evolutionary_search,
     exhaustive_search,
+    finetune_subnet,
     fork_join_step,
     join_order_demo,
     last_writer_step,
@@ -241,3 +242,46 @@ def test_join_order_demo_shows_hazard_only_for_last_writer() -> None:
     assert 0 < out["overlap_fraction"] <= 1
     summary = sn.summary()
     assert summary["width_dims"] == 2 and summary["min_flops"] < summary["max_flops"]
+
+
+def test_finetune_subnet_distills_keeps_architecture_and_does_not_worsen() -> None:
+    # Teacher: the full MLP trained on a learnable rule; the student is its smallest subnet.
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(384, 12, generator=g)
+    y = (x[:, :3] @ torch.tensor([1.0, -1.0, 0.5])).gt(0).long() + x[:, 3].gt(1).long()
+    teacher = _mlp(0)
+    opt = torch.optim.Adam(teacher.parameters(), lr=1e-2)
+    for _ in range(150):
+        opt.zero_grad()
+        F.cross_entropy(teacher(x[:256]), y[:256]).backward()
+        opt.step()
+    sn = Supernet(teacher, _supernet().space, _extract, torch.zeros(1, 12), flop_counter=_flops)
+    small = sn.extract(sn.min())
+    shapes = [tuple(p.shape) for p in small.parameters()]
+    flops_before = _flops(small, x[:1])
+    xt, yt, xv, yv = x[:256], y[:256], x[256:], y[256:]
+
+    def loss() -> float:
+        with torch.no_grad():
+            return float(F.cross_entropy(small(xt), yt))
+
+    val_before, loss_before = _acc(small, xv, yv), loss()
+    losses = finetune_subnet(small, teacher, xt, yt, epochs=8, lr=1e-2, x_val=xv, y_val=yv)
+    assert len(losses) == 8 and all(np.isfinite(losses))
+    assert [tuple(p.shape) for p in small.parameters()] == shapes
+    assert _flops(small, x[:1]) == flops_before
+    assert _acc(small, xv, yv) >= val_before  # best-epoch selection: never worse on validation
+    assert loss() < loss_before  # and it learned something on the training split
+    # The teacher is untouched, and epochs=0 is a no-op.
+    before = [p.clone() for p in small.parameters()]
+    assert finetune_subnet(small, teacher, xt, yt, epochs=0) == []
+    assert all(torch.equal(a, b) for a, b in zip(before, small.parameters(), strict=True))
+    with pytest.raises(ValueError, match="alpha"):
+        finetune_subnet(small, teacher, xt, yt, alpha=1.5)
+    with pytest.raises(ValueError, match="x_val"):
+        finetune_subnet(small, teacher, xt, yt, x_val=xv)
+
+
+def _acc(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((module(x).argmax(-1) == y).float().mean())

@@ -9,6 +9,7 @@ their gradients by coverage-count average and takes one optimiser step.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +32,7 @@ __all__ = [
     "TrainLog",
     "accuracy",
     "batches",
+    "finetune_subnet",
     "make_optimizer",
     "recalibrate_norm",
     "selective_recall",
@@ -250,6 +252,102 @@ def train_supernet(
         sampler.update(supernet, step)
     supernet.model.eval()
     return log
+
+
+def finetune_subnet(
+    subnet: nn.Module,
+    teacher: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int = 5,
+    batch_size: int = 64,
+    lr: float = 5e-4,
+    alpha: float = 0.5,
+    temperature: float = 2.0,
+    x_val: torch.Tensor | None = None,
+    y_val: torch.Tensor | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[float]:
+    """Fine-tune an extracted subnet briefly with knowledge distillation plus labels.
+
+    The loss is ``alpha * T**2 * KL(teacher/T || subnet/T) + (1 - alpha) * CE(subnet, y)``
+    with Adam and a cosine-annealed learning rate. Only the subnet's weights change (its
+    architecture, hence its FLOPs, stay the same); the teacher is run in eval mode
+    without gradients. When a validation split is given, the weights of the epoch with
+    the best validation accuracy are kept (the state before fine-tuning counts as epoch
+    0), so fine-tuning never worsens the validation accuracy.
+
+    Args:
+        subnet: The extracted subnet, trained in place (left in eval mode).
+        teacher: The full pretrained model.
+        x: Training inputs (never the held-out test split).
+        y: Training labels.
+        epochs: Passes over ``x`` (0 leaves the subnet unchanged).
+        batch_size: Batch size.
+        lr: Peak learning rate.
+        alpha: Weight of the distillation term in ``[0, 1]``.
+        temperature: Softmax temperature of the distillation term (``> 0``).
+        x_val: Optional validation inputs for best-epoch selection.
+        y_val: Validation labels (with ``x_val``).
+        seed: Shuffle seed.
+        progress: Show a tqdm bar.
+
+    Returns:
+        The mean training loss of each epoch.
+
+    Raises:
+        ValueError: Bad sizes, ``alpha`` or ``temperature``, or only one of ``x_val``/``y_val``.
+    """
+    if epochs < 0 or batch_size < 1 or len(x) == 0 or len(x) != len(y):
+        raise ValueError(
+            f"finetune_subnet: epochs={epochs} (>= 0), batch_size={batch_size} (>= 1), "
+            f"len(x)={len(x)} == len(y)={len(y)} > 0 expected"
+        )
+    if not 0.0 <= alpha <= 1.0 or temperature <= 0:
+        raise ValueError(
+            f"finetune_subnet: alpha={alpha} must lie in [0, 1], temperature={temperature} > 0"
+        )
+    if (x_val is None) != (y_val is None):
+        raise ValueError("finetune_subnet: give both x_val and y_val, or neither")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    teacher.eval()
+    steps_per_epoch = max(1, len(x) // batch_size)
+    opt = torch.optim.Adam(subnet.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
+    best_acc = accuracy(subnet, x_val, y_val) if x_val is not None and y_val is not None else None
+    best_state = copy.deepcopy(subnet.state_dict()) if best_acc is not None else None
+    out: list[float] = []
+    for _ in tqdm(range(epochs), disable=not progress, desc="fine-tune"):
+        subnet.train()
+        total = 0.0
+        for idx in batches(len(x), batch_size, rng, steps_per_epoch):
+            with torch.no_grad():
+                soft = F.log_softmax(teacher(x[idx]) / temperature, dim=-1)
+            logits = subnet(x[idx])
+            kd = F.kl_div(
+                F.log_softmax(logits / temperature, dim=-1),
+                soft,
+                log_target=True,
+                reduction="batchmean",
+            )
+            loss = alpha * temperature**2 * kd + (1 - alpha) * F.cross_entropy(logits, y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach())
+        out.append(total / steps_per_epoch)
+        if best_acc is not None and x_val is not None and y_val is not None:
+            acc = accuracy(subnet, x_val, y_val)
+            if acc >= best_acc:
+                best_acc, best_state = acc, copy.deepcopy(subnet.state_dict())
+    if best_state is not None:
+        subnet.load_state_dict(best_state)
+    subnet.eval()
+    return out
 
 
 def selective_recall(
