@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from fractions import Fraction
 
 import numpy as np
@@ -211,6 +212,11 @@ def test_wisdom_round_trip(tmp_path):
     res = autotune(xs, ws, 1, space=space, reps=1, path=path)
     assert not res.from_wisdom and res.best in [*space, WinogradConfig(m=4)]
     assert len(res.trials) == 3 and res.gain >= 1.0
+    # final measurement: default first, then the sweep's fastest; best is its fastest median
+    finals = [WinogradConfig(**c) for c, _ in res.final]
+    assert finals[0] == WinogradConfig(m=4) and len(finals) == 3
+    assert res.best_s == min(t for _, t in res.final) <= res.default_s == res.final[0][1]
+    assert res.best == finals[min(range(3), key=lambda i: res.final[i][1])]
     data = json.loads(path.read_text())
     (entries,) = data["machines"].values()
     assert "N1_C3_H10_W10_K2_r3_p1" in entries
@@ -225,6 +231,29 @@ def test_wisdom_round_trip(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         lookup(xs, ws, 1, path=path)
+
+
+def test_default_is_always_a_candidate_and_never_beaten_by_a_slower_choice(tmp_path):
+    from hpcnb.winograd import Layer, default_config, search_space, tuned_gain
+
+    for r in (3, 5):
+        assert default_config(r) in search_space(r)
+        assert default_config(r) in search_space(r, ms=(2,), blocks=(8,), threads=(1,))
+    xs, ws = (1, 2, 9, 9), (2, 2, 3, 3)
+    path = tmp_path / "w.json"
+    res = autotune(xs, ws, 1, knobs={"m": (2, 4)}, reps=1, finalists=2, final_reps=3, path=path)
+    assert WinogradConfig(m=4) in [WinogradConfig(**c) for c, _ in res.trials]
+    assert res.final[0][0] == asdict(WinogradConfig(m=4))
+    assert res.best_s <= res.default_s and res.gain >= 1.0
+    assert asdict(res.best) in [c for c, _ in res.final]
+    again = autotune(xs, ws, 1, knobs={"m": (2, 4)}, path=path)
+    assert again.from_wisdom and again.final == res.final
+    with pytest.raises(ValueError, match="finalists"):
+        autotune(xs, ws, 1, finalists=0, path=path, reuse=False)
+    # identical configurations: the gain is 1.0 by definition, nothing is timed
+    layer = Layer(N=1, C=2, H=6)
+    t_d, t_t, g = tuned_gain(layer, WinogradConfig(m=4), WinogradConfig(m=4, threads=2), threads=2)
+    assert g == 1.0 and np.isnan(t_d) and np.isnan(t_t)
 
 
 def test_cuda_kernels_in_simulator():

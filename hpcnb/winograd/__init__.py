@@ -22,6 +22,7 @@ from hpcnb.winograd.bench import (
     geometric_mean,
     layer_set,
     time_configs,
+    tuned_gain,
 )
 from hpcnb.winograd.codegen import cache_dir, cpu_kernels, cpu_source, cuda_source
 from hpcnb.winograd.conv import (
@@ -84,6 +85,7 @@ __all__ = [
     "search_space",
     "time_configs",
     "transform_programs",
+    "tuned_gain",
     "validate_in_simulator",
     "winograd_numpy",
     "winograd_reference",

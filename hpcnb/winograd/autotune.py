@@ -1,9 +1,12 @@
 """Auto-tuning of Winograd convolutions with a JSON wisdom file.
 
 For one layer shape the tuner times every configuration of a search space (tile size
-``m``, tile blocking, loop order, thread count, GEMM back end) on random data, keeps the
-fastest, and stores the measurements in a *wisdom* file keyed by machine and shape, like
-FFTW's wisdom. :func:`~hpcnb.winograd.conv.conv2d_winograd` with ``m=None`` reads it.
+``m``, tile blocking, loop order, thread count, GEMM back end) on random data, then times
+the few fastest again together with the default configuration (interleaved rounds, more
+repetitions), keeps the fastest of that final measurement, and stores the measurements in
+a *wisdom* file keyed by machine and shape, like FFTW's wisdom. The default configuration
+is always a finalist, so the tuner never picks a configuration it measured as slower than
+the default. :func:`~hpcnb.winograd.conv.conv2d_winograd` with ``m=None`` reads it.
 
 The wisdom file lives in the user cache folder (``~/.cache/hpcnb/winograd_wisdom.json``),
 never in the repository; ``$HPCNB_WISDOM`` or the ``path`` argument override it.
@@ -39,6 +42,7 @@ __all__ = [
     "search_space",
     "shape_key",
     "time_call",
+    "time_interleaved",
     "wisdom_path",
 ]
 
@@ -119,10 +123,12 @@ class TuneResult:
 
     Attributes:
         shape: The shape key.
-        best: Fastest configuration.
-        best_s: Its median time (s).
-        default_s: Median time of the default configuration (s).
-        trials: ``(config as dict, median seconds)`` for every configuration tried.
+        best: Fastest configuration in the final measurement.
+        best_s: Its median time in the final measurement (s).
+        default_s: Median time of the default configuration in the final measurement (s).
+        trials: ``(config as dict, median seconds)`` for every configuration of the sweep.
+        final: ``(config as dict, median seconds)`` for the finalists (the default first),
+            timed again in interleaved rounds; ``best`` is the fastest of these.
         from_wisdom: True when the result was read back instead of measured.
     """
 
@@ -131,6 +137,7 @@ class TuneResult:
     best_s: float
     default_s: float
     trials: tuple[tuple[dict, float], ...] = field(default_factory=tuple)
+    final: tuple[tuple[dict, float], ...] = field(default_factory=tuple)
     from_wisdom: bool = False
 
     @property
@@ -168,6 +175,39 @@ def time_call(fn, reps: int = 3, warmup: int = 1) -> float:
     return float(np.median(times))
 
 
+def time_interleaved(fns: list, reps: int = 5, warmup: int = 1) -> list[float]:
+    """Median wall times of several callables timed in interleaved rounds.
+
+    Each round calls every function once, in order, so that changes in machine load
+    affect all of them alike; ``warmup`` untimed rounds come first.
+
+    Args:
+        fns: Callables without arguments.
+        reps: Timed rounds (median).
+        warmup: Untimed rounds before.
+
+    Returns:
+        Median seconds per callable, in order.
+
+    Raises:
+        ValueError: ``reps`` < 1 or ``warmup`` < 0.
+    """
+    if reps < 1 or warmup < 0:
+        raise ValueError(
+            f"time_interleaved: reps must be >= 1 and warmup >= 0, got {reps}, {warmup}"
+        )
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, acc in zip(fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in times]
+
+
 def autotune(
     x_shape: tuple,
     w_shape: tuple,
@@ -177,6 +217,8 @@ def autotune(
     knobs: dict[str, tuple] | None = None,
     rounds: int = 1,
     reps: int = 3,
+    finalists: int = 3,
+    final_reps: int = 5,
     seed: int = 0,
     path: str | os.PathLike | None = None,
     reuse: bool = True,
@@ -186,7 +228,12 @@ def autotune(
     """Time every configuration on random data, keep the fastest, store it as wisdom.
 
     Filters are transformed once per tile size before timing (inference with fixed
-    weights), so the times compare the per-input work of each configuration.
+    weights), so the times compare the per-input work of each configuration. The sweep's
+    single measurements are noisy (and their minimum is biased towards a lucky one), so
+    the ``finalists`` fastest configurations of the sweep and the default configuration
+    are timed again in ``final_reps`` interleaved rounds after a warm-up round; the best
+    configuration is the fastest median of that final measurement, ties going to the
+    default. So the tuner never picks a configuration it measured as slower than default.
 
     Args:
         x_shape: Input shape ``(N, C, H, W)``.
@@ -197,7 +244,9 @@ def autotune(
             "block_tiles": (0, 256), ...}`` varies one knob at a time from the default,
             keeping each improvement (far fewer measurements than the full product).
         rounds: Passes of the coordinate search.
-        reps: Timed repetitions per configuration (median).
+        reps: Timed repetitions per configuration in the sweep (median).
+        finalists: Fastest configurations of the sweep that are timed again (>= 1).
+        final_reps: Interleaved rounds of the final measurement (>= 1).
         seed: Seed of the random data.
         path: Wisdom file.
         reuse: Return the stored result when this machine and shape were tuned before.
@@ -208,6 +257,10 @@ def autotune(
         The tuning result (``from_wisdom`` tells whether it was measured now).
     """
     check_conv_args(tuple(x_shape), tuple(w_shape), padding)
+    if finalists < 1 or final_reps < 1:
+        raise ValueError(
+            f"autotune: finalists and final_reps must be >= 1, got {finalists}, {final_reps}"
+        )
     r = int(w_shape[2])
     wp = wisdom_path(path)
     key = shape_key(x_shape, w_shape, padding)
@@ -220,6 +273,7 @@ def autotune(
             best_s=stored["best_s"],
             default_s=stored["default_s"],
             trials=tuple((t["config"], t["seconds"]) for t in stored["trials"]),
+            final=tuple((t["config"], t["seconds"]) for t in stored.get("final", ())),
             from_wisdom=True,
         )
     rng = np.random.default_rng(seed)
@@ -229,13 +283,16 @@ def autotune(
     filters: dict[tuple, np.ndarray] = {}  # filters are transformed once per (m, points)
     measured: dict[WinogradConfig, float] = {}
 
+    def runner(cfg: WinogradConfig):
+        key_u = (cfg.m, cfg.points)
+        if key_u not in filters:
+            filters[key_u] = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
+        U = filters[key_u]
+        return lambda: winograd_numpy(x, w, padding, cfg, U=U)
+
     def measure(cfg: WinogradConfig) -> float:
         if cfg not in measured:
-            key_u = (cfg.m, cfg.points)
-            if key_u not in filters:
-                filters[key_u] = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
-            U = filters[key_u]
-            measured[cfg] = time_call(lambda: winograd_numpy(x, w, padding, cfg, U=U), reps=reps)
+            measured[cfg] = time_call(runner(cfg), reps=reps)
         return measured[cfg]
 
     measure(default)
@@ -260,15 +317,21 @@ def autotune(
         for cfg in iterator:
             measure(cfg)
     trials = [(asdict(c), t) for c, t in measured.items()]
-    best_dict, best_s = min(trials, key=lambda t: t[1])
-    default_s = next(s for c, s in trials if c == asdict(default))
-    result = TuneResult(key, WinogradConfig(**best_dict), best_s, default_s, tuple(trials))
+    # final measurement: the default and the fastest few of the sweep, interleaved
+    ranked = [c for c, _ in sorted(measured.items(), key=lambda kv: kv[1]) if c != default]
+    finals = [default, *ranked[:finalists]]
+    final_s = time_interleaved([runner(c) for c in finals], reps=final_reps, warmup=1)
+    i_best = min(range(len(finals)), key=lambda i: (final_s[i], i))  # ties: the default
+    best, best_s, default_s = finals[i_best], final_s[i_best], final_s[0]
+    final = [(asdict(c), t) for c, t in zip(finals, final_s, strict=True)]
+    result = TuneResult(key, best, best_s, default_s, tuple(trials), tuple(final))
     data = _load(wp)  # re-read: another process may have written meanwhile
     data["machines"].setdefault(machine_key(), {})[key] = {
-        "best": best_dict,
+        "best": asdict(best),
         "best_s": best_s,
         "default_s": default_s,
         "trials": [{"config": c, "seconds": s} for c, s in trials],
+        "final": [{"config": c, "seconds": s} for c, s in final],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     wp.parent.mkdir(parents=True, exist_ok=True)

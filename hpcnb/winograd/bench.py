@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hpcnb.winograd.autotune import time_call
+from hpcnb.winograd.autotune import time_call, time_interleaved
 from hpcnb.winograd.conv import (
     WinogradConfig,
     conv2d_direct,
@@ -29,6 +29,7 @@ __all__ = [
     "geometric_mean",
     "layer_set",
     "time_configs",
+    "tuned_gain",
 ]
 
 # (channels, image side) of the ResNet/VGG 3x3 stages
@@ -190,7 +191,7 @@ def time_configs(
     """Median times of several Winograd configurations on one layer, measured together.
 
     Used to compare a tuned configuration with the default one in a fresh measurement
-    (the tuner's own times are the minimum of many and so biased towards the winner).
+    (the tuner's sweep times are single noisy measurements, biased towards the winner).
     Configurations are timed in interleaved rounds so that load changes hit all alike.
 
     Args:
@@ -207,12 +208,49 @@ def time_configs(
     x = rng.standard_normal(layer.x_shape, dtype=np.float32)
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
     pad = (layer.r - 1) // 2
-    cfgs = [c if 0 < c.threads <= threads else replace(c, threads=threads) for c in configs]
+    cfgs = [_effective(c, threads) for c in configs]
     filters = [filter_transform(w, c.m, c.points, dtype=np.float32) for c in cfgs]
-    times: list[list[float]] = [[] for _ in cfgs]
-    for c, U in zip(cfgs, filters, strict=True):  # warm-up (and compile)
-        winograd_numpy(x, w, pad, c, U=U)
-    for _ in range(reps):
-        for i, (c, U) in enumerate(zip(cfgs, filters, strict=True)):
-            times[i].append(time_call(lambda c=c, U=U: winograd_numpy(x, w, pad, c, U=U), 1, 0))
-    return [float(np.median(t)) for t in times]
+    fns = [
+        lambda c=c, U=U: winograd_numpy(x, w, pad, c, U=U)
+        for c, U in zip(cfgs, filters, strict=True)
+    ]
+    return time_interleaved(fns, reps=reps, warmup=1)  # one warm-up round (and compile)
+
+
+def _effective(config: WinogradConfig, threads: int) -> WinogradConfig:
+    """The configuration as run with at most ``threads`` threads (0 means ``threads``)."""
+    return config if 0 < config.threads <= threads else replace(config, threads=threads)
+
+
+def tuned_gain(
+    layer: Layer,
+    default: WinogradConfig,
+    tuned: WinogradConfig,
+    *,
+    threads: int,
+    reps: int = 5,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Measure tuned against default configuration on one layer, after tuning.
+
+    Both are timed in interleaved rounds after a warm-up round (:func:`time_configs`),
+    independently of the tuner's own measurements. When the tuner kept the default
+    (the same configuration once thread counts are resolved) nothing is timed and the
+    gain is exactly 1.0: timing one configuration twice would only measure noise.
+
+    Args:
+        layer: The layer.
+        default: The untuned configuration.
+        tuned: The tuner's choice.
+        threads: Maximum thread count.
+        reps: Interleaved rounds (median).
+        seed: Seed of the data.
+
+    Returns:
+        ``(default seconds, tuned seconds, default / tuned)``; the times are NaN when the
+        configurations are the same.
+    """
+    if _effective(default, threads) == _effective(tuned, threads):
+        return float("nan"), float("nan"), 1.0
+    t_def, t_tuned = time_configs(layer, [default, tuned], threads=threads, reps=reps, seed=seed)
+    return t_def, t_tuned, t_def / t_tuned
