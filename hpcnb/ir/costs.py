@@ -14,6 +14,34 @@ __all__ = ["classify", "node_flops"]
 
 Shape = tuple[int, ...]
 
+#: Element-wise activation modules (kind ``activation``).
+ACTIVATION_MODULES: tuple[type, ...] = (
+    nn.ReLU,
+    nn.ReLU6,
+    nn.GELU,
+    nn.SiLU,
+    nn.Sigmoid,
+    nn.Tanh,
+    nn.Softplus,
+    nn.LeakyReLU,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.ELU,
+    nn.Mish,
+)
+#: Pooling modules (kind ``pool``).
+POOL_MODULES: tuple[type, ...] = (
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveMaxPool2d,
+)
+SOFTMAX_MODULES: tuple[type, ...] = (nn.Softmax, nn.LogSoftmax)
+DROPOUT_MODULES: tuple[type, ...] = (nn.Dropout, nn.Dropout1d, nn.Dropout2d)
+
 _MODULE_KINDS: tuple[tuple[tuple[type, ...], str], ...] = (
     (
         (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d),
@@ -33,37 +61,10 @@ _MODULE_KINDS: tuple[tuple[tuple[type, ...], str], ...] = (
         ),
         "norm",
     ),
-    (
-        (
-            nn.ReLU,
-            nn.ReLU6,
-            nn.GELU,
-            nn.SiLU,
-            nn.Sigmoid,
-            nn.Tanh,
-            nn.Softplus,
-            nn.LeakyReLU,
-            nn.Hardswish,
-            nn.Hardsigmoid,
-            nn.ELU,
-            nn.Mish,
-        ),
-        "activation",
-    ),
-    ((nn.Softmax, nn.LogSoftmax), "softmax"),
-    (
-        (
-            nn.MaxPool1d,
-            nn.MaxPool2d,
-            nn.AvgPool1d,
-            nn.AvgPool2d,
-            nn.AdaptiveAvgPool1d,
-            nn.AdaptiveAvgPool2d,
-            nn.AdaptiveMaxPool2d,
-        ),
-        "pool",
-    ),
-    ((nn.Dropout, nn.Dropout1d, nn.Dropout2d), "dropout"),
+    (ACTIVATION_MODULES, "activation"),
+    (SOFTMAX_MODULES, "softmax"),
+    (POOL_MODULES, "pool"),
+    (DROPOUT_MODULES, "dropout"),
     ((nn.Identity,), "identity"),
     ((nn.Embedding,), "embedding"),
     ((nn.MultiheadAttention,), "attention"),

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 import torch.fx as fx
 from torch import nn
 
-from hpcnb.ir.costs import _ACT_NAMES, target_name
+from hpcnb.ir.costs import (
+    _ACT_NAMES,
+    ACTIVATION_MODULES,
+    DROPOUT_MODULES,
+    POOL_MODULES,
+    SOFTMAX_MODULES,
+    target_name,
+)
 from hpcnb.ir.groups import length, slice_segments
 from hpcnb.ir.trace import TensorMeta
 
@@ -47,35 +54,8 @@ _ELEMENTWISE = _ACT_NAMES | {
     "maximum",
     "minimum",
 }
-_POOL_MODULES = (
-    nn.MaxPool1d,
-    nn.MaxPool2d,
-    nn.AvgPool1d,
-    nn.AvgPool2d,
-    nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d,
-    nn.AdaptiveMaxPool2d,
-)
-_PASS_MODULES = (
-    nn.ReLU,
-    nn.ReLU6,
-    nn.GELU,
-    nn.SiLU,
-    nn.Sigmoid,
-    nn.Tanh,
-    nn.Softplus,
-    nn.LeakyReLU,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-    nn.ELU,
-    nn.Mish,
-    nn.Softmax,
-    nn.LogSoftmax,
-    nn.Dropout,
-    nn.Dropout1d,
-    nn.Dropout2d,
-    nn.Identity,
-)
+# Modules that keep every axis of their input (element-wise or identity).
+_PASS_MODULES = ACTIVATION_MODULES + SOFTMAX_MODULES + DROPOUT_MODULES + (nn.Identity,)
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -318,7 +298,7 @@ def _module_rule(a: Analysis, node: fx.Node, m: nn.Module, args: list[Any]) -> A
         out_c = a.param("weight", 1)
         a.with_prefix("")
         return [*x, out_c]
-    if isinstance(m, _POOL_MODULES):
+    if isinstance(m, POOL_MODULES):
         k = 1 if "1d" in type(m).__name__ else 2
         spatial = [a.fresh((node.name, "sp", i), d, "spatial") for i, d in enumerate(value.shape)]
         return [*x[: len(x) - k], *spatial[len(spatial) - k :]]
