@@ -31,6 +31,21 @@ def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> l
     ]
 
 
+class PooledClassifier(nn.Module):
+    """Base of the CNNs whose head is ``features`` → global ``pool`` → ``classifier``.
+
+    Subclasses build ``self.features``, ``self.pool`` and ``self.classifier``.
+    """
+
+    features: nn.Module
+    pool: nn.Module
+    classifier: nn.Module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits."""
+        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
+
+
 class BasicBlock(nn.Module):
     """Two 3x3 convolutions with an identity or 1x1-projection shortcut."""
 
@@ -156,7 +171,7 @@ def resnet50_like(
     return ResNet(stem, nn.Sequential(*blocks), cin, num_classes)
 
 
-class VGG(nn.Module):
+class VGG(PooledClassifier):
     """Plain conv-BN-ReLU stack with max-pools, global pool and a 2-layer classifier."""
 
     def __init__(
@@ -177,10 +192,6 @@ class VGG(nn.Module):
             nn.Linear(cin, hidden), nn.ReLU(), nn.Dropout(0.1), nn.Linear(hidden, num_classes)
         )
         init_weights(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Class logits."""
-        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
 def vgg(
@@ -224,7 +235,7 @@ class InvertedResidual(nn.Module):
         return self.conv(x)
 
 
-class MobileNetV2(nn.Module):
+class MobileNetV2(PooledClassifier):
     """Stem, inverted-residual stages, 1x1 head conv, pool, classifier."""
 
     def __init__(
@@ -247,10 +258,6 @@ class MobileNetV2(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(last, num_classes)
         init_weights(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Class logits."""
-        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
 def mobilenet_v2(
@@ -314,7 +321,7 @@ class ShuffleUnit(nn.Module):
         return channel_shuffle(out, 2)
 
 
-class ShuffleNetV2(nn.Module):
+class ShuffleNetV2(PooledClassifier):
     """Stem, shuffle stages, 1x1 head conv, pool, classifier."""
 
     def __init__(
@@ -338,10 +345,6 @@ class ShuffleNetV2(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(last, num_classes)
         init_weights(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Class logits."""
-        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
 def shufflenet(
@@ -387,7 +390,7 @@ class DenseLayer(nn.Module):
         return torch.cat([x, new], dim=1)
 
 
-class DenseNet(nn.Module):
+class DenseNet(PooledClassifier):
     """DenseNet-BC: stem, dense blocks with transitions, pool, classifier."""
 
     def __init__(
@@ -419,10 +422,6 @@ class DenseNet(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(cin, num_classes)
         init_weights(self)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Class logits."""
-        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
 def densenet(
