@@ -2,10 +2,29 @@
 
 The package holds every reusable piece of code behind the notebooks in ``notebooks/``.
 Technique sub-packages are imported on demand (``import hpcnb.winograd``); the top level
-exposes only the record contract shared by all notebooks.
+exposes the record and claims contract shared by all notebooks and the error base.
 """
 
-from hpcnb.records import Record, read_record_details, read_records, record
+from hpcnb.claims import claim, claims_table
+from hpcnb.errors import HpcnbError
+from hpcnb.records import (
+    Record,
+    read_record_details,
+    read_records,
+    record,
+    record_accuracy,
+    wilson_interval,
+)
 
-__all__ = ["Record", "read_record_details", "read_records", "record"]
+__all__ = [
+    "HpcnbError",
+    "Record",
+    "claim",
+    "claims_table",
+    "read_record_details",
+    "read_records",
+    "record",
+    "record_accuracy",
+    "wilson_interval",
+]
 __version__ = "0.1.0"

@@ -1,15 +1,27 @@
-"""Records: the contract between notebooks, batch runs, tests and benchmarks.
+"""Records: the contract between notebooks, batch runs, tests and readers.
 
 A notebook reports each headline number with :func:`record`. The call shows a readable
 line in the notebook and emits a display output of mime type
-``application/vnd.hpcnb.record+json`` holding ``{"key", "value", "unit", "target",
-"paper"}``. :func:`read_records` gets ``{key: value}`` back from an executed notebook.
+``application/vnd.hpcnb.record+json`` (the JSON of :class:`Record`, plus ``met``).
+:func:`read_records` gets ``{key: value}`` back from an executed notebook and
+:func:`read_record_details` the full records.
 
 Keys are ``<area>.<metric>`` in snake_case (``winograd.speedup_vs_torch``). Values are
 finite numbers; ratios are plain floats (1.35, not "35%").
 
-A *target* is either a number (the value must equal it) or a comparison string such as
-``">= 0.45"``, ``"<= 1e-6"``, ``"> 1"``; :func:`target_met` evaluates it.
+**Uncertainty.** ``samples`` (interleaved timing repetitions, seeds, folds) make the value
+their median, and the record keeps ``n`` and a 95 % interval ``[low, high]`` of that
+median from a seeded percentile bootstrap (:func:`median_interval`). An accuracy on *n*
+test items gets a binomial Wilson interval through :func:`record_accuracy`.
+
+**Provenance.** ``source`` says where the inputs came from: ``"real"`` (measured on this
+machine or read from real data), ``"synthetic"`` (a stand-in for missing real data) or
+``"simulated"`` (a model's prediction at a scale we cannot run).
+
+**Targets.** A target is a number (the value must equal it) or a comparison string such as
+``">= 0.45"``. :func:`evaluate_target` is three-valued: ``"met"``, ``"not met"`` or
+``"inconclusive"`` (the interval straddles the bound); a synthetic record is ``"not
+tested"`` whatever its value.
 """
 
 from __future__ import annotations
@@ -18,23 +30,44 @@ import json
 import math
 import numbers
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
+
+from hpcnb.errors import RecordError
 
 MIME_TYPE = "application/vnd.hpcnb.record+json"
 KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+SOURCES = ("real", "synthetic", "simulated")
+MET, NOT_MET, INCONCLUSIVE, NOT_TESTED = "met", "not met", "inconclusive", "not tested"
+BOOTSTRAP_RESAMPLES = 4000
+MAX_SAMPLES = 100_000
 _TARGET_PATTERN = re.compile(r"^\s*(>=|<=|==|>|<|≥|≤)\s*([-+0-9.eE]+)\s*$")
 _SYMBOLS = {"≥": ">=", "≤": "<="}
+_SESSION: dict[str, Record] = {}
 
 __all__ = [
+    "INCONCLUSIVE",
+    "MET",
     "MIME_TYPE",
+    "NOT_MET",
+    "NOT_TESTED",
+    "SOURCES",
     "Record",
+    "clear_session",
+    "difference_interval",
+    "evaluate_target",
     "format_record",
+    "median_interval",
     "read_record_details",
     "read_records",
     "record",
+    "record_accuracy",
+    "session_records",
     "target_met",
+    "wilson_interval",
 ]
 
 
@@ -44,10 +77,16 @@ class Record:
 
     Attributes:
         key: ``<area>.<metric>`` in snake_case.
-        value: The measured value (finite).
+        value: The measured value (finite); the median when ``samples`` were given.
         unit: Unit of the value, empty for plain ratios and counts.
         target: What the issue asks for: a number or a comparison string (``">= 1.5"``).
         paper: The value the paper reports, as a number or short text.
+        n: Number of samples, test items or seeds behind the value (``None``: one value).
+        low: Lower end of the 95 % interval (``None`` when there is none).
+        high: Upper end of the 95 % interval.
+        source: ``"real"``, ``"synthetic"`` or ``"simulated"``.
+        note: Free text shown beside the value.
+        samples: The repeated measurements, when the value is their median.
     """
 
     key: str
@@ -55,52 +94,137 @@ class Record:
     unit: str = ""
     target: float | str | None = None
     paper: float | str | None = None
+    n: int | None = None
+    low: float | None = None
+    high: float | None = None
+    source: str = "real"
+    note: str = ""
+    samples: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def met(self) -> str | None:
+        """``"met"``, ``"not met"``, ``"inconclusive"``, ``"not tested"`` or ``None``."""
+        return evaluate_target(self.value, self.target, self.low, self.high, self.source)
 
     def to_json(self) -> dict[str, Any]:
-        """Return the record as the JSON payload of the mime bundle."""
-        return asdict(self)
+        """Return the record as the JSON payload of the mime bundle (``met`` included)."""
+        return {
+            "key": self.key,
+            "value": self.value,
+            "unit": self.unit,
+            "target": self.target,
+            "paper": self.paper,
+            "n": self.n,
+            "low": self.low,
+            "high": self.high,
+            "source": self.source,
+            "note": self.note,
+            "samples": list(self.samples),
+            "met": self.met,
+        }
+
+    def detail(self) -> dict[str, Any]:
+        """Return the entry of ``records_detail.json`` (no samples)."""
+        out = self.to_json()
+        del out["key"], out["samples"], out["note"]
+        return out
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any], where: str = "record") -> Record:
+        """Rebuild a record from its mime payload (older payloads lack the new fields).
+
+        Raises:
+            RecordError: A field is missing or of the wrong type.
+        """
+        try:
+            key = payload["key"]
+            _check_key(key)
+            samples = tuple(float(s) for s in payload.get("samples") or ())
+            n = payload.get("n")
+            low, high = payload.get("low"), payload.get("high")
+            return cls(
+                key=key,
+                value=_check_value(key, payload["value"]),
+                unit=str(payload.get("unit", "")),
+                target=_check_target(key, payload.get("target")),
+                paper=payload.get("paper"),
+                n=None if n is None else int(n),
+                low=None if low is None else float(low),
+                high=None if high is None else float(high),
+                source=_check_source(key, payload.get("source", "real")),
+                note=str(payload.get("note", "")),
+                samples=samples,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"{where}: malformed record payload ({exc})") from exc
 
 
 def _check_key(key: str) -> None:
     if not isinstance(key, str) or not KEY_PATTERN.match(key):
-        raise ValueError(
+        raise RecordError(
             f"record key {key!r} is not of the form '<area>.<metric>' in snake_case "
             "(e.g. 'winograd.speedup_vs_torch')"
         )
 
 
-def _check_value(key: str, value: object) -> float:
+def _as_float(key: str, value: object, what: str = "value") -> float:
     if isinstance(value, bool):
         return float(value)
     if not isinstance(value, numbers.Real):
-        # numpy / torch scalars expose item()
-        item = getattr(value, "item", None)
-        if item is None:
-            raise TypeError(f"record {key!r}: value {value!r} is not a real number")
+        item = getattr(value, "item", None)  # numpy / torch scalars
+        if item is None or getattr(value, "ndim", 0) not in (0, None):
+            raise TypeError(f"record {key!r}: {what} {value!r} is not a real number")
         value = item()
         if not isinstance(value, numbers.Real):
-            raise TypeError(f"record {key!r}: value {value!r} is not a real number")
+            raise TypeError(f"record {key!r}: {what} {value!r} is not a real number")
     out = float(value)
     if not math.isfinite(out):
-        raise ValueError(f"record {key!r}: value {out} is not finite")
+        raise RecordError(f"record {key!r}: {what} {out} is not finite")
     return out
 
 
-def _check_target(key: str, target: float | str | None) -> float | str | None:
+def _check_value(key: str, value: object) -> float:
+    return _as_float(key, value)
+
+
+def _check_target(key: str, target: object) -> float | str | None:
     if target is None:
         return None
     if isinstance(target, str):
         if not _TARGET_PATTERN.match(target):
-            raise ValueError(
+            raise RecordError(
                 f"record {key!r}: target {target!r} is neither a number nor a comparison "
                 "such as '>= 0.45'"
             )
         return target
-    return _check_value(key, target)
+    return _as_float(key, target, "target")
+
+
+def _check_source(key: str, source: object) -> str:
+    if source not in SOURCES:
+        raise RecordError(f"record {key!r}: source {source!r} is not one of {SOURCES}")
+    return str(source)
+
+
+def _parse_target(target: str) -> tuple[str, float]:
+    match = _TARGET_PATTERN.match(target)
+    if match is None:
+        raise RecordError(f"target {target!r} is not a comparison such as '>= 0.45'")
+    return _SYMBOLS.get(match.group(1), match.group(1)), float(match.group(2))
+
+
+def _holds(op: str, value: float, bound: float) -> bool:
+    return {
+        ">=": value >= bound,
+        "<=": value <= bound,
+        ">": value > bound,
+        "<": value < bound,
+        "==": math.isclose(value, bound, rel_tol=1e-9, abs_tol=1e-12),
+    }[op]
 
 
 def target_met(value: float, target: float | str | None) -> bool | None:
-    """Tell whether ``value`` meets ``target``.
+    """Tell whether a point ``value`` meets ``target`` (no interval, no provenance).
 
     Args:
         value: The measured value.
@@ -112,80 +236,304 @@ def target_met(value: float, target: float | str | None) -> bool | None:
     if target is None:
         return None
     if isinstance(target, str):
-        match = _TARGET_PATTERN.match(target)
-        if match is None:
-            raise ValueError(f"target {target!r} is not a comparison such as '>= 0.45'")
-        op = _SYMBOLS.get(match.group(1), match.group(1))
-        bound = float(match.group(2))
-        return {
-            ">=": value >= bound,
-            "<=": value <= bound,
-            ">": value > bound,
-            "<": value < bound,
-            "==": math.isclose(value, bound, rel_tol=1e-9, abs_tol=1e-12),
-        }[op]
-    return math.isclose(value, float(target), rel_tol=1e-9, abs_tol=1e-12)
+        op, bound = _parse_target(target)
+        return _holds(op, value, bound)
+    return _holds("==", value, float(target))
+
+
+def evaluate_target(
+    value: float,
+    target: float | str | None,
+    low: float | None = None,
+    high: float | None = None,
+    source: str = "real",
+) -> str | None:
+    """Three-valued target evaluation, with provenance.
+
+    With an interval, a bound is *met* when the whole interval satisfies it, *not met*
+    when no point of the interval does, and *inconclusive* when the interval straddles it.
+    Without an interval the point value decides. Equality targets (counts) use the value.
+
+    Args:
+        value: The recorded value.
+        target: A number or a comparison string; ``None`` means no target.
+        low: Lower end of the interval, or ``None``.
+        high: Upper end of the interval, or ``None``.
+        source: The record's source; ``"synthetic"`` is never tested.
+
+    Returns:
+        ``"met"``, ``"not met"``, ``"inconclusive"``, ``"not tested"``, or ``None``
+        when there is no target.
+    """
+    if target is None:
+        return None
+    if source == "synthetic":
+        return NOT_TESTED
+    op, bound = ("==", float(target)) if not isinstance(target, str) else _parse_target(target)
+    if op == "==" or low is None or high is None:
+        return MET if _holds(op, value, bound) else NOT_MET
+    if _holds(op, low, bound) and _holds(op, high, bound):
+        return MET
+    if not _holds(op, low, bound) and not _holds(op, high, bound):
+        return NOT_MET
+    return INCONCLUSIVE
+
+
+def median_interval(
+    samples: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Median of ``samples`` and a percentile-bootstrap interval of the median.
+
+    ``resamples`` resamples of size *n* are drawn with replacement from a NumPy
+    generator seeded with ``seed``; the interval is the ``(1 - confidence) / 2`` and
+    ``(1 + confidence) / 2`` quantiles of their medians. The same samples and seed give
+    the same interval. With very few samples (n < 5) the interval is wide by nature and
+    spans roughly the smallest to the largest sample.
+
+    Args:
+        samples: At least one finite number (at most 100,000).
+        confidence: Coverage of the interval, in (0, 1).
+        resamples: Number of bootstrap resamples.
+        seed: Seed of the resampling generator.
+
+    Returns:
+        ``(median, low, high)``; with one sample all three are that sample.
+
+    Raises:
+        RecordError: No samples, too many, a non-finite one, or a bad confidence.
+    """
+    import numpy as np
+
+    data = np.asarray([float(s) for s in samples], dtype=float)
+    if data.size == 0:
+        raise RecordError("samples: need at least one value")
+    if data.size > MAX_SAMPLES:
+        raise RecordError(f"samples: {data.size} values, more than the limit {MAX_SAMPLES}")
+    if not np.all(np.isfinite(data)):
+        raise RecordError("samples: every value must be finite")
+    if not 0 < confidence < 1:
+        raise RecordError(f"confidence {confidence} is not in (0, 1)")
+    median = float(np.median(data))
+    if data.size == 1:
+        return median, median, median
+    rng = np.random.default_rng(seed)
+    medians = np.empty(resamples)
+    chunk = max(1, 2_000_000 // data.size)  # bound memory: ~16 MB of indices at a time
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        idx = rng.integers(0, data.size, size=(stop - start, data.size))
+        medians[start:stop] = np.median(data[idx], axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(medians, [alpha, 1 - alpha])
+    return median, float(min(low, median)), float(max(high, median))
+
+
+def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (an accuracy on ``n`` items).
+
+    Args:
+        successes: Items right (0 ≤ successes ≤ n).
+        n: Items in total (> 0).
+        confidence: Coverage of the interval.
+
+    Raises:
+        RecordError: The counts are inconsistent.
+    """
+    if n <= 0 or not 0 <= successes <= n:
+        raise RecordError(
+            f"Wilson interval needs 0 <= successes <= n and n > 0, got {successes}/{n}"
+        )
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def difference_interval(
+    successes_a: int, n_a: int, successes_b: int, n_b: int, *, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """Difference of two accuracies ``a - b`` with Newcombe's hybrid Wilson interval.
+
+    Newcombe (1998), method 10: the interval combines the two Wilson intervals. It
+    assumes independent samples; for two models scored on the same test items it is
+    conservative (wider than a paired interval).
+
+    Returns:
+        ``(difference, low, high)``.
+    """
+    pa, pb = successes_a / n_a if n_a else 0.0, successes_b / n_b if n_b else 0.0
+    la, ua = wilson_interval(successes_a, n_a, confidence=confidence)
+    lb, ub = wilson_interval(successes_b, n_b, confidence=confidence)
+    diff = pa - pb
+    low = diff - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2)
+    high = diff + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
+    return diff, low, high
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
 
 
 def format_record(rec: Record) -> str:
-    """Return the one-line human-readable form of a record."""
-    value = f"{rec.value:.6g}"
-    parts = [f"{rec.key} = {value}{(' ' + rec.unit) if rec.unit else ''}"]
+    """Return the one-line human-readable form of a record.
+
+    Example: ``pruning.latency_speedup = 1.29 [1.21, 1.37] (n=7), target >= 1.3:
+    inconclusive``.
+    """
+    text = f"{rec.key} = {_fmt(rec.value)}{(' ' + rec.unit) if rec.unit else ''}"
+    if rec.low is not None and rec.high is not None:
+        text += f" [{_fmt(rec.low)}, {_fmt(rec.high)}]"
+    if rec.n is not None:
+        text += f" (n={rec.n})"
     if rec.target is not None:
-        met = target_met(rec.value, rec.target)
-        parts.append(f"target {rec.target} ({'met' if met else 'NOT met'})")
+        met = rec.met
+        text += f", target {rec.target}: {'NOT met' if met == NOT_MET else met}"
     if rec.paper is not None:
-        parts.append(f"paper {rec.paper}")
-    return "  |  ".join(parts)
+        text += f"; paper {rec.paper}"
+    if rec.source != "real":
+        text += f"; {rec.source} data" if rec.source == "synthetic" else "; simulated"
+    if rec.note:
+        text += f"; {rec.note}"
+    return text
 
 
 def record(
     key: str,
-    value: float,
+    value: float | None = None,
     *,
+    samples: Sequence[float] | None = None,
+    interval: tuple[float, float] | None = None,
+    n: int | None = None,
     unit: str = "",
     target: float | str | None = None,
     paper: float | str | None = None,
-) -> Record:
+    source: str = "real",
+    note: str = "",
+    seed: int = 0,
+) -> None:
     """Record a headline number: show it and emit it as a machine-readable output.
 
+    Give either ``value`` or ``samples``. With ``samples`` the value is their median and
+    the record carries ``n`` and a 95 % bootstrap interval (:func:`median_interval`,
+    seeded with ``seed``). A value with an interval computed elsewhere (a Wilson interval,
+    see :func:`record_accuracy`) passes ``interval=(low, high)`` and ``n``.
+
     Inside a Jupyter kernel this displays a mime bundle with a ``text/plain`` line and
-    the ``application/vnd.hpcnb.record+json`` payload; elsewhere it prints the line.
+    the ``application/vnd.hpcnb.record+json`` payload; elsewhere it prints the line. It
+    returns nothing, so a record at the end of a cell is not echoed; the record is kept
+    for :mod:`hpcnb.claims` (see :func:`session_records`).
 
     Args:
         key: ``<area>.<metric>`` in snake_case.
         value: A finite real number (numpy and torch scalars are accepted).
+        samples: Repeated measurements; the value becomes their median.
+        interval: ``(low, high)`` of ``value`` when it was computed elsewhere.
+        n: Items or repetitions behind ``value`` (set automatically from ``samples``).
         unit: Unit of the value (``"s"``, ``"jobs/s"``); empty for ratios.
         target: The issue's target, a number or a comparison string (``">= 1.5"``).
         paper: The paper's value, a number or short text.
-
-    Returns:
-        The validated :class:`Record`.
+        source: ``"real"``, ``"synthetic"`` or ``"simulated"``.
+        note: Free text shown beside the value.
+        seed: Seed of the bootstrap when ``samples`` are given.
 
     Raises:
-        ValueError: The key is malformed, the value not finite, or the target unreadable.
+        RecordError: The key is malformed, the value not finite, value and samples both
+            or neither given, the interval does not hold the value, the target is
+            unreadable or the source unknown (``RecordError`` is a ``ValueError``).
         TypeError: The value is not a real number.
     """
     _check_key(key)
+    sample_tuple: tuple[float, ...] = ()
+    low = high = None
+    if samples is not None:
+        if value is not None or interval is not None:
+            raise RecordError(f"record {key!r}: give value (with interval) or samples, not both")
+        sample_tuple = tuple(_as_float(key, s, "sample") for s in samples)
+        value, low, high = median_interval(sample_tuple, seed=seed)
+        if len(sample_tuple) == 1:
+            low = high = None
+        n = len(sample_tuple)
+    elif value is None:
+        raise RecordError(f"record {key!r}: give a value or samples")
+    value = _check_value(key, value)
+    if interval is not None:
+        try:
+            low, high = (_as_float(key, b, "interval bound") for b in interval)
+        except ValueError as exc:
+            raise RecordError(f"record {key!r}: interval must be (low, high)") from exc
+        tol = 1e-9 * max(1.0, abs(value))
+        if not low - tol <= value <= high + tol:
+            raise RecordError(f"record {key!r}: interval [{low}, {high}] does not hold {value}")
+    if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
+        raise RecordError(f"record {key!r}: n must be a positive integer, got {n!r}")
     rec = Record(
         key=key,
-        value=_check_value(key, value),
+        value=value,
         unit=str(unit),
         target=_check_target(key, target),
         paper=paper if paper is None or isinstance(paper, str) else _check_value(key, paper),
+        n=None if n is None else int(n),
+        low=low,
+        high=high,
+        source=_check_source(key, source),
+        note=str(note),
+        samples=sample_tuple,
     )
-    line = format_record(rec)
+    _SESSION[key] = rec
+    _emit(format_record(rec), {MIME_TYPE: rec.to_json()})
+
+
+def record_accuracy(key: str, correct: int, total: int, **kwargs: Any) -> None:
+    """Record an accuracy ``correct / total`` with its Wilson interval and ``n=total``.
+
+    Args:
+        key: Record key.
+        correct: Items classified right.
+        total: Items scored.
+        **kwargs: Passed to :func:`record` (``target``, ``paper``, ``source``, ...).
+    """
+    low, high = wilson_interval(int(correct), int(total))
+    record(key, correct / total, interval=(low, high), n=int(total), **kwargs)
+
+
+def _emit(line: str, bundle: dict[str, Any]) -> None:
+    """Display ``bundle`` with ``line`` as its plain text in a kernel; print elsewhere."""
     try:
         from IPython import get_ipython
         from IPython.display import display
     except ImportError:  # pragma: no cover - IPython is a dependency
         print(line)
-        return rec
+        return
     if get_ipython() is None:
         print(line)
     else:
-        display({MIME_TYPE: rec.to_json(), "text/plain": line}, raw=True)
-    return rec
+        display({**bundle, "text/plain": line}, raw=True)
+
+
+def session_records() -> dict[str, Record]:
+    """Return the records emitted in this process so far, by key (the last one wins)."""
+    return dict(_SESSION)
+
+
+def clear_session() -> None:
+    """Forget the records (and claims) emitted in this process."""
+    _SESSION.clear()
+    from hpcnb import claims
+
+    claims.clear_claims()
+
+
+def _load_notebook(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}: not a notebook (invalid JSON: {exc})") from exc
 
 
 def read_record_details(path: str | Path) -> list[Record]:
@@ -196,13 +544,11 @@ def read_record_details(path: str | Path) -> list[Record]:
 
     Raises:
         FileNotFoundError: The file does not exist.
-        ValueError: The file is not a notebook, or a key was recorded twice.
+        RecordError: The file is not a notebook, a payload is malformed, or a key was
+            recorded twice.
     """
     path = Path(path)
-    try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a notebook (invalid JSON: {exc})") from exc
+    nb = _load_notebook(path)
     out: list[Record] = []
     seen: dict[str, int] = {}
     for index, cell in enumerate(nb.get("cells", [])):
@@ -212,21 +558,13 @@ def read_record_details(path: str | Path) -> list[Record]:
                 continue
             if isinstance(payload, str):
                 payload = json.loads(payload)
-            key = payload["key"]
-            if key in seen:
-                raise ValueError(
-                    f"{path}: record {key!r} emitted twice (cells {seen[key]} and {index})"
+            rec = Record.from_json(payload, f"{path}, cell {index}")
+            if rec.key in seen:
+                raise RecordError(
+                    f"{path}: record {rec.key!r} emitted twice (cells {seen[rec.key]} and {index})"
                 )
-            seen[key] = index
-            out.append(
-                Record(
-                    key=key,
-                    value=float(payload["value"]),
-                    unit=payload.get("unit", ""),
-                    target=payload.get("target"),
-                    paper=payload.get("paper"),
-                )
-            )
+            seen[rec.key] = index
+            out.append(rec)
     return out
 
 

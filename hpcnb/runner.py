@@ -10,8 +10,11 @@ partial) notebook stays on disk.
 Output layout of a run folder::
 
     <out>/<stem>.ipynb     executed notebooks
-    <out>/records.json     {"<stem>": {key: value, ...}, ...}
-    <out>/run.json         {"<stem>": {"status", "seconds", "error", "cell", "parameters"}}
+    <out>/records.json         {"<stem>": {key: value, ...}, ...}
+    <out>/records_detail.json  {"<stem>": {key: {value, unit, target, paper, n, low, high,
+                                                 source, met}}}
+    <out>/claims.json          {"<stem>": [{claim, kind, paper, measured, verdict, records}]}
+    <out>/run.json             {"<stem>": {"status", "seconds", "error", "cell", "parameters"}}
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from typing import Any
 
 import yaml
 
+from hpcnb.claims import read_claims
+from hpcnb.errors import HpcnbError
 from hpcnb.parameters import notebook_parameters, validate_overrides
-from hpcnb.records import read_records
+from hpcnb.records import read_record_details
 
 __all__ = [
     "NotebookResult",
@@ -60,6 +65,8 @@ class NotebookResult:
         output: Path of the executed notebook.
         parameters: The parameters injected.
         records: ``{key: value}`` read from the executed notebook.
+        details: ``{key: {value, unit, target, paper, n, low, high, source, met}}``.
+        claims: The claims rows of the executed notebook.
         error: One-line description of the failure (exception and message).
         cell: Index (0-based) of the failing cell in the original notebook, if known.
     """
@@ -70,6 +77,8 @@ class NotebookResult:
     output: str
     parameters: dict[str, Any] = field(default_factory=dict)
     records: dict[str, float] = field(default_factory=dict)
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claims: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     cell: int | None = None
 
@@ -230,10 +239,15 @@ def execute_notebook(
             tail = (stderr or stdout or "").strip().splitlines()
             error = tail[-1] if tail else f"papermill exited with status {proc.returncode}"
     records: dict[str, float] = {}
+    details: dict[str, dict[str, Any]] = {}
+    claims: list[dict[str, Any]] = []
     if output.exists():
         try:
-            records = read_records(output)
-        except ValueError as exc:
+            recs = read_record_details(output)
+            records = {rec.key: rec.value for rec in recs}
+            details = {rec.key: rec.detail() for rec in recs}
+            claims = read_claims(output)
+        except (HpcnbError, ValueError) as exc:
             if status == STATUS_OK:
                 status, error = STATUS_FAILED, str(exc)
     return NotebookResult(
@@ -243,25 +257,39 @@ def execute_notebook(
         output=str(output),
         parameters=parameters,
         records=records,
+        details=details,
+        claims=claims,
         error=error,
         cell=cell,
     )
 
 
+RUN_FILES = ("records.json", "records_detail.json", "claims.json", "run.json")
+
+
 def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:
-    """Write ``records.json`` and ``run.json`` of a run folder (merging with existing)."""
+    """Write the JSON files of a run folder, merging with what is there.
+
+    Writes ``records.json``, ``records_detail.json``, ``claims.json`` and ``run.json``
+    (strict JSON: non-finite numbers are refused).
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    records_path, run_path = out / "records.json", out / "run.json"
-    records = json.loads(records_path.read_text()) if records_path.exists() else {}
-    run = json.loads(run_path.read_text()) if run_path.exists() else {}
+    paths = {name: out / name for name in RUN_FILES}
+    tables = {
+        name: json.loads(path.read_text()) if path.exists() else {} for name, path in paths.items()
+    }
     for result in results:
-        records[result.notebook] = result.records
+        tables["records.json"][result.notebook] = result.records
+        tables["records_detail.json"][result.notebook] = result.details
+        tables["claims.json"][result.notebook] = result.claims
         info = asdict(result)
-        info.pop("records")
-        run[result.notebook] = info
-    records_path.write_text(json.dumps(records, indent=2, sort_keys=True) + "\n")
-    run_path.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+        for name in ("records", "details", "claims"):
+            info.pop(name)
+        tables["run.json"][result.notebook] = info
+    for name, path in paths.items():
+        text = json.dumps(tables[name], indent=2, sort_keys=True, allow_nan=False)
+        path.write_text(text + "\n")
 
 
 def run_notebooks(

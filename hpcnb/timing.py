@@ -1,7 +1,9 @@
 """Timing helpers: medians after warm-up, with thread pools pinned.
 
 Timings on a shared 2-core machine are noisy; notebooks compare two things measured
-in the same run and record the ratio of medians (see DESIGN.md, Performance).
+interleaved in the same run and record the per-round ratios as samples
+(``record(key, samples=ratios(base, cand))``), so the record carries an interval
+(see DESIGN.md, Performance).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Timing", "compare", "median_time", "set_threads"]
+__all__ = ["Timing", "compare", "median_time", "ratios", "set_threads"]
 
 
 @dataclass(frozen=True)
@@ -103,3 +105,24 @@ def compare(
     ta = Timing(statistics.median(a), min(a), tuple(a))
     tb = Timing(statistics.median(b), min(b), tuple(b))
     return ta, tb, ta.median / tb.median
+
+
+def ratios(baseline: Timing, candidate: Timing) -> tuple[float, ...]:
+    """Per-round ratios ``baseline / candidate`` of two interleaved timings.
+
+    Each round of :func:`compare` times both callables back to back, so the ratio of one
+    round is robust to slow drifts of machine load; pass the ratios as ``samples`` to
+    :func:`hpcnb.records.record` to get their median with an interval.
+
+    Raises:
+        ValueError: The timings have different numbers of samples, or a candidate sample
+            is zero.
+    """
+    if len(baseline.samples) != len(candidate.samples):
+        raise ValueError(
+            f"timings differ in length ({len(baseline.samples)} vs {len(candidate.samples)}); "
+            "ratios need the paired rounds of one compare()"
+        )
+    if any(c <= 0 for c in candidate.samples):
+        raise ValueError("a candidate timing is zero; cannot form a ratio")
+    return tuple(b / c for b, c in zip(baseline.samples, candidate.samples, strict=True))

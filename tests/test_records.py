@@ -11,6 +11,7 @@ from hpcnb.records import (
     read_record_details,
     read_records,
     record,
+    session_records,
     target_met,
 )
 
@@ -30,16 +31,18 @@ def _notebook_with(payloads, tmp_path):
     return path
 
 
-def test_record_returns_validated_record(capsys):
-    rec = record("area.metric_one", 1.5, unit="s", target=">= 1", paper=2.0)
-    assert rec == Record("area.metric_one", 1.5, "s", ">= 1", 2.0)
+def test_record_keeps_validated_record_and_returns_nothing(capsys):
+    assert record("area.metric_one", 1.5, unit="s", target=">= 1", paper=2.0) is None
+    assert session_records()["area.metric_one"] == Record("area.metric_one", 1.5, "s", ">= 1", 2.0)
     assert "area.metric_one = 1.5 s" in capsys.readouterr().out
 
 
 def test_record_accepts_numpy_scalars():
     np = pytest.importorskip("numpy")
-    assert record("a.b", np.float32(0.25)).value == 0.25
-    assert record("a.c", np.int64(3)).value == 3.0
+    record("a.b", np.float32(0.25))
+    record("a.c", np.int64(3))
+    assert session_records()["a.b"].value == 0.25
+    assert session_records()["a.c"].value == 3.0
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
