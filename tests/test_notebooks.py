@@ -8,8 +8,9 @@ import re
 import pytest
 
 from conftest import NOTEBOOKS
+from hpcnb.claims import REPRODUCED, audit_claims, read_claims
 from hpcnb.parameters import notebook_parameters, parameters_cell
-from hpcnb.records import target_met
+from hpcnb.records import read_record_details, target_met
 from hpcnb.runner import execute_notebook
 from notebook_expectations import EXPECTATIONS
 
@@ -57,6 +58,19 @@ def test_smoke_run(path, tmp_path):
     for key, target in expectation.smoke.items():
         assert key in result.records, f"{key} not recorded"
         assert target_met(result.records[key], target), f"{key} = {result.records[key]} !{target}"
+    _check_claims(result.output)
+
+
+def _check_claims(output):
+    """Every claims row names records that exist and carries the verdict they imply."""
+    records = {rec.key: rec for rec in read_record_details(output)}
+    rows = read_claims(output)
+    assert rows, "the notebook shows no claims table (claim(...) + claims_table())"
+    assert audit_claims(rows, records) == []
+    for row in rows:
+        sources = {records[key].source for key in row["records"]}
+        if row["verdict"] == REPRODUCED:
+            assert sources == {"real"}, f"{row['claim']!r} reproduced on {sources} data"
 
 
 @pytest.mark.skipif(os.environ.get("HPCNB_FULL") != "1", reason="full runs only with HPCNB_FULL=1")
@@ -66,3 +80,4 @@ def test_full_run(path, tmp_path):
     assert result.ok, f"{path.stem}: {result.status} (cell {result.cell}): {result.error}"
     for key, target in EXPECTATIONS[path.stem].full.items():
         assert target_met(result.records[key], target), f"{key} = {result.records[key]} !{target}"
+    _check_claims(result.output)

@@ -4,16 +4,34 @@ import math
 import nbformat
 import pytest
 
+from hpcnb.errors import RecordError
 from hpcnb.records import (
+    INCONCLUSIVE,
+    MET,
     MIME_TYPE,
+    NOT_MET,
+    NOT_TESTED,
     Record,
+    clear_session,
+    difference_interval,
+    evaluate_target,
     format_record,
+    median_interval,
     read_record_details,
     read_records,
     record,
+    record_accuracy,
     session_records,
     target_met,
+    wilson_interval,
 )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_session():
+    clear_session()
+    yield
+    clear_session()
 
 
 def _notebook_with(payloads, tmp_path):
@@ -118,3 +136,108 @@ def test_record_emits_mime_bundle_in_a_kernel(tmp_path):
     raw = json.loads(path.read_text())
     data = raw["cells"][0]["outputs"][0]["data"]
     assert data[MIME_TYPE]["key"] == "k.v" and "k.v = 0.5" in data["text/plain"]
+
+
+# --- uncertainty and provenance -------------------------------------------------------
+
+
+def test_median_interval_is_reproducible_with_a_seed_and_holds_the_median():
+    samples = [1.0, 1.4, 1.1, 1.3, 1.2, 1.25, 1.15]
+    a = median_interval(samples, seed=3)
+    assert a == median_interval(samples, seed=3)
+    median, low, high = a
+    assert median == 1.2 and low <= median <= high
+    assert min(samples) <= low and high <= max(samples)
+
+
+def test_median_interval_narrows_with_more_samples():
+    rng = __import__("numpy").random.default_rng(0)
+    small = rng.normal(1.0, 0.1, 8)
+    large = rng.normal(1.0, 0.1, 800)
+    _, lo_s, hi_s = median_interval(small)
+    _, lo_l, hi_l = median_interval(large)
+    assert hi_l - lo_l < (hi_s - lo_s) / 3
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, math.nan]])
+def test_median_interval_rejects_bad_samples(bad):
+    with pytest.raises(RecordError):
+        median_interval(bad)
+
+
+def test_wilson_interval_matches_a_hand_computed_value():
+    # 8 of 10, z = 1.959964: centre 0.7212, half-width 0.2114 (Wilson 1927 formula)
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    with pytest.raises(RecordError):
+        wilson_interval(6, 5)
+
+
+def test_difference_interval_holds_the_difference_and_is_wider_than_either():
+    diff, low, high = difference_interval(90, 100, 80, 100)
+    assert diff == pytest.approx(0.1) and low < diff < high
+    la, ha = wilson_interval(90, 100)
+    assert high - low > ha - la
+
+
+@pytest.mark.parametrize(
+    ("value", "target", "low", "high", "source", "state"),
+    [(1.29, ">= 1.3", 1.21, 1.37, "real", INCONCLUSIVE),
+     (1.5, ">= 1.3", 1.35, 1.6, "real", MET),
+     (1.1, ">= 1.3", 1.0, 1.2, "real", NOT_MET),
+     (0.1, "< 0.2", 0.05, 0.2, "real", INCONCLUSIVE),
+     (0.1, "<= 0.2", 0.05, 0.2, "real", MET),
+     (1.5, ">= 1.3", None, None, "real", MET),
+     (9.0, "> 1", 8.0, 10.0, "synthetic", NOT_TESTED),
+     (9.0, "> 1", 8.0, 10.0, "simulated", MET),
+     (500, 500, 499, 501, "real", MET),
+     (3.0, None, None, None, "real", None)],
+)  # fmt: skip
+def test_evaluate_target_is_three_valued(value, target, low, high, source, state):
+    assert evaluate_target(value, target, low, high, source) == state
+
+
+def test_record_with_samples_carries_median_interval_and_line(capsys):
+    record("p.latency_speedup", samples=[1.2, 1.3, 1.25, 1.4, 1.1], target=">= 1.3", paper=1.5)
+    rec = session_records()["p.latency_speedup"]
+    assert rec.value == 1.25 and rec.n == 5 and rec.low <= 1.25 <= rec.high
+    assert rec.samples == (1.2, 1.3, 1.25, 1.4, 1.1)
+    line = capsys.readouterr().out
+    assert line.startswith("p.latency_speedup = 1.25 [") and "(n=5), target >= 1.3:" in line
+
+
+def test_record_accuracy_uses_wilson_and_synthetic_is_not_tested(capsys):
+    record_accuracy("p.accuracy", 45, 50, target=">= 0.5", source="synthetic")
+    rec = session_records()["p.accuracy"]
+    assert rec.n == 50 and (rec.low, rec.high) == wilson_interval(45, 50)
+    assert rec.met == NOT_TESTED and "synthetic" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"value": 1.0, "samples": [1.0, 2.0]}, "not both"), ({}, "value or samples"),
+     ({"value": 1.0, "interval": (1.5, 2.0)}, "does not hold"),
+     ({"value": 1.0, "source": "measured"}, "source"), ({"value": 1.0, "n": 0}, "positive"),
+     ({"samples": [1.0, math.inf]}, "not finite")],
+)  # fmt: skip
+def test_record_rejects_inconsistent_uncertainty(kwargs, match):
+    with pytest.raises(RecordError, match=match):
+        record("a.bad", **kwargs)
+
+
+def test_detailed_payload_round_trips_through_strict_json(tmp_path):
+    record("r.x", samples=[0.1, 0.2, 0.3], unit="s", target="< 1", source="simulated", note="hi")
+    rec = session_records()["r.x"]
+    text = json.dumps(rec.to_json(), allow_nan=False)
+    path = _notebook_with([json.loads(text)], tmp_path)
+    back = read_record_details(path)[0]
+    assert back == rec and back.met == MET
+    assert set(rec.detail()) == {"value", "unit", "target", "paper", "n", "low", "high",
+                                 "source", "met"}  # fmt: skip
+
+
+def test_malformed_payload_names_the_cell(tmp_path):
+    path = _notebook_with([{"key": "a.x", "value": "fast"}], tmp_path)
+    with pytest.raises(RecordError, match="cell 0"):
+        read_record_details(path)

@@ -73,3 +73,36 @@ def test_cli_run_exit_status_and_report(notebooks, tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     assert main(["run", str(good), "-p", "NO_SUCH", "1"]) == 2
     assert "valid: SMOKE: bool" in capsys.readouterr().err
+
+
+def test_run_folder_has_details_claims_and_report_columns(tmp_path):
+    src = make_notebook(
+        tmp_path / "d_claims.ipynb",
+        PARAMS,
+        "from hpcnb import claim, claims_table, record\n"
+        "record('t.speed', samples=[1.1, 1.2, 1.3, 1.25, 1.15], target='>= 1.0', paper=1.5)\n"
+        "record('t.trace', 0.9, target='> 0.5', source='synthetic')\n"
+        "claim('faster than the peer', records=['t.speed'], paper='1.5x')\n"
+        "claim('works on the real trace', records=['t.trace'], paper='0.9')\n"
+        "claims_table()",
+    )
+    out = tmp_path / "run"
+    (result,) = run_notebooks([src], {}, out=out, progress=False, timeout=120)
+    assert result.ok, result.error
+    detail = json.loads((out / "records_detail.json").read_text())["d_claims"]
+    assert detail["t.speed"]["n"] == 5 and detail["t.speed"]["met"] == "met"
+    assert detail["t.speed"]["low"] <= detail["t.speed"]["value"] <= detail["t.speed"]["high"]
+    assert detail["t.trace"] == {**detail["t.trace"], "source": "synthetic", "met": "not tested"}
+    claims = json.loads((out / "claims.json").read_text())["d_claims"]
+    assert [(c["claim"], c["verdict"]) for c in claims] == [
+        ("faster than the peer", "reproduced"),
+        ("works on the real trace", "not tested (synthetic data)"),
+    ]
+    assert json.loads((out / "records.json").read_text())["d_claims"]["t.speed"] == 1.2
+    assert main(["report", str(out)]) == 0
+    from hpcnb.report import render_report
+
+    report = render_report(out)
+    assert "| t.speed | 1.2 | [" in report and "| synthetic |" in report
+    assert "1 reproduced, 1 not tested (synthetic data)" in report
+    assert "1/1 tested targets met" in report

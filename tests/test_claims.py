@@ -1,0 +1,180 @@
+"""The claims engine: verdicts from records only, rendering, JSON round trip, audit."""
+
+import json
+
+import nbformat
+import pytest
+
+from hpcnb.claims import (
+    BY_CONSTRUCTION,
+    CLAIMS_MIME,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_TESTED_SYNTHETIC,
+    OWN_DESIGN,
+    REPRODUCED,
+    SIMULATED_ONLY,
+    VERDICTS,
+    audit_claims,
+    claim,
+    claims_table,
+    evaluate_claims,
+    read_claims,
+    render_markdown,
+    session_claims,
+    verdict,
+)
+from hpcnb.errors import ClaimError, HpcnbError
+from hpcnb.records import Record, clear_session, record, session_records
+
+
+@pytest.fixture(autouse=True)
+def _fresh_session():
+    clear_session()
+    yield
+    clear_session()
+
+
+def _rec(key="a.x", value=1.5, target=">= 1", low=None, high=None, source="real"):
+    return Record(key, value, target=target, low=low, high=high, source=source)
+
+
+@pytest.mark.parametrize(
+    ("kind", "records", "expected"),
+    [("paper", [_rec()], REPRODUCED),
+     ("paper", [_rec(value=0.5)], NOT_REPRODUCED),
+     ("paper", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
+     ("paper", [_rec(low=0.9, high=1.6), _rec("a.y", 0.2)], NOT_REPRODUCED),
+     ("paper", [_rec(), _rec("a.y", target=None)], REPRODUCED),
+     ("paper", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
+     ("paper", [_rec(), _rec("a.y", source="simulated")], SIMULATED_ONLY),
+     ("paper", [_rec(source="simulated"), _rec("a.y", source="synthetic")], NOT_TESTED_SYNTHETIC),
+     ("own design", [_rec(value=0.1)], OWN_DESIGN),
+     ("own design", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
+     ("by construction", [_rec(source="synthetic")], BY_CONSTRUCTION)],
+)  # fmt: skip
+def test_verdict_follows_only_the_records(kind, records, expected):
+    assert verdict(kind, records) == expected
+
+
+def test_a_paper_claim_needs_a_target():
+    with pytest.raises(ClaimError, match="needs a record with a target"):
+        verdict("paper", [_rec(target=None)])
+
+
+def test_claim_validates_its_arguments():
+    for kwargs, match in [
+        ({"records": []}, "at least one"),
+        ({"records": ["Bad Key"]}, "not a record key"),
+        ({"records": ["a.x"], "kind": "ours"}, "kind"),
+    ]:
+        with pytest.raises(ClaimError, match=match):
+            claim("something", **kwargs)
+    with pytest.raises(ClaimError, match="non-empty"):
+        claim("  ", records=["a.x"])
+    assert issubclass(ClaimError, HpcnbError) and issubclass(ClaimError, ValueError)
+
+
+def test_restating_a_claim_replaces_it():
+    claim("c", records=["a.x"])
+    claim("c", records=["a.y"], paper=2)
+    assert [(c.records, c.paper) for c in session_claims()] == [(("a.y",), 2.0)]
+
+
+def test_missing_record_is_named():
+    record("a.x", 1.0, target="> 0")
+    claim("needs y", records=["a.x", "a.y"])
+    with pytest.raises(ClaimError, match=r"a\.y"):
+        evaluate_claims()
+
+
+def test_claims_table_renders_in_full_and_row_agrees_with_record(capsys):
+    long_text = "a long claim " * 20 + "| with a pipe"
+    record("a.speedup", samples=[1.2, 1.3, 1.25, 1.4, 1.1], target=">= 1.3")
+    record("a.flops", 0.5, target="<= 0.5")
+    claim(long_text, records=["a.speedup"], paper="1.5x (8 nodes)")
+    claim("flops halved", records=["a.flops"], kind="by construction")
+    claims_table()
+    out = capsys.readouterr().out
+    assert long_text in out and "-> inconclusive" in out and "2 claims" in out
+    rows = evaluate_claims()
+    assert rows[0].verdict == INCONCLUSIVE == session_records()["a.speedup"].met
+    assert "[" in rows[0].measured and "(n=5)" in rows[0].measured
+    table = render_markdown(rows)
+    assert "a long claim " * 20 + "\\| with a pipe" in table
+    assert table.count("\n") == 3
+
+
+def test_claims_table_without_claims_is_an_error():
+    with pytest.raises(ClaimError, match="no claims"):
+        claims_table()
+
+
+def _executed(tmp_path, source):
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    path = tmp_path / "executed.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_claims_round_trip_through_a_kernel_and_pass_the_audit(tmp_path):
+    path = _executed(
+        tmp_path,
+        "from hpcnb import claim, claims_table, record\n"
+        "record('k.real', samples=[2.0, 2.1, 2.2, 1.9, 2.05], target='> 1')\n"
+        "record('k.syn', 3.0, target='> 1', source='synthetic')\n"
+        "claim('real one', records=['k.real'], paper=2.15)\n"
+        "claim('synthetic one', records=['k.syn'], paper='works on traces')\n"
+        "claims_table()",
+    )
+    rows = read_claims(path)
+    assert [r["verdict"] for r in rows] == [REPRODUCED, NOT_TESTED_SYNTHETIC]
+    assert rows[0]["paper"] == 2.15 and rows[0]["records"] == ["k.real"]
+    json.dumps(rows, allow_nan=False)
+    from hpcnb.records import read_record_details
+
+    records = {r.key: r for r in read_record_details(path)}
+    assert audit_claims(rows, records) == []
+    raw = json.loads(path.read_text())
+    outputs = raw["cells"][0]["outputs"]
+    assert not any(o["output_type"] == "execute_result" for o in outputs)  # nothing echoed
+    assert any(CLAIMS_MIME in o.get("data", {}) for o in outputs)
+
+
+def test_audit_catches_disagreement_missing_records_and_synthetic_reproduced():
+    records = {"a.x": _rec(), "a.s": _rec("a.s", source="synthetic")}
+    rows = [
+        {"claim": "ok", "kind": "paper", "verdict": REPRODUCED, "records": ["a.x"]},
+        {"claim": "wrong", "kind": "paper", "verdict": NOT_REPRODUCED, "records": ["a.x"]},
+        {"claim": "gone", "kind": "paper", "verdict": REPRODUCED, "records": ["a.zz"]},
+        {"claim": "fake", "kind": "paper", "verdict": REPRODUCED, "records": ["a.s"]},
+        {"claim": "odd", "kind": "paper", "verdict": "holds", "records": ["a.x"]},
+    ]
+    problems = audit_claims(rows, records)
+    assert len(problems) == 6  # fake and odd fail twice each
+    assert not any(p.startswith("'ok'") for p in problems)
+    assert set(VERDICTS) >= {REPRODUCED, SIMULATED_ONLY, BY_CONSTRUCTION, OWN_DESIGN}
+
+
+def test_read_claims_merges_tables_later_wins(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    for verdict_text in ("inconclusive", "reproduced"):
+        cell = nbformat.v4.new_code_cell("claims_table()")
+        row = {"claim": "c", "kind": "paper", "verdict": verdict_text, "records": ["a.x"]}
+        cell.outputs = [nbformat.v4.new_output("display_data", data={CLAIMS_MIME: [row]})]
+        nb.cells.append(cell)
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    assert [r["verdict"] for r in read_claims(path)] == ["reproduced"]
+    bad = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={CLAIMS_MIME: [{"claim": 1}]})]
+    bad.cells.append(cell)
+    nbformat.write(bad, path)
+    with pytest.raises(ClaimError, match="cell 0"):
+        read_claims(path)
