@@ -21,12 +21,15 @@ from hpcnb.perfmodel import (
     Roofline,
     TimingConfig,
     TrainingCost,
+    absolute_percentage_errors,
+    bootstrap_rows,
     build_network,
     collect_dataset,
     design_matrix,
     feature_names,
     leave_one_family_out,
     mape,
+    mape_interval,
     network_features,
     runtime_vs_nodes,
     training_flops,
@@ -206,3 +209,43 @@ def test_runtime_vs_nodes_by_hand() -> None:
         runtime_vs_nodes(cost, 4, plat, nodes=[8])
     net_curve = runtime_vs_nodes(_small_net(), 8, plat, nodes=[1, 2], input_shape=(2, 5, 5))
     assert net_curve[2] > 0
+
+
+def test_mape_interval_seeded_bootstrap_of_the_mean() -> None:
+    measured = np.array([1.0, 2.0, 4.0, 5.0, 10.0, 8.0])
+    predicted = np.array([1.1, 1.8, 4.4, 5.0, 9.0, 10.0])
+    ape = absolute_percentage_errors(predicted, measured)
+    assert ape == pytest.approx([0.1, 0.1, 0.1, 0.0, 0.1, 0.25])
+    value, low, high = mape_interval(predicted, measured, seed=3)
+    assert value == pytest.approx(mape(predicted, measured))
+    assert ape.min() <= low <= value <= high <= ape.max()
+    assert mape_interval(predicted, measured, seed=3) == (value, low, high)  # reproducible
+    assert mape_interval(predicted, measured, seed=4) != (value, low, high)
+    # the same bootstrap by hand: rows drawn with replacement from default_rng(seed)
+    rng = np.random.default_rng(3)
+    means = [ape[rng.choice(np.arange(6), size=6)].mean() for _ in range(2000)]
+    assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
+    # equal errors: a zero-width interval
+    assert mape_interval([2.0, 4.0], [1.0, 2.0]) == pytest.approx((1.0, 1.0, 1.0))
+
+
+def test_mape_interval_groups_mean_of_group_mapes() -> None:
+    measured = np.ones(5)
+    predicted = np.array([1.1, 1.3, 1.5, 1.5, 1.5])  # group a: 0.1, 0.3; group b: 0.5 x3
+    groups = ["a", "a", "b", "b", "b"]
+    value, low, high = mape_interval(predicted, measured, groups=groups, seed=0)
+    assert value == pytest.approx((0.2 + 0.5) / 2)  # each group counts once
+    # resampling stays within groups: b always 0.5, a's mean in [0.1, 0.3]
+    assert 0.3 <= low <= value <= high <= 0.4
+    with pytest.raises(ValueError, match="labels"):
+        mape_interval(predicted, measured, groups=["a"])
+    with pytest.raises(ValueError, match="positive"):
+        mape_interval([1.0], [0.0])
+
+
+def test_bootstrap_rows_any_statistic() -> None:
+    x = np.arange(1.0, 11.0)
+    value, low, high = bootstrap_rows(lambda idx: float(x[idx].max()), x.size, seed=1)
+    assert value == 10.0 and low <= 10.0 <= high == 10.0
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_rows(lambda idx: 0.0, 3, confidence=1.5)

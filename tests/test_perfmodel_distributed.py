@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
-from hpcnb.perfmodel import DistributedConfig, run_distributed_benchmark
+from hpcnb.perfmodel import (
+    AlphaBeta,
+    DistributedConfig,
+    DistributedReport,
+    run_distributed_benchmark,
+)
 
 
 @pytest.mark.slow
@@ -33,6 +39,21 @@ def test_two_process_benchmark_and_ddp() -> None:
     # the prediction adds modelled communication to the measured compute
     assert report.predicted_step(2) >= report.compute_together_s
     assert math.isfinite(report.prediction_error(2))
+    # every timed round is kept; the medians are their medians
+    assert len(report.step_nproc_samples) == len(report.compute_together_samples) == 3
+    assert len(report.step_1proc_samples) == len(report.compute_alone_samples) == 3
+    assert report.step_nproc_s == statistics.median(report.step_nproc_samples)
+    errors = report.error_samples(2)
+    assert len(errors) == 3 and all(math.isfinite(e) and e >= 0 for e in errors)
+    comm = report.communication_s(2)
+    c, m = report.compute_together_samples[0], report.step_nproc_samples[0]
+    assert errors[0] == pytest.approx(abs(c + comm - m) / m)
+    assert report.error_samples(1)[0] == pytest.approx(
+        abs(report.compute_alone_samples[0] - report.step_1proc_samples[0])
+        / report.step_1proc_samples[0]
+    )
+    with pytest.raises(ValueError, match="processes"):
+        report.error_samples(3)
 
 
 def test_bad_configuration_is_rejected() -> None:
@@ -42,3 +63,30 @@ def test_bad_configuration_is_rejected() -> None:
         run_distributed_benchmark(DistributedConfig(message_bytes=(3, 8)))
     with pytest.raises(ValueError, match="builder"):
         run_distributed_benchmark(DistributedConfig(builder="nowhere"))
+
+
+def test_error_samples_by_hand() -> None:
+    report = DistributedReport(
+        world_size=2,
+        message_bytes=(4, 8),
+        allreduce_s=(1e-5, 2e-5),
+        fit=AlphaBeta(alpha=1e-3, beta=0.0),
+        gradient_bytes=400,
+        buffer_bytes=0,
+        compute_alone_s=0.010,
+        compute_together_s=0.012,
+        step_1proc_s=0.011,
+        step_nproc_s=0.015,
+        compute_alone_samples=(0.010, 0.010),
+        compute_together_samples=(0.012, 0.013),
+        step_1proc_samples=(0.011, 0.010),
+        step_nproc_samples=(0.015, 0.016),
+    )
+    # ring on 2 ranks: 2 (p - 1) alpha = 2 ms of communication
+    assert report.communication_s(2) == pytest.approx(2e-3)
+    assert report.error_samples(2) == pytest.approx((1e-3 / 0.015, 1e-3 / 0.016))
+    assert report.error_samples(1) == pytest.approx((1e-3 / 0.011, 0.0))
+    assert report.predicted_step(2) == pytest.approx(0.014)
+    bare = DistributedReport(**{**report.__dict__, "step_nproc_samples": ()})
+    with pytest.raises(ValueError, match="no per-round samples"):
+        bare.error_samples(2)

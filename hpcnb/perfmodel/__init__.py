@@ -5,7 +5,7 @@
 * :mod:`~hpcnb.perfmodel.timing`: the timing harness and roofline micro-benchmarks.
 * :mod:`~hpcnb.perfmodel.dataset`: zoo × widths × resolutions × batches, cached per machine.
 * :mod:`~hpcnb.perfmodel.estimator`: :class:`ConvMeter`, the FLOPs-only and roofline
-  baselines, leave-one-family-out evaluation.
+  baselines, leave-one-family-out evaluation, MAPE with a bootstrap interval.
 * :mod:`~hpcnb.perfmodel.allreduce`, :mod:`~hpcnb.perfmodel.scaling`,
   :mod:`~hpcnb.perfmodel.distributed`, :mod:`~hpcnb.perfmodel.multinode`: α–β all-reduce,
   the multi-node step model validated on Pollux measurements, the gloo micro-benchmark
@@ -41,10 +41,13 @@ from hpcnb.perfmodel.estimator import (
     FlopsOnly,
     Measurement,
     Roofline,
+    absolute_percentage_errors,
+    bootstrap_rows,
     design_matrix,
     feature_names,
     leave_one_family_out,
     mape,
+    mape_interval,
     step_time_function,
     targets,
 )
@@ -98,7 +101,9 @@ __all__ = [
     "StepTiming",
     "TimingConfig",
     "TrainingCost",
+    "absolute_percentage_errors",
     "allreduce_time",
+    "bootstrap_rows",
     "build_network",
     "cache_bytes_per_core",
     "cache_file",
@@ -109,6 +114,7 @@ __all__ = [
     "leave_one_family_out",
     "machine_key",
     "mape",
+    "mape_interval",
     "memory_bandwidth",
     "message_terms",
     "network_features",

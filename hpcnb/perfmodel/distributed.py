@@ -8,7 +8,10 @@ One launch starts ``world_size`` processes on localhost (``torch.multiprocessing
    (:func:`hpcnb.perfmodel.allreduce.fit_alpha_beta`);
 2. time data-parallel training steps (forward, backward, SGD step) of a model with
    ``DistributedDataParallel``: first on rank 0 alone (a one-process DDP group), then on
-   all ranks together.
+   all ranks together. Plain (non-DDP) steps alternate with DDP steps round by round, so
+   both see the same background load; every round's durations are kept (for all ranks
+   together, the slowest rank's duration of that round), so that the report carries
+   samples and per-round prediction errors (:meth:`DistributedReport.error_samples`).
 
 The model is named by an importable ``"module:function"`` string plus keyword arguments,
 so that the spawned processes can build it themselves. Every process pins its torch
@@ -88,9 +91,17 @@ class DistributedReport:
             broadcasts from rank 0 before every forward pass.
         compute_alone_s: Median plain (non-DDP) training step of rank 0 running alone.
         compute_together_s: Median plain training step while every rank runs one at once
-            (no communication; the slowest rank counts): compute under co-location.
+            (no communication; the slowest rank of each round counts): compute under
+            co-location.
         step_1proc_s: Median training step, one-process DDP.
-        step_nproc_s: Median training step, ``world_size``-process DDP.
+        step_nproc_s: Median training step, ``world_size``-process DDP (slowest rank of
+            each round).
+        compute_alone_samples: Every timed round of ``compute_alone_s``.
+        compute_together_samples: Every timed round of ``compute_together_s``.
+        step_1proc_samples: Every timed round of ``step_1proc_s`` (interleaved with
+            ``compute_alone_samples``, round by round).
+        step_nproc_samples: Every timed round of ``step_nproc_s`` (interleaved with
+            ``compute_together_samples``).
     """
 
     world_size: int
@@ -103,6 +114,24 @@ class DistributedReport:
     compute_together_s: float
     step_1proc_s: float
     step_nproc_s: float
+    compute_alone_samples: tuple[float, ...] = ()
+    compute_together_samples: tuple[float, ...] = ()
+    step_1proc_samples: tuple[float, ...] = ()
+    step_nproc_samples: tuple[float, ...] = ()
+
+    def communication_s(self, processes: int) -> float:
+        """Modelled communication of one DDP step on ``processes`` ranks (0 for one).
+
+        The ring all-reduce of the gradients plus a binomial-tree broadcast of the buffers
+        (``⌈log2 p⌉ (α + n β)``), both in the fitted α–β model.
+        """
+        if processes == 1:
+            return 0.0
+        comm = float(self.fit.time(processes, self.gradient_bytes))
+        if self.buffer_bytes:
+            levels = math.ceil(math.log2(processes))
+            comm += levels * (self.fit.alpha + self.buffer_bytes * self.fit.beta)
+        return comm
 
     def predicted_step(self, processes: int, overlap: float = 0.0, colocated: bool = True) -> float:
         """Predict a DDP training step: compute plus modelled communication.
@@ -124,11 +153,7 @@ class DistributedReport:
         if processes != self.world_size:
             raise ValueError(f"processes={processes}: measured only 1 and {self.world_size}")
         compute = self.compute_together_s if colocated else self.compute_alone_s
-        comm = float(self.fit.time(processes, self.gradient_bytes))
-        if self.buffer_bytes:
-            levels = math.ceil(math.log2(processes))
-            comm += levels * (self.fit.alpha + self.buffer_bytes * self.fit.beta)
-        return float(overlapped_step(compute, comm, overlap))
+        return float(overlapped_step(compute, self.communication_s(processes), overlap))
 
     def prediction_error(
         self, processes: int, overlap: float = 0.0, colocated: bool = True
@@ -136,6 +161,36 @@ class DistributedReport:
         """Relative error of :meth:`predicted_step` against the measured DDP step."""
         measured = self.step_1proc_s if processes == 1 else self.step_nproc_s
         return abs(self.predicted_step(processes, overlap, colocated) - measured) / measured
+
+    def error_samples(self, processes: int, overlap: float = 0.0) -> tuple[float, ...]:
+        """Per-round relative errors of the predicted DDP step.
+
+        Round *i* predicts its DDP step from the plain compute step timed right before it
+        in the same round (for ``world_size`` ranks: with all ranks computing at once) plus
+        the modelled communication, and compares it with that round's measured DDP step.
+        Record them with ``record(key, samples=...)``: the value is their median.
+
+        Args:
+            processes: 1 or ``world_size``.
+            overlap: Overlap factor ω of compute and all-reduce.
+
+        Raises:
+            ValueError: ``processes`` is neither 1 nor ``world_size``, or the report has no
+                per-round samples.
+        """
+        if processes not in (1, self.world_size):
+            raise ValueError(f"processes={processes}: measured only 1 and {self.world_size}")
+        if processes == 1:
+            compute, measured = self.compute_alone_samples, self.step_1proc_samples
+        else:
+            compute, measured = self.compute_together_samples, self.step_nproc_samples
+        if not measured or len(compute) != len(measured):
+            raise ValueError("this report holds no per-round samples")
+        comm = self.communication_s(processes)
+        return tuple(
+            abs(float(overlapped_step(c, comm, overlap)) - m) / m
+            for c, m in zip(compute, measured, strict=True)
+        )
 
 
 def small_convnet(width: int = 16, num_classes: int = 10, in_channels: int = 3) -> Any:
@@ -238,10 +293,10 @@ def _worker(rank: int, config: DistributedConfig, port: int, out: str) -> None:
 
             return step
 
-        def interleaved(group: Any, sync: bool) -> tuple[float, float]:
+        def interleaved(group: Any, sync: bool) -> list[list[float]]:
             # Alternate plain and DDP steps so that both see the same background load.
             steps = (make_step(group, False), make_step(group, True))
-            times: tuple[list[float], list[float]] = ([], [])
+            times: list[list[float]] = [[], []]
             for i in range(config.warmup + config.repeats):
                 for kind, step in enumerate(steps):
                     if sync:
@@ -250,12 +305,13 @@ def _worker(rank: int, config: DistributedConfig, port: int, out: str) -> None:
                     step()
                     if i >= config.warmup:
                         times[kind].append(time.perf_counter() - start)
-            return statistics.median(times[0]), statistics.median(times[1])
+            return times
 
         # Rank 0 alone: plain training (the compute model's input) and one-process DDP.
-        alone, step_1 = interleaved(solo, sync=False) if rank == 0 else (0.0, 0.0)
+        alone, step_1 = interleaved(solo, sync=False) if rank == 0 else ([], [])
         dist.barrier()
-        # All ranks at once: plain steps (compute under co-location) and DDP steps.
+        # All ranks at once: plain steps (compute under co-location) and DDP steps; each
+        # round counts with its slowest rank.
         both = torch.tensor(interleaved(None, sync=True), dtype=torch.float64)
         dist.all_reduce(both, op=dist.ReduceOp.MAX)
         together, step_n = both.tolist()
@@ -265,8 +321,8 @@ def _worker(rank: int, config: DistributedConfig, port: int, out: str) -> None:
             payload = {
                 "allreduce_s": allreduce,
                 "gradient_bytes": int(grad_bytes),
-                "compute_alone_s": alone,
                 "buffer_bytes": int(sum(b.numel() * b.element_size() for b in model.buffers())),
+                "compute_alone_s": alone,
                 "compute_together_s": together,
                 "step_1proc_s": step_1,
                 "step_nproc_s": step_n,
@@ -336,6 +392,10 @@ def run_distributed_benchmark(config: DistributedConfig | None = None) -> Distri
     sizes = tuple(int(b) for b in config.message_bytes)
     times = tuple(float(t) for t in data["allreduce_s"])
     fit = fit_alpha_beta(np.full(len(sizes), config.world_size), sizes, times)
+    rounds = {
+        name: tuple(float(t) for t in data[name])
+        for name in ("compute_alone_s", "compute_together_s", "step_1proc_s", "step_nproc_s")
+    }
     return DistributedReport(
         world_size=config.world_size,
         message_bytes=sizes,
@@ -343,8 +403,12 @@ def run_distributed_benchmark(config: DistributedConfig | None = None) -> Distri
         fit=fit,
         gradient_bytes=int(data["gradient_bytes"]),
         buffer_bytes=int(data["buffer_bytes"]),
-        compute_alone_s=float(data["compute_alone_s"]),
-        compute_together_s=float(data["compute_together_s"]),
-        step_1proc_s=float(data["step_1proc_s"]),
-        step_nproc_s=float(data["step_nproc_s"]),
+        compute_alone_s=statistics.median(rounds["compute_alone_s"]),
+        compute_together_s=statistics.median(rounds["compute_together_s"]),
+        step_1proc_s=statistics.median(rounds["step_1proc_s"]),
+        step_nproc_s=statistics.median(rounds["step_nproc_s"]),
+        compute_alone_samples=rounds["compute_alone_s"],
+        compute_together_samples=rounds["compute_together_s"],
+        step_1proc_samples=rounds["step_1proc_s"],
+        step_nproc_samples=rounds["step_nproc_s"],
     )
