@@ -17,7 +17,7 @@ from hpcnb.commprof.analysis import (
     loop_tree,
     render_tree,
 )
-from hpcnb.commprof.cases import CASE_STUDIES, CaseStudy, Variant, measure_case
+from hpcnb.commprof.cases import CASE_STUDIES, CaseStudy, Variant, count_improved, measure_case
 from hpcnb.commprof.instrument import InstrumentationError, Kernel, Region, kernel, prange
 from hpcnb.commprof.locality import (
     LocalityConfig,
@@ -26,6 +26,7 @@ from hpcnb.commprof.locality import (
     brute_force_distances,
     communication_distances,
     interleave,
+    producing_write,
 )
 from hpcnb.commprof.plots import heatmap_grid, signature_curves
 from hpcnb.commprof.runtime import (
@@ -36,16 +37,23 @@ from hpcnb.commprof.runtime import (
     profile,
     run_native,
     signature_bytes,
+    time_variant_samples,
     time_variants,
 )
 from hpcnb.commprof.shadow import (
     Accuracy,
+    HeldOutScore,
+    SignatureChoice,
     accuracy,
+    choose_signature,
     exact_table_bytes,
+    held_out_f1,
     replay_exact,
     replay_exact_table,
     replay_signature,
+    signature_slots,
     signature_sweep,
+    split_kernels,
     trace_events,
 )
 from hpcnb.commprof.suite import SUITE, SuiteCase, case, check_result, profile_case
@@ -60,6 +68,7 @@ __all__ = [
     "Advice",
     "AdviceThresholds",
     "CaseStudy",
+    "HeldOutScore",
     "InstrumentationError",
     "Kernel",
     "LocalityConfig",
@@ -69,6 +78,7 @@ __all__ = [
     "Region",
     "RegionLocality",
     "Schedule",
+    "SignatureChoice",
     "SuiteCase",
     "Variant",
     "accuracy",
@@ -77,17 +87,21 @@ __all__ = [
     "brute_force_distances",
     "case",
     "check_result",
+    "choose_signature",
     "classify",
     "communication_distances",
+    "count_improved",
     "exact_table_bytes",
     "format_advice",
     "heatmap_grid",
+    "held_out_f1",
     "inclusive",
     "interleave",
     "kernel",
     "loop_tree",
     "measure_case",
     "prange",
+    "producing_write",
     "profile",
     "profile_case",
     "render_tree",
@@ -97,7 +111,10 @@ __all__ = [
     "run_native",
     "signature_bytes",
     "signature_curves",
+    "signature_slots",
     "signature_sweep",
+    "split_kernels",
+    "time_variant_samples",
     "time_variants",
     "trace_events",
 ]

@@ -7,8 +7,9 @@ a schedule change, tiling, or a data-layout change.
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,8 @@ import numpy as np
 from hpcnb.commprof import kernels as K
 from hpcnb.commprof.instrument import Kernel, kernel, prange
 from hpcnb.commprof.runtime import Schedule, run_native
+from hpcnb.records import median_interval
+from hpcnb.timing import Timing
 
 __all__ = [
     "CASE_STUDIES",
@@ -23,6 +26,7 @@ __all__ = [
     "Variant",
     "aos_update",
     "clean_scale",
+    "count_improved",
     "measure_case",
     "nw_tiles",
     "soa_update",
@@ -192,23 +196,53 @@ CASE_STUDIES: dict[str, CaseStudy] = {
 
 
 def measure_case(
-    cs: CaseStudy, size: int, nthreads: int = 2, repeats: int = 5, seed: int = 0
-) -> dict[str, float]:
-    """Median wall time of the native parallel (``prange``) kernel before and after the fix.
+    cs: CaseStudy, size: int, nthreads: int = 2, repeats: int = 5, seed: int = 0, warmup: int = 1
+) -> tuple[Timing, Timing, float]:
+    """Wall times of the native parallel (``prange``) kernel before and after the fix.
 
-    Both variants are timed alternately in the same run after one warm-up each.
+    The variants alternate (before, after, before, ...) on fresh inputs after ``warmup``
+    untimed rounds, as :func:`hpcnb.timing.compare` does; input creation is not timed.
+    ``hpcnb.timing.ratios(before, after)`` gives the per-round speedups.
 
     Returns:
-        ``{"before": s, "after": s, "speedup": before / after}``.
+        ``(before timing, after timing, before median / after median)``.
+
+    Raises:
+        ValueError: ``repeats`` < 1 or ``warmup`` < 0.
     """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
     times: dict[str, list[float]] = {"before": [], "after": []}
-    for r in range(repeats + 1):
+    for r in range(warmup + repeats):
         for label, v in (("before", cs.before), ("after", cs.after)):
             args, nphases = v.make(size, nthreads, seed)
             t0 = time.perf_counter()
             run_native(v.kernel, args, nthreads=nthreads, nphases=nphases, schedule=v.schedule,
                        parallel=True)  # fmt: skip
-            if r:
+            if r >= warmup:
                 times[label].append(time.perf_counter() - t0)
-    before, after = float(np.median(times["before"])), float(np.median(times["after"]))
-    return {"before": before, "after": after, "speedup": before / after}
+    before, after = (Timing(statistics.median(ts), min(ts), tuple(ts)) for ts in times.values())
+    return before, after, before.median / after.median
+
+
+def count_improved(
+    speedups: Mapping[str, Sequence[float]], threshold: float = 1.1, seed: int = 0
+) -> int:
+    """Cases whose speedup is above ``threshold`` beyond doubt: the 95 % interval's low end.
+
+    Args:
+        speedups: Case name -> per-round speedups (``hpcnb.timing.ratios``).
+        threshold: Speedup a fix must exceed to count as an improvement.
+        seed: Seed of the bootstrap interval (:func:`hpcnb.records.median_interval`).
+
+    Returns:
+        The number of cases whose interval of the median speedup lies at or above
+        ``threshold`` (a case with one sample counts when that sample does).
+    """
+    count = 0
+    for samples in speedups.values():
+        if len(samples) == 0:
+            continue
+        _, low, _ = median_interval(samples, seed=seed)
+        count += int(low >= threshold)
+    return count

@@ -50,6 +50,7 @@ __all__ = [
     "brute_force_distances",
     "communication_distances",
     "interleave",
+    "producing_write",
 ]
 
 NBINS = 40
@@ -230,6 +231,22 @@ def interleave(trace: np.ndarray, quantum: int = 1) -> np.ndarray:
     rank[order] = np.arange(len(sk)) - np.repeat(starts, counts)
     new = np.lexsort((rank % quantum, tid, rank // quantum, phase))
     return trace[new]
+
+
+def producing_write(trace: np.ndarray, j: int) -> int:
+    """Trace position of the last write, before position ``j``, of the word accessed at ``j``.
+
+    For a communication event read at ``j`` this is the write that produced the value
+    (position ``i`` of the distance definition); ``-1`` when the word was not written before.
+
+    Raises:
+        IndexError: ``j`` is not a position of the trace.
+    """
+    if not 0 <= j < len(trace):
+        raise IndexError(f"position {j} is outside the trace of {len(trace)} accesses")
+    prior = trace[:j]
+    hits = np.flatnonzero((prior[:, 2] == trace[j, 2]) & (prior[:, 4] == 1))
+    return int(hits[-1]) if len(hits) else -1
 
 
 def communication_distances(p: Profile) -> np.ndarray:

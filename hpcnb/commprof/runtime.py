@@ -17,6 +17,7 @@ bytes and ``read_slots`` last-reader bytes, indexed by a hash of the byte addres
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import numpy as np
 
 from hpcnb.commprof import hooks
 from hpcnb.commprof.instrument import Kernel, Region
+from hpcnb.timing import Timing
 
 __all__ = [
     "EXACT_BYTES_PER_ELEMENT",
@@ -35,6 +37,7 @@ __all__ = [
     "profile",
     "run_native",
     "signature_bytes",
+    "time_variant_samples",
     "time_variants",
 ]
 
@@ -323,6 +326,72 @@ def run_native(
         mod.drive_native(nthreads, nphases, _order(nthreads, nphases, "ascending", 0), sched, *vals)
 
 
+def time_variant_samples(
+    k: Kernel,
+    make_args: object,
+    *,
+    nthreads: int,
+    nphases: int,
+    schedule: Schedule | None = None,
+    memory: MemoryConfig | None = None,
+    repeats: int = 5,
+    warmup: int = 1,
+    variants: tuple[str, ...] = ("native", "parallel", "instrumented"),
+) -> dict[str, Timing]:
+    """Wall times of native serial, native parallel and instrumented runs, interleaved.
+
+    Every round runs each variant once, in the order given, on fresh arguments (argument
+    creation is not timed), so a drift in machine load affects all variants alike; pair
+    the rounds with :func:`hpcnb.timing.ratios` (e.g. ``ratios(t["instrumented"],
+    t["native"])`` are per-round overheads).
+
+    Args:
+        k: The kernel.
+        make_args: Callable returning fresh arguments for one run.
+        nthreads: Virtual threads.
+        nphases: Barrier phases.
+        schedule: Loop schedule.
+        memory: Shadow memory of the ``instrumented`` variant.
+        repeats: Timed rounds.
+        warmup: Untimed rounds first (compilation, caches).
+        variants: Some of ``native``, ``parallel``, ``instrumented`` (with ``memory``) and
+            ``exact`` (instrumented with the exact shadow memory).
+
+    Returns:
+        ``{variant: Timing}`` with ``repeats`` samples each.
+
+    Raises:
+        TypeError: ``make_args`` is not callable.
+        ValueError: An unknown variant, ``repeats`` < 1 or ``warmup`` < 0.
+    """
+    if not callable(make_args):
+        raise TypeError("make_args must be a callable returning the kernel arguments")
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    runs = {
+        "native": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
+                                       schedule=schedule),
+        "parallel": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
+                                         schedule=schedule, parallel=True),
+        "instrumented": lambda a: profile(k, a, nthreads=nthreads, nphases=nphases,
+                                          schedule=schedule, memory=memory),
+        "exact": lambda a: profile(k, a, nthreads=nthreads, nphases=nphases,
+                                   schedule=schedule, memory=MemoryConfig()),
+    }  # fmt: skip
+    unknown = set(variants) - set(runs)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; expected some of {sorted(runs)}")
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(warmup + repeats):
+        for name in variants:
+            a = make_args()
+            t0 = time.perf_counter()
+            runs[name](a)
+            if r >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return {name: Timing(statistics.median(ts), min(ts), tuple(ts)) for name, ts in times.items()}
+
+
 def time_variants(
     k: Kernel,
     make_args: object,
@@ -334,43 +403,13 @@ def time_variants(
     repeats: int = 5,
     variants: tuple[str, ...] = ("native", "parallel", "instrumented"),
 ) -> dict[str, float]:
-    """Median wall times (s) of native serial, native parallel and instrumented runs.
-
-    Args:
-        k: The kernel.
-        make_args: Callable returning fresh arguments for one run.
-        nthreads: Virtual threads.
-        nphases: Barrier phases.
-        schedule: Loop schedule.
-        memory: Shadow memory of the instrumented run.
-        repeats: Timed repeats after one warm-up each.
-        variants: Which of native, parallel, instrumented to time.
+    """Median wall times (s) of the variants of :func:`time_variant_samples` (interleaved).
 
     Returns:
         ``{variant: median seconds}``.
     """
-    if not callable(make_args):
-        raise TypeError("make_args must be a callable returning the kernel arguments")
-    out: dict[str, float] = {}
-    runs = {
-        "native": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
-                                       schedule=schedule),
-        "parallel": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
-                                         schedule=schedule, parallel=True),
-        "instrumented": lambda a: profile(k, a, nthreads=nthreads, nphases=nphases,
-                                          schedule=schedule, memory=memory),
-    }  # fmt: skip
-    unknown = set(variants) - set(runs)
-    if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; expected some of {sorted(runs)}")
-    for name in variants:
-        fn = runs[name]
-        times = []
-        for r in range(repeats + 1):
-            a = make_args()
-            t0 = time.perf_counter()
-            fn(a)
-            if r:
-                times.append(time.perf_counter() - t0)
-        out[name] = float(np.median(times))
-    return out
+    t = time_variant_samples(
+        k, make_args, nthreads=nthreads, nphases=nphases, schedule=schedule, memory=memory,
+        repeats=repeats, variants=variants,
+    )  # fmt: skip
+    return {name: timing.median for name, timing in t.items()}

@@ -17,10 +17,18 @@ bytes are compared with.
 Accuracy of detected communication against the exact memory is measured on event counts
 per (region, writer, reader) cell: true positives ``TP = sum(min(exact, signature))``,
 precision ``TP / sum(signature)``, recall ``TP / sum(exact)``, F1 their harmonic mean.
+
+Choosing the signature's hash and read share is a tuning step, so it is done on some
+kernels and scored on others (:func:`split_kernels`, :func:`choose_signature`,
+:func:`held_out_f1`): a configuration picked on the very kernels it is scored on would
+report its best case, not what a profiler shipped with that configuration gets on a new
+program.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +40,18 @@ from hpcnb.commprof.runtime import Profile, make_state, signature_bytes
 __all__ = [
     "HASH_ENTRY_BYTES",
     "Accuracy",
+    "HeldOutScore",
+    "SignatureChoice",
     "accuracy",
+    "choose_signature",
     "exact_table_bytes",
+    "held_out_f1",
     "replay_exact",
     "replay_exact_table",
     "replay_signature",
+    "signature_slots",
     "signature_sweep",
+    "split_kernels",
     "trace_events",
 ]
 
@@ -154,6 +168,24 @@ def replay_signature(
     return S[hooks.I_MSG]
 
 
+def signature_slots(exact_bytes: int, fraction: float, read_share: float) -> tuple[int, int]:
+    """Write and read slots of a signature of ``fraction * exact_bytes`` bytes.
+
+    ``read = share * budget`` and ``write = budget - read`` slots of one byte each, both
+    made odd (the DiscoPoP hash of 8-byte-aligned addresses would otherwise use only part
+    of an even-sized table).
+
+    Raises:
+        ValueError: ``fraction`` not positive or ``read_share`` not in (0, 1).
+    """
+    if fraction <= 0 or not 0 < read_share < 1:
+        raise ValueError(f"need fraction > 0 and 0 < read_share < 1, got {fraction}, {read_share}")
+    budget = int(fraction * exact_bytes)
+    sr = max(1, int(read_share * budget) - 1) | 1
+    sw = max(1, budget - sr - 1) | 1
+    return sw, sr
+
+
 @dataclass(frozen=True)
 class Accuracy:
     """Precision, recall and F1 of detected against exact communication events."""
@@ -191,8 +223,7 @@ def signature_sweep(
     The reference is the hash-table exact shadow (:func:`replay_exact_table`). For each
     byte budget ``fraction * exact bytes`` and share of it given to the read signature,
     ``read = share * budget`` and ``write = budget - read`` slots (one byte each), both
-    made odd (the DiscoPoP hash of 8-byte-aligned addresses would otherwise use only part of
-    an even-sized table).
+    made odd (:func:`signature_slots`).
 
     Returns:
         One row per (hash, fraction, read share) with slot counts, bytes and accuracy.
@@ -201,10 +232,8 @@ def signature_sweep(
     rows: list[dict[str, float | int | str]] = []
     for h in hashes:
         for frac in fractions:
-            budget = int(frac * full)
             for share in read_shares:
-                sr = max(1, int(share * budget) - 1) | 1
-                sw = max(1, budget - sr - 1) | 1
+                sw, sr = signature_slots(full, frac, share)
                 acc = accuracy(ex, replay_signature(p, sw, sr, h))
                 rows.append({
                     "hash": h, "fraction": frac, "read_share": share,
@@ -213,3 +242,171 @@ def signature_sweep(
                     "precision": acc.precision, "recall": acc.recall, "f1": acc.f1,
                 })  # fmt: skip
     return rows
+
+
+Row = Mapping[str, float | int | str]
+
+
+def split_kernels(
+    names: Sequence[str], tune_fraction: float = 0.5, seed: int = 0
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Split kernels into a tuning set and a scoring set (seeded, disjoint, both non-empty).
+
+    Args:
+        names: Kernel names (at least two, distinct).
+        tune_fraction: Share of the kernels used for tuning (rounded, at least one kernel
+            on each side).
+        seed: Seed of the permutation.
+
+    Returns:
+        ``(tune, score)``, each in the order of ``names``.
+
+    Raises:
+        ValueError: Fewer than two kernels, duplicates, or ``tune_fraction`` not in (0, 1).
+    """
+    names = list(names)
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ValueError(f"need at least two distinct kernels to split, got {names}")
+    if not 0 < tune_fraction < 1:
+        raise ValueError(f"tune_fraction must be in (0, 1), got {tune_fraction}")
+    n_tune = min(len(names) - 1, max(1, round(tune_fraction * len(names))))
+    perm = np.random.default_rng(seed).permutation(len(names))
+    chosen = set(perm[:n_tune].tolist())
+    tune = tuple(n for i, n in enumerate(names) if i in chosen)
+    score = tuple(n for i, n in enumerate(names) if i not in chosen)
+    return tune, score
+
+
+@dataclass(frozen=True)
+class SignatureChoice:
+    """A signature configuration chosen on tuning kernels.
+
+    Attributes:
+        hash: Hash name.
+        read_share: Share of the bytes given to the read signature.
+        fraction: Byte budget (fraction of the exact shadow) it was chosen at.
+        tuned_on: The kernels it was chosen on.
+        tune_f1: Its mean F1 over those kernels at ``fraction``.
+    """
+
+    hash: str
+    read_share: float
+    fraction: float
+    tuned_on: tuple[str, ...]
+    tune_f1: float
+
+
+def _rows_at(rows: Iterable[Row], kernels: Iterable[str], fraction: float | None) -> list[Row]:
+    want = set(kernels)
+    return [
+        r for r in rows
+        if r["kernel"] in want
+        and (fraction is None or math.isclose(float(r["fraction"]), fraction))
+    ]  # fmt: skip
+
+
+def choose_signature(rows: Iterable[Row], tune: Sequence[str], fraction: float) -> SignatureChoice:
+    """Pick the hash and read share with the best mean F1 over the tuning kernels only.
+
+    Ties (several configurations at the same mean F1, e.g. all perfect) are broken by the
+    mean F1 over every fraction in ``rows`` at or below ``fraction`` (smaller memories),
+    then by the order of first appearance in ``rows``.
+
+    Args:
+        rows: Sweep rows (:func:`signature_sweep`), each with a ``kernel`` key added.
+        tune: Kernels to tune on.
+        fraction: Byte budget to choose at.
+
+    Raises:
+        ValueError: No row of a tuning kernel at ``fraction``, or a tuning kernel without rows.
+    """
+    rows = list(rows)
+    at = _rows_at(rows, tune, fraction)
+    missing = set(tune) - {str(r["kernel"]) for r in at}
+    if not at or missing:
+        raise ValueError(
+            f"no sweep rows at fraction {fraction} for tuning kernels {sorted(missing)}"
+        )
+    below = [r for r in _rows_at(rows, tune, None) if float(r["fraction"]) <= fraction + 1e-12]
+    configs: dict[tuple[str, float], tuple[list[float], list[float]]] = {}
+    for r in at:
+        configs.setdefault((str(r["hash"]), float(r["read_share"])), ([], []))[0].append(
+            float(r["f1"])
+        )
+    for r in below:
+        key = (str(r["hash"]), float(r["read_share"]))
+        if key in configs:
+            configs[key][1].append(float(r["f1"]))
+    order = list(configs)
+    best = max(
+        order,
+        key=lambda k: (np.mean(configs[k][0]), np.mean(configs[k][1]), -order.index(k)),
+    )
+    return SignatureChoice(
+        best[0], best[1], fraction, tuple(tune), float(np.mean(configs[best][0]))
+    )
+
+
+@dataclass(frozen=True)
+class HeldOutScore:
+    """Mean F1 of one configuration on kernels it was not chosen on.
+
+    Attributes:
+        mean: Mean F1 over the scored kernels.
+        low: Low end of a 95 % seeded bootstrap interval of the mean (kernels resampled).
+        high: High end of that interval.
+        per_kernel: Kernel -> F1.
+    """
+
+    mean: float
+    low: float
+    high: float
+    per_kernel: dict[str, float]
+
+    @property
+    def n(self) -> int:
+        """Number of scored kernels."""
+        return len(self.per_kernel)
+
+
+def held_out_f1(
+    rows: Iterable[Row],
+    choice: SignatureChoice,
+    kernels: Sequence[str],
+    fraction: float | None = None,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> HeldOutScore:
+    """Score a chosen configuration on held-out kernels at a byte budget.
+
+    Args:
+        rows: Sweep rows with a ``kernel`` key.
+        choice: The configuration (from :func:`choose_signature`).
+        kernels: Kernels to score on; none of them may be one it was tuned on.
+        fraction: Byte budget (default: the one it was chosen at).
+        resamples: Bootstrap resamples of the kernels for the interval of the mean.
+        seed: Seed of the bootstrap.
+
+    Raises:
+        ValueError: A scored kernel was used for tuning, or has no row for the configuration.
+    """
+    leaked = set(kernels) & set(choice.tuned_on)
+    if leaked:
+        raise ValueError(f"kernels {sorted(leaked)} were used to choose the configuration")
+    frac = choice.fraction if fraction is None else fraction
+    f1: dict[str, float] = {}
+    for r in _rows_at(rows, kernels, frac):
+        if r["hash"] == choice.hash and math.isclose(float(r["read_share"]), choice.read_share):
+            f1[str(r["kernel"])] = float(r["f1"])
+    missing = [k for k in kernels if k not in f1]
+    if missing or not kernels:
+        raise ValueError(f"no sweep row at fraction {frac} for {choice.hash}/{choice.read_share} "
+                         f"on kernels {missing}")  # fmt: skip
+    values = np.array([f1[k] for k in kernels])
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    mean = float(values.mean())
+    return HeldOutScore(mean, min(float(low), mean), max(float(high), mean),
+                        {k: f1[k] for k in kernels})  # fmt: skip
