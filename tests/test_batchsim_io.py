@@ -377,3 +377,71 @@ def test_predictor_adapter_for_convmeter_style_models():
                   units=4)  # fmt: skip
     ctx = RunContext(Platform(8, gpus_per_node=4))
     assert work.unit_time(0, 2, ctx) == pytest.approx(250 * (0.01 * 32 + 0.002 * 8))
+
+
+def test_loaders_label_synthetic_stand_ins(tmp_path, monkeypatch):
+    from hpcnb.batchsim import (
+        load_dl_tables,
+        load_dl_workload,
+        load_elastisim_example,
+        load_trace,
+    )
+
+    monkeypatch.delenv("HPCNB_DATA", raising=False)
+    trace = load_trace("swf/hpc2n-seth-first3170.swf", 32, 50, seed=0, name="HPC2N")
+    assert trace.source == "synthetic" and not trace.real
+    assert trace.label == "synthetic (Lublin model, stand-in for HPC2N)"
+    assert trace.label in trace.message
+    assert load_trace("swf/x.swf", 8, 10, seed=0).label.endswith("stand-in for x)")
+    tables = load_dl_tables(seed=0)
+    assert tables.source == "synthetic" and list(tables.value) == ["synthetic"]
+    assert "stand-in for Pollux" in tables.label
+    workload = load_dl_workload(1, seed=0, synthetic_jobs=12)
+    frame, durations = workload.value
+    assert workload.source == "synthetic" and len(frame) == 12 and len(durations) > 0
+    assert set(frame["application"]) == {"synthetic"}
+    example = load_elastisim_example(tmp_path / "p", num_jobs=20, seed=0)
+    assert example.source == "synthetic" and example.value.exists()
+    assert len(read_elastisim(example.value).jobs) == 20
+
+
+def test_loaders_read_real_data(shared_data):
+    from hpcnb.batchsim import load_dl_tables, load_dl_workload, load_elastisim_example, load_trace
+
+    trace = load_trace("swf/hpc2n-seth-first3170.swf", 32, 50, seed=0, name="HPC2N")
+    assert trace.source == "real" and trace.label == "HPC2N" and len(trace.value) == 3170
+    tables = load_dl_tables()
+    assert tables.source == "real" and "cifar10" in tables.value
+    workload = load_dl_workload(1)
+    assert workload.source == "real" and len(workload.value[0]) > 0
+    example = load_elastisim_example("unused")
+    assert example.source == "real" and example.value.name == "jobs.json"
+
+
+def test_malleability_gains_per_scheduler_and_seed():
+    from hpcnb.batchsim import malleability_gains
+
+    trace = lublin_feitelson(80, 32, seed=3)
+    gains = malleability_gains(trace, 32, ("fcfs", "malleable"), 0.5, (0, 1), 5.0, "t")
+    assert len(gains) == 4 and list(gains["scheduler"].unique()) == ["fcfs", "malleable"]
+    assert gains.groupby("scheduler")["rigid_turnaround"].nunique().eq(1).all()
+    np.testing.assert_allclose(
+        gains["gain"], gains["rigid_turnaround"] / gains["malleable_turnaround"]
+    )
+    assert (gains["gain"] > 0).all()
+    again = malleability_gains(trace, 32, ("fcfs",), 0.5, (0,), 5.0)
+    assert again["gain"].iloc[0] == gains["gain"].iloc[0]  # deterministic per seed
+
+
+def test_mape_interval_stratified_bootstrap():
+    from hpcnb.batchsim import mape_interval
+
+    a = pd.DataFrame({"step_time": [1.0, 1.0, 1.0, 1.0], "predicted": [1.1, 0.9, 1.2, 1.0]})
+    b = pd.DataFrame({"step_time": [2.0, 2.0], "predicted": [2.0, 2.0]})
+    value, low, high, n = mape_interval({"a": a, "b": b}, seed=1)
+    assert value == pytest.approx((0.1 + 0.1 + 0.2 + 0.0) / 4 / 2) and n == 6
+    assert 0.0 <= low <= value <= high <= 0.1
+    assert mape_interval({"a": a, "b": b}, seed=1) == (value, low, high, n)
+    assert mape_interval({"b": b}) == (0.0, 0.0, 0.0, 2)
+    with pytest.raises(ValueError, match="no tested"):
+        mape_interval({})

@@ -17,7 +17,8 @@ evaluated with the safe evaluator:
 The five parameters are fitted by least squares on the relative error.
 :func:`scaling_validation` reports the mean absolute percentage error (MAPE) of
 predictions on runs left out of the fit: by cross-validation over all runs, or by
-extrapolation from small to large node counts.
+extrapolation from small to large node counts; :func:`mape_interval` gives the mean of
+several models' MAPEs a bootstrap interval.
 
 :class:`DLWork` uses a fitted model as a job's work: a fixed number of steps with a
 fixed global batch split over ``nodes × gpus_per_node`` replicas.
@@ -43,6 +44,7 @@ __all__ = [
     "StepTimeFunction",
     "StepTimeModel",
     "dl_jobs",
+    "mape_interval",
     "read_dl_tables",
     "scaling_validation",
 ]
@@ -178,6 +180,45 @@ def scaling_validation(
         test["predicted"] = predicted
     mape = float(np.mean(np.abs(test["predicted"] / test["step_time"] - 1.0)))
     return StepTimeModel.fit(table), test, mape
+
+
+def mape_interval(
+    tests: Mapping[str, pd.DataFrame],
+    resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float, float, int]:
+    """Mean over models of each model's MAPE, with a stratified bootstrap interval.
+
+    Each table holds ``step_time`` and ``predicted`` (as returned by
+    :func:`scaling_validation`). A bootstrap replicate resamples every model's rows with
+    replacement (each model keeps its size) and takes the mean of the per-model MAPEs;
+    the interval is the percentile interval of the replicates (seeded, reproducible).
+
+    Returns:
+        ``(value, low, high, n)`` with ``n`` the number of predicted runs in all.
+
+    Raises:
+        ValueError: No tables, or a table without rows.
+    """
+    if not tests:
+        raise ValueError("mape_interval: no tested tables")
+    errors = []
+    for name, test in tests.items():
+        if len(test) == 0:
+            raise ValueError(f"mape_interval: table {name!r} has no rows")
+        errors.append(np.abs(test["predicted"].to_numpy(float) / test["step_time"].to_numpy(float)
+                             - 1.0))  # fmt: skip
+    value = float(np.mean([e.mean() for e in errors]))
+    rng = np.random.default_rng(seed)
+    replicates = np.zeros(resamples)
+    for e in errors:
+        idx = rng.integers(0, len(e), size=(resamples, len(e)))
+        replicates += e[idx].mean(axis=1)
+    replicates /= len(errors)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(replicates, [tail, 1.0 - tail])
+    return value, float(low), float(high), int(sum(len(e) for e in errors))
 
 
 class StepTimeFunction(Protocol):

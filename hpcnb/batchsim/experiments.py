@@ -1,7 +1,9 @@
 """Experiment helpers for notebook 05: data loading with fallbacks, sweeps, speed runs.
 
 Each loader returns real data from ``HPCNB_DATA`` when present and otherwise a
-synthetic stand-in, with a message saying which was used.
+synthetic stand-in, as a :class:`LoadedData` whose ``label`` names what was actually
+used (``"synthetic (Lublin model, stand-in for HPC2N)"``) and whose ``source``
+(``"real"`` / ``"synthetic"``) goes into the records computed from it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from hpcnb.batchsim.dl import STEP_EXPRESSION, StepTimeModel
+from hpcnb.batchsim.dl import STEP_EXPRESSION, StepTimeModel, read_dl_tables
 from hpcnb.batchsim.jobs import Job
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.policies import make_scheduler
@@ -29,7 +31,11 @@ from hpcnb.data import DataNotFoundError, data_path
 __all__ = [
     "LoadedData",
     "jobs_per_second",
+    "load_dl_tables",
+    "load_dl_workload",
+    "load_elastisim_example",
     "load_trace",
+    "malleability_gains",
     "policy_sweep",
     "speed_vs_jobs",
     "synthetic_dl_table",
@@ -45,23 +51,118 @@ class LoadedData:
         value: The data (a trace, a path, ...).
         real: Whether it came from ``HPCNB_DATA``.
         message: What was used, to print.
+        label: Name of what was used, for titles and tables: the data set's name when
+            real, ``"synthetic (..., stand-in for <name>)"`` otherwise.
     """
 
     value: object
     real: bool
     message: str
+    label: str = ""
+
+    @property
+    def source(self) -> str:
+        """``"real"`` or ``"synthetic"``: the ``source`` of records computed from it."""
+        return "real" if self.real else "synthetic"
 
 
-def load_trace(relative: str, fallback_nodes: int, fallback_jobs: int, seed: int) -> LoadedData:
-    """Read an SWF trace from ``HPCNB_DATA`` or generate a Lublin–Feitelson stand-in."""
+def _stand_in_label(what: str, name: str) -> str:
+    """Return the label of a synthetic stand-in: ``"synthetic (<what>, stand-in for <name>)"``."""
+    return f"synthetic ({what}, stand-in for {name})"
+
+
+def load_trace(
+    relative: str, fallback_nodes: int, fallback_jobs: int, seed: int, name: str | None = None
+) -> LoadedData:
+    """Read an SWF trace from ``HPCNB_DATA`` or generate a Lublin–Feitelson stand-in.
+
+    Args:
+        relative: Path of the trace inside the data folder.
+        fallback_nodes: Machine size of the stand-in.
+        fallback_jobs: Jobs of the stand-in.
+        seed: Seed of the stand-in.
+        name: The trace's name for titles (default: the file name's stem).
+
+    Returns:
+        The trace, labelled ``name`` when real and ``"synthetic (Lublin model, stand-in
+        for <name>)"`` otherwise.
+    """
+    name = name or Path(relative).name.split(".")[0]
     try:
         path = data_path(relative)
     except DataNotFoundError as exc:
         trace = lublin_feitelson(fallback_jobs, fallback_nodes, seed)
+        label = _stand_in_label("Lublin model", name)
         return LoadedData(trace, False, f"{exc}\n-> using a Lublin-Feitelson workload "
-                          f"({fallback_jobs} jobs, {fallback_nodes} nodes) instead")  # fmt: skip
+                          f"({fallback_jobs} jobs, {fallback_nodes} nodes) instead: {label}",
+                          label)  # fmt: skip
     trace = read_swf(path)
-    return LoadedData(trace, True, f"read {len(trace)} jobs from {relative}")
+    return LoadedData(trace, True, f"read {len(trace)} jobs from {relative} ({name})", name)
+
+
+def load_dl_tables(seed: int = 0) -> LoadedData:
+    """Read the measured step-time tables of every model in ``dl/``, or a synthetic one.
+
+    Returns:
+        ``{model name: table}`` (see :func:`~hpcnb.batchsim.read_dl_tables`); without
+        the data, one table ``"synthetic"`` from :func:`synthetic_dl_table`.
+    """
+    name = "Pollux measured step times"
+    try:
+        root = data_path("dl")
+    except DataNotFoundError as exc:
+        label = _stand_in_label("known step-time model", name)
+        tables = {"synthetic": synthetic_dl_table(seed)}
+        return LoadedData(tables, False, f"{exc}\n-> using {label}", label)
+    tables = {p.name: read_dl_tables(p) for p in sorted(root.iterdir())
+              if (p / "scalability.csv").exists()}  # fmt: skip
+    return LoadedData(tables, True, f"read the tables of {len(tables)} models: {sorted(tables)}",
+                      name)  # fmt: skip
+
+
+def load_dl_workload(number: int = 1, seed: int = 0, synthetic_jobs: int = 60) -> LoadedData:
+    """Read a Pollux DL-job workload and Philly job durations, or generate both.
+
+    Returns:
+        ``(workload, durations)``: the workload table (``name, time, application,
+        num_replicas, batch_size``) and an array of job durations (s). The synthetic
+        workload's jobs all use the application ``"synthetic"`` (the synthetic table).
+    """
+    name = f"Pollux workload {number} + Philly durations"
+    try:
+        workload = pd.read_csv(data_path(f"dl/workloads/workload-{number}.csv"))
+        durations = pd.read_csv(data_path("dl/philly.csv"))["duration"].to_numpy(float)
+    except DataNotFoundError as exc:
+        rng = np.random.default_rng(seed)
+        n = synthetic_jobs
+        workload = pd.DataFrame({
+            "name": [f"job-{i}" for i in range(n)],
+            "time": np.sort(rng.uniform(0, 8 * 3600, n)).round(),
+            "application": "synthetic",
+            "num_replicas": rng.integers(1, 17, n),
+            "batch_size": rng.choice([256, 512, 1024], n),
+        })  # fmt: skip
+        label = _stand_in_label("random DL jobs, log-normal durations", name)
+        return LoadedData((workload, rng.lognormal(7, 1.2, 5000)), False,
+                          f"{exc}\n-> using {label}", label)  # fmt: skip
+    return LoadedData((workload, durations), True, f"read {len(workload)} jobs of {name}", name)
+
+
+def load_elastisim_example(fallback_folder: str | Path, num_jobs: int = 500,
+                           seed: int = 0) -> LoadedData:  # fmt: skip
+    """Return the path of the ElastiSim example's ``jobs.json``, or of a synthetic project.
+
+    Without the data, :func:`write_synthetic_elastisim_project` writes a project of the
+    same shape into ``fallback_folder``.
+    """
+    name = "ElastiSim example project"
+    try:
+        path = data_path("elastisim-example/jobs.json")
+    except DataNotFoundError as exc:
+        path = write_synthetic_elastisim_project(fallback_folder, num_jobs, seed)
+        label = _stand_in_label(f"generated project of {num_jobs} jobs", name)
+        return LoadedData(path, False, f"{exc}\n-> using {label}", label)
+    return LoadedData(path, True, f"reading the {name} ({path.parent.name})", name)
 
 
 def jobs_per_second(
@@ -125,6 +226,48 @@ def policy_sweep(
         rows.append({"workload": label, "scheduler": name, "malleable_fraction": fraction,
                      **result.metrics(), "wall_s": result.wall_seconds})  # fmt: skip
     return pd.DataFrame(rows), results
+
+
+def malleability_gains(
+    trace: SWFTrace,
+    num_nodes: int,
+    schedulers: Sequence[str],
+    fraction: float,
+    seeds: Sequence[int],
+    reconfiguration_cost: float = 30.0,
+    label: str = "",
+) -> pd.DataFrame:
+    """Turnaround gain of malleability per scheduler, one row per (scheduler, seed).
+
+    For every scheduler the all-rigid trace is simulated once; then, for each seed, a
+    different seeded ``fraction`` of its multi-node jobs becomes malleable
+    (:class:`~hpcnb.batchsim.MalleablePolicy`) and is simulated again. The gain is
+    ``rigid mean turnaround / malleable mean turnaround`` (> 1: malleability helps).
+    The seeds are the repetitions behind an interval of the gain (which jobs are
+    malleable changes the schedule); every simulation passes the invariant check.
+
+    Returns:
+        Columns ``workload, scheduler, seed, rigid_turnaround, malleable_turnaround,
+        gain``.
+    """
+    platform = Platform(num_nodes)
+    rigid_jobs = jobs_from_swf(trace, num_nodes).jobs
+    rows = []
+    for name in tqdm(list(schedulers), desc=f"gains {label}".strip()):
+        rigid = simulate(rigid_jobs, platform, make_scheduler(name))
+        check_invariants(rigid, rigid_jobs)
+        base = rigid.metrics()["mean_turnaround"]
+        for seed in seeds:
+            policy = MalleablePolicy(fraction, seed=seed,
+                                     reconfiguration_cost=reconfiguration_cost)  # fmt: skip
+            jobs = jobs_from_swf(trace, num_nodes, policy).jobs
+            result = simulate(jobs, platform, make_scheduler(name))
+            check_invariants(result, jobs)
+            mall = result.metrics()["mean_turnaround"]
+            rows.append({"workload": label, "scheduler": name, "seed": seed,
+                         "rigid_turnaround": base, "malleable_turnaround": mall,
+                         "gain": base / mall})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def synthetic_dl_table(seed: int = 0, noise: float = 0.05) -> pd.DataFrame:

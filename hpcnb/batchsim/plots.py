@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -21,6 +22,10 @@ _TYPE_COLOURS = {
     "evolving": "tab:purple",
     "adaptive": "tab:red",
 }
+
+
+# Legends go right of the axes, off the data.
+_OUTSIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 
 
 def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
@@ -67,7 +72,7 @@ def plot_gantt(
     ax.barh(rows, widths, left=lefts, height=heights, color=colours)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for t, c in _TYPE_COLOURS.items()
                if t in set(df["type"])]  # fmt: skip
-    ax.legend(handles, [t for t in _TYPE_COLOURS if t in set(df["type"])], loc="lower right")
+    ax.legend(handles, [t for t in _TYPE_COLOURS if t in set(df["type"])], **_OUTSIDE)
     ax.set_xlabel(f"time ({'h' if hours else 's'})")
     ax.set_ylabel("job (submit order)")
     ax.invert_yaxis()
@@ -91,7 +96,7 @@ def plot_utilization(
     ax.set_xlabel(f"time ({'h' if hours else 's'})")
     ax.set_ylabel("allocated nodes (fraction)")
     ax.set_ylim(0, 1.05)
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(fontsize="small", **_OUTSIDE)
     return ax
 
 
@@ -126,16 +131,17 @@ def plot_policy_bars(
     ax.set_ylabel(f"{metric.replace('_', ' ')}{f' ({unit})' if unit else ''}")
     ax.set_xlabel(group.replace("_", " "))
     if hue is not None:
-        ax.legend(fontsize="x-small", ncol=2)
+        ax.legend(fontsize="x-small", **_OUTSIDE)
     return ax
 
 
-def plot_speed(speed: pd.DataFrame, ax: Axes | None = None) -> Axes:
+def plot_speed(speed: pd.DataFrame, ax: Axes | None = None, trace: str = "") -> Axes:
     """Draw wall-clock time against jobs simulated (log–log) for the kernel and the engine.
 
     Args:
         speed: The table of :func:`~hpcnb.batchsim.experiments.speed_vs_jobs`.
         ax: Axes to draw on.
+        trace: Name of the trace, shown in the title.
     """
     ax = _axes(ax, (6, 3.5))
     jobs = speed["jobs"].to_numpy(dtype=float)
@@ -148,8 +154,8 @@ def plot_speed(speed: pd.DataFrame, ax: Axes | None = None) -> Axes:
     ax.loglog(jobs, ref, "k:", linewidth=0.8, label="linear in jobs")
     ax.set_xlabel("jobs simulated")
     ax.set_ylabel("wall-clock time (s)")
-    ax.set_title("Rigid EASY: cost vs trace length")
-    ax.legend(fontsize="small")
+    ax.set_title(f"Rigid EASY: cost vs trace length{f' ({trace})' if trace else ''}")
+    ax.legend(fontsize="small", **_OUTSIDE)
     return ax
 
 
