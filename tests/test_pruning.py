@@ -277,6 +277,16 @@ def test_compare_methods_small(task, split):
         assert o.flops_ratio <= 0.52
         assert o.params < outcomes[0].params
         assert o.latency_ms > 0
+    for o in outcomes:
+        assert o.n_test == len(split.y_test)
+        assert o.acc_before == pytest.approx(o.correct_before / o.n_test)
+        assert o.acc_after == pytest.approx(o.correct_after / o.n_test)
+        assert len(o.speedup_samples) == 2
+        assert o.speedup == pytest.approx(float(np.median(o.speedup_samples)))
+    # Recalibrated BatchNorm statistics repair what uniform pruning breaks.
+    uniform = outcomes[1]
+    assert uniform.acc_before > uniform.acc_inherited
+    assert "speedup_samples" not in table.columns
     assert set(searches) == {"uniform"}
 
 

@@ -20,7 +20,16 @@ from hpcnb.pruning.agents import (
     random_search,
     uniform_search,
 )
-from hpcnb.pruning.compare import METHODS, MethodOutcome, compare_methods, outcomes_table
+from hpcnb.pruning.compare import (
+    METHODS,
+    MethodOutcome,
+    accuracy_gap,
+    bar_table,
+    compare_methods,
+    count_passing,
+    outcomes_table,
+    score_pruned,
+)
 from hpcnb.pruning.encoder import (
     EdgeConditionedConv,
     GNNFeaturesExtractor,
@@ -46,8 +55,10 @@ from hpcnb.pruning.training import (
     count_params,
     fine_tune,
     measure_latency,
+    recalibrate_batchnorm,
     torch_threads,
     train_classifier,
+    training_batches,
 )
 
 __all__ = [
@@ -74,9 +85,12 @@ __all__ = [
     "TrainConfig",
     "WeightedGCNConv",
     "accuracy",
+    "accuracy_gap",
     "amc_ddpg_search",
+    "bar_table",
     "compare_methods",
     "count_params",
+    "count_passing",
     "fine_tune",
     "gnnrl_search",
     "keep_counts",
@@ -88,9 +102,12 @@ __all__ = [
     "plot_learning_curves",
     "project_to_budget",
     "random_search",
+    "recalibrate_batchnorm",
+    "score_pruned",
     "torch_pruning_at_budget",
     "torch_threads",
     "train_classifier",
+    "training_batches",
     "uniform_ratios",
     "uniform_search",
 ]

@@ -5,12 +5,23 @@ builds the physically pruned networks (``hpcnb.ir.extract``; Torch-Pruning's own
 for the peer), measures each one's FLOPs with a fresh ``hpcnb.ir.trace``, its parameter
 count, its test accuracy before and after the *same* fine-tuning, and the CPU latency of
 all of them and the original in one interleaved timing run.
+
+Every evaluated network — the original and each method's pruned one alike — has its
+BatchNorm statistics re-estimated on training batches
+(:func:`~hpcnb.pruning.training.recalibrate_batchnorm`) before its accuracy is measured,
+before and after fine-tuning; the accuracy with the inherited statistics is kept too
+(``acc_inherited``) to show what the mismatch costs.
+
+:func:`accuracy_gap` turns two outcomes into an accuracy difference with Newcombe's
+interval on the shared test set, and :func:`bar_table` says which methods pass the same
+bar (FLOPs within a budget and accuracy drop within a tolerance) as the headline.
 """
 
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -36,9 +47,21 @@ from hpcnb.pruning.training import (
     count_params,
     fine_tune,
     measure_latency,
+    recalibrate_batchnorm,
+    training_batches,
 )
+from hpcnb.records import INCONCLUSIVE, MET, difference_interval, evaluate_target
 
-__all__ = ["METHODS", "MethodOutcome", "compare_methods", "outcomes_table"]
+__all__ = [
+    "METHODS",
+    "MethodOutcome",
+    "accuracy_gap",
+    "bar_table",
+    "compare_methods",
+    "count_passing",
+    "outcomes_table",
+    "score_pruned",
+]
 
 METHODS = ("gnnrl", "uniform", "random", "amc_ddpg", "torch_pruning")
 """Method names understood by :func:`compare_methods`."""
@@ -53,14 +76,20 @@ class MethodOutcome:
         target: FLOPs budget fraction.
         flops_ratio: FLOPs of the pruned network (fresh IR trace) / original.
         params: Parameter count.
-        acc_before: Test accuracy before fine-tuning.
-        acc_after: Test accuracy after the shared fine-tuning.
+        acc_before: Test accuracy before fine-tuning (BatchNorm recalibrated).
+        acc_after: Test accuracy after the shared fine-tuning (BatchNorm recalibrated).
         latency_ms: Median forward latency of one batch, milliseconds.
         speedup: Median over timing rounds of original latency / this latency (each
             round times every model once, back to back, so a burst of load on a shared
             machine slows both sides of a ratio alike).
         search_seconds: Wall time of the search (0 for the original).
+        acc_inherited: Test accuracy before fine-tuning with the BatchNorm statistics
+            inherited from the original (no recalibration).
+        n_test: Test items behind the accuracies.
+        correct_before: Test items right before fine-tuning (recalibrated).
+        correct_after: Test items right after fine-tuning (recalibrated).
         keep: Per-group keep ratios (empty for the original and the peer).
+        speedup_samples: The per-round ratios whose median is ``speedup``.
     """
 
     method: str
@@ -72,7 +101,12 @@ class MethodOutcome:
     latency_ms: float
     speedup: float
     search_seconds: float
+    acc_inherited: float = float("nan")
+    n_test: int = 0
+    correct_before: int = 0
+    correct_after: int = 0
     keep: tuple[float, ...] = ()
+    speedup_samples: tuple[float, ...] = field(default=(), repr=False)
 
 
 def _flops(model: nn.Module, example: torch.Tensor) -> int:
@@ -92,6 +126,8 @@ def compare_methods(
     latency_batch: int = 256,
     latency_repeats: int = 30,
     seed: int = 0,
+    recalibrate: bool = True,
+    calibration_batch: int = 64,
 ) -> tuple[list[MethodOutcome], dict[str, SearchResult]]:
     """Prune ``task.model`` to ``target`` FLOPs with each method and measure the results.
 
@@ -107,6 +143,10 @@ def compare_methods(
         latency_batch: Batch size of the latency measurement.
         latency_repeats: Timed repeats per model.
         seed: Seed of the random search.
+        recalibrate: Re-estimate BatchNorm statistics of every evaluated network on
+            training batches before each accuracy measurement (all methods alike).
+        calibration_batch: Batch size of the recalibration passes (all training items
+            are used once).
 
     Returns:
         ``(outcomes, searches)``: one :class:`MethodOutcome` per method plus the original
@@ -147,37 +187,194 @@ def compare_methods(
         np.resize(np.asarray(x_train), (latency_batch, *np.asarray(x_train).shape[1:]))
     )
     latency = measure_latency(models, batch.float(), repeats=latency_repeats)
+    n_test = len(y_test)
+
+    def evaluated(model: nn.Module) -> tuple[nn.Module, int]:
+        ready, correct, _ = score_pruned(
+            model, split, recalibrate=recalibrate, calibration_batch=calibration_batch
+        )
+        return ready, correct
+
+    base_samples = np.asarray(latency["original"].samples_s)
     outcomes = []
     for name, model in models.items():
-        before = accuracy(model, x_test, y_test)
+        inherited = accuracy(model, x_test, y_test)
+        ready, before = evaluated(model)
         after = (
             before
             if name == "original"
-            else accuracy(fine_tune(model, x_train, y_train, finetune), x_test, y_test)
+            else evaluated(fine_tune(ready, x_train, y_train, finetune))[1]
         )
+        samples = tuple(float(r) for r in base_samples / np.asarray(latency[name].samples_s))
         outcomes.append(
             MethodOutcome(
                 method=name,
                 target=target,
                 flops_ratio=_flops(model, example) / base_flops,
                 params=count_params(model),
-                acc_before=before,
-                acc_after=after,
+                acc_before=before / n_test,
+                acc_after=after / n_test,
                 latency_ms=1e3 * latency[name].median_s,
-                speedup=float(
-                    np.median(
-                        np.asarray(latency["original"].samples_s)
-                        / np.asarray(latency[name].samples_s)
-                    )
-                ),
+                speedup=float(np.median(samples)),
                 search_seconds=0.0 if name == "original" else pruned[name][1],
+                acc_inherited=inherited,
+                n_test=n_test,
+                correct_before=before,
+                correct_after=after,
                 keep=() if name == "original" else pruned[name][2],
+                speedup_samples=samples,
             )
         )
     return outcomes, searches
 
 
+def score_pruned(
+    model: nn.Module,
+    split: object,
+    *,
+    recalibrate: bool = True,
+    calibration_batch: int = 64,
+) -> tuple[nn.Module, int, int]:
+    """Score a (pruned) network on the test split the way :func:`compare_methods` does.
+
+    A deep copy of ``model`` gets its BatchNorm statistics re-estimated on all training
+    inputs (:func:`~hpcnb.pruning.training.recalibrate_batchnorm`, unless
+    ``recalibrate`` is false) and is scored on the test split.
+
+    Args:
+        model: The network (not modified).
+        split: A :class:`hpcnb.data.DigitsSplit`.
+        recalibrate: Re-estimate BatchNorm statistics first.
+        calibration_batch: Batch size of the recalibration passes.
+
+    Returns:
+        ``(the scored copy, correct test items, test items)``.
+    """
+    x_test, y_test = split.x_test, split.y_test  # type: ignore[attr-defined]
+    ready = copy.deepcopy(model)
+    if recalibrate:
+        recalibrate_batchnorm(ready, training_batches(split.x_train, calibration_batch))  # type: ignore[attr-defined]
+    n_test = len(y_test)
+    return ready, round(accuracy(ready, x_test, y_test) * n_test), n_test
+
+
 def outcomes_table(outcomes: list[MethodOutcome]) -> pd.DataFrame:
-    """Return the outcomes as a table (one row per method and budget, no keep ratios)."""
-    rows = [{k: v for k, v in o.__dict__.items() if k != "keep"} for o in outcomes]
+    """Return the outcomes as a table (one row per method and budget).
+
+    Keep ratios, timing samples and the raw counts are left out.
+    """
+    hidden = {"keep", "speedup_samples", "n_test", "correct_before", "correct_after"}
+    rows = [{k: v for k, v in o.__dict__.items() if k not in hidden} for o in outcomes]
     return pd.DataFrame(rows).set_index(["target", "method"])
+
+
+def _correct(outcome: MethodOutcome, stage: str) -> int:
+    if stage not in ("before", "after"):
+        raise ValueError(f"stage={stage!r}: expected 'before' or 'after'")
+    if outcome.n_test < 1:
+        raise ValueError(f"outcome {outcome.method!r} carries no test counts (n_test=0)")
+    return outcome.correct_before if stage == "before" else outcome.correct_after
+
+
+def accuracy_gap(
+    a: MethodOutcome,
+    b: MethodOutcome,
+    stage_a: str = "after",
+    stage_b: str = "after",
+) -> tuple[float, float, float, int]:
+    """Accuracy of ``a`` minus that of ``b`` with Newcombe's 95 % interval.
+
+    Both are scored on the same test items, for which Newcombe's (independent-samples)
+    interval is conservative.
+
+    Args:
+        a: First outcome.
+        b: Second outcome.
+        stage_a: ``"before"`` or ``"after"`` fine-tuning for ``a``.
+        stage_b: The same for ``b``.
+
+    Returns:
+        ``(difference, low, high, n)`` with ``n`` the test items.
+
+    Raises:
+        ValueError: A bad stage, outcomes without counts, or different test sets.
+    """
+    ca, cb = _correct(a, stage_a), _correct(b, stage_b)
+    if a.n_test != b.n_test:
+        raise ValueError(f"accuracy_gap: test sets differ ({a.n_test} vs {b.n_test} items)")
+    diff, low, high = difference_interval(ca, a.n_test, cb, b.n_test)
+    return diff, low, high, a.n_test
+
+
+PASSES, FAILS = "passes", "fails"
+
+
+def bar_table(
+    outcomes: list[MethodOutcome],
+    *,
+    flops_max: float,
+    max_drop: float,
+    reference: str = "original",
+    stage: str = "after",
+) -> pd.DataFrame:
+    """Which methods pass one bar: FLOPs within ``flops_max`` and a small accuracy drop.
+
+    The drop is the reference's accuracy minus the method's (at ``stage``), with
+    Newcombe's interval; a method *passes* when its FLOPs are within the bound and the
+    whole interval of its drop is at most ``max_drop``, *fails* when the FLOPs exceed
+    the bound or no point of the interval meets it, and is *inconclusive* otherwise —
+    the same three-valued rule as a record's target (:func:`hpcnb.records.evaluate_target`).
+
+    Args:
+        outcomes: The outcomes of one network at one budget (with the reference).
+        flops_max: Largest FLOPs ratio that passes.
+        max_drop: Largest accuracy drop that passes (0 = no loss allowed).
+        reference: Method whose accuracy the drop is measured from.
+        stage: ``"after"`` or ``"before"`` fine-tuning for the compared methods.
+
+    Returns:
+        One row per method but the reference: ``flops_ratio``, ``drop``, ``drop_low``,
+        ``drop_high``, ``status`` (``"passes"``, ``"fails"`` or ``"inconclusive"``).
+
+    Raises:
+        ValueError: No outcome is the reference, or outcomes span several budgets.
+    """
+    by_method = {o.method: o for o in outcomes}
+    if reference not in by_method:
+        raise ValueError(f"bar_table: no outcome named {reference!r} among {sorted(by_method)}")
+    if len({o.target for o in outcomes}) > 1:
+        raise ValueError("bar_table: outcomes of several budgets; pass those of one budget")
+    ref = by_method[reference]
+    rows = []
+    for o in outcomes:
+        if o.method == reference:
+            continue
+        drop, low, high, _ = accuracy_gap(ref, o, "before", stage)
+        state = evaluate_target(drop, f"<= {max_drop}", low, high)
+        status = INCONCLUSIVE if state == INCONCLUSIVE else PASSES if state == MET else FAILS
+        if o.flops_ratio > flops_max:
+            status = FAILS
+        rows.append(
+            {
+                "method": o.method,
+                "flops_ratio": o.flops_ratio,
+                "drop": drop,
+                "drop_low": low,
+                "drop_high": high,
+                "status": status,
+            }
+        )
+    return pd.DataFrame(rows).set_index("method")
+
+
+def count_passing(
+    table: pd.DataFrame, exclude: tuple[str, ...] = ("gnnrl",)
+) -> tuple[int, int, list[str]]:
+    """Count the rows of a :func:`bar_table` that pass, leaving out ``exclude``.
+
+    Returns:
+        ``(passing, inconclusive, names of the passing methods)``.
+    """
+    rest = table.drop(index=[m for m in exclude if m in table.index])
+    passing = [str(m) for m in rest.index[rest.status == PASSES]]
+    return len(passing), int((rest.status == INCONCLUSIVE).sum()), passing

@@ -4,6 +4,12 @@ Every pruning method in notebook 02 is compared after the *same* fine-tuning
 (:func:`fine_tune` with one :class:`TrainConfig`), and the latency of the original and
 the pruned model is measured in the same process with :func:`measure_latency`
 (median over repeats after a warm-up, fixed thread count).
+
+Pruning removes channels that the next layers' BatchNorm statistics were computed with,
+so a pruned network evaluated with its inherited running statistics can sit near chance
+although its weights are fine. :func:`recalibrate_batchnorm` re-estimates those statistics
+on training batches (no weight changes); notebook 02 applies it to every evaluated model,
+whichever method pruned it, before measuring accuracy.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import contextlib
 import copy
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +32,10 @@ __all__ = [
     "count_params",
     "fine_tune",
     "measure_latency",
+    "recalibrate_batchnorm",
     "torch_threads",
     "train_classifier",
+    "training_batches",
 ]
 
 
@@ -190,6 +198,89 @@ def accuracy(
         correct += int((pred == yt[start : start + batch_size]).sum())
     model.train(was_training)
     return correct / len(yt)
+
+
+def training_batches(
+    x: np.ndarray | torch.Tensor, batch_size: int = 64, *, limit: int | None = None
+) -> list[torch.Tensor]:
+    """Split inputs into consecutive batches (for :func:`recalibrate_batchnorm`).
+
+    Args:
+        x: Inputs, shape ``(n, ...)``.
+        batch_size: Items per batch (the last batch may be smaller).
+        limit: Keep at most this many batches (default: all).
+
+    Raises:
+        ValueError: ``batch_size`` < 1, ``limit`` < 1 or ``x`` empty.
+    """
+    if batch_size < 1:
+        raise ValueError(f"training_batches: batch_size={batch_size}, expected >= 1")
+    if limit is not None and limit < 1:
+        raise ValueError(f"training_batches: limit={limit}, expected >= 1 or None")
+    xt = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).float()
+    if xt.shape[0] == 0:
+        raise ValueError("training_batches: no inputs")
+    batches = list(torch.split(xt, batch_size))
+    return batches if limit is None else batches[:limit]
+
+
+@torch.no_grad()
+def recalibrate_batchnorm(
+    model: nn.Module,
+    batches: Iterable[torch.Tensor | np.ndarray | tuple | list],
+    *,
+    threads: int = 1,
+) -> nn.Module:
+    """Re-estimate the running statistics of every BatchNorm layer of ``model`` in place.
+
+    Each BatchNorm layer that tracks running statistics has them reset and its momentum
+    set to ``None`` (a cumulative average over all batches, not an exponential one); the
+    batches are passed forward under ``torch.no_grad()`` with only the BatchNorm layers
+    in train mode (dropout and other layers stay in eval mode); then the momenta are
+    restored and the model is left in eval mode. Weights and biases are not touched.
+    With equal-size batches the running mean becomes the mean of the batch means,
+    i.e. the mean over all items.
+
+    Args:
+        model: The (pruned) network.
+        batches: Input batches (tensors, arrays, or ``(x, y)`` pairs whose first element
+            is used), typically :func:`training_batches` of the training inputs.
+        threads: Torch intra-op threads during the passes.
+
+    Returns:
+        ``model`` (recalibrated, in eval mode).
+
+    Raises:
+        ValueError: The model has BatchNorm layers but ``batches`` is empty.
+    """
+    norms = [
+        m
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
+    model.eval()
+    if not norms:
+        return model
+    inputs = []
+    for batch in batches:
+        xb = batch[0] if isinstance(batch, tuple | list) else batch
+        inputs.append(torch.as_tensor(np.asarray(xb) if not isinstance(xb, torch.Tensor) else xb))
+    if not inputs:
+        raise ValueError("recalibrate_batchnorm: no batches given; expected at least one")
+    momenta = [m.momentum for m in norms]
+    try:
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
+            m.train()
+        with torch_threads(threads):
+            for xb in inputs:
+                model(xb.float())
+    finally:
+        for m, momentum in zip(norms, momenta, strict=True):
+            m.momentum = momentum
+        model.eval()
+    return model
 
 
 def count_params(model: nn.Module) -> int:
