@@ -77,6 +77,7 @@ def test_drafts_and_acceptance(tiny: LlamaModel) -> None:
     assert measure_acceptance(full, PROMPT, ref, 4)["acceptance_rate"] == 1.0
     part = measure_acceptance(early_exit_draft(tiny, 1), PROMPT, ref, 4)
     assert 0.0 <= part["acceptance_rate"] < 1.0
+    assert part["accepted"] == pytest.approx(part["acceptance_rate"] * part["drafted"])
     assert NgramDraft().propose([1, 2, 3, 9, 1, 2], 3) == [3, 9, 1]
     assert NgramDraft().propose([4, 5, 6], 3) == []
 
@@ -193,3 +194,39 @@ def test_toy_tokenizer_and_balanced_split() -> None:
     split = balanced_split(30, 2, layer_s=1.0, head_s=4.0, batch=1)
     assert split == [[0, 17], [17, 30]]
     assert balanced_split(4, 4, 1.0, 100.0) == [[0, 1], [1, 2], [2, 3], [3, 4]]
+
+
+def test_paired_ratios_and_relative_error() -> None:
+    from hpcnb.speculative.analysis import paired_ratios, relative_error
+
+    results = [{"tokens_per_s": v} for v in (10.0, 20.0, 12.0, 30.0)]
+    labels = ["a", "b", "a", "b"]
+    assert paired_ratios(results, labels, "b", "a") == [2.0, 2.5]
+    with pytest.raises(ValueError, match="same, non-zero number"):
+        paired_ratios(results[:3], labels[:3], "b", "a")
+    with pytest.raises(ValueError, match="labels"):
+        paired_ratios(results, labels[:2], "b", "a")
+    # prediction 1.2 against samples around 1.0: error 0.2, interval from the samples' spread
+    err, low, high = relative_error(1.2, [0.9, 1.0, 1.1, 1.0, 1.0])
+    assert err == pytest.approx(0.2)
+    assert low <= err <= high
+    # a prediction inside the measured interval: the interval reaches zero error
+    err, low, high = relative_error(1.0, [0.8, 1.2, 0.9, 1.1, 1.0])
+    assert err == 0.0 and low == 0.0 and high > 0.0
+    with pytest.raises(ValueError, match="positive"):
+        relative_error(1.0, [1.0, -1.0])
+
+
+def test_paper_scale_cluster_cpu_and_gpu_class() -> None:
+    from hpcnb.speculative.analysis import LAYER_BYTES_70B_Q4, paper_scale_cluster
+
+    meas = {"layer_s": 1e-3, "layer_bytes": 1e7, "batch_slope": 0.8, "head_s": 1e-3}
+    cpu = paper_scale_cluster(meas, n_ranks=8)
+    assert cpu.layer_s == pytest.approx(LAYER_BYTES_70B_Q4 / 1e10)
+    assert cpu.batch_slope == 0.5  # capped
+    gpu = paper_scale_cluster(meas, n_ranks=8, layer_s=50e-6, batch_slope=0.0)
+    assert gpu.layer_s == pytest.approx(50e-6) and gpu.batch_slope == 0.0
+    # draft and head scale with the same memory bandwidth as the layers
+    assert gpu.draft_s / gpu.layer_s == pytest.approx(cpu.draft_s / cpu.layer_s)
+    with pytest.raises(ValueError, match="layer_s"):
+        paper_scale_cluster(meas, layer_s=0.0)

@@ -3,7 +3,12 @@
 * :func:`time_layers` — median seconds per layer, head and early-exit draft token for
   batch sizes 1 and ``b`` on one core, the calibration input of the simulator.
 * :func:`paper_scale_cluster` — a 70B-class target over 8 nodes with a ~1B draft, with
-  per-layer times scaled from the measured ones by the weight bytes each token reads.
+  per-layer times scaled from the measured ones by the weight bytes each token reads
+  (or set to a GPU-class layer time).
+* :func:`paired_ratios` — per-repetition ratios of a metric between two strategies of
+  interleaved MPI runs (the samples of a recorded speed-up).
+* :func:`relative_error` — a simulator's relative error against a measured ratio, with
+  the interval that the measurement's interval implies.
 * :func:`metrics_table` — the per-strategy metrics of MPI or simulated runs as a
   :class:`pandas.DataFrame`, incl. wasted stage work.
 * :func:`plot_timeline` — runs across ranks over time (compute, skip, speculative).
@@ -19,10 +24,22 @@ import numpy as np
 import pandas as pd
 import torch
 
+from hpcnb.records import median_interval
 from hpcnb.speculative.model import LlamaModel
 from hpcnb.speculative.simulation import ClusterConfig
 
-__all__ = ["metrics_table", "paper_scale_cluster", "plot_timeline", "time_layers"]
+__all__ = [
+    "LAYER_BYTES_70B_Q4",
+    "metrics_table",
+    "paired_ratios",
+    "paper_scale_cluster",
+    "plot_timeline",
+    "relative_error",
+    "time_layers",
+]
+
+LAYER_BYTES_70B_Q4 = 0.86e9 * 0.5
+"""Weight bytes of one Llama-2-70B layer (~0.86e9 parameters) in 4-bit weights."""
 
 
 def _median_times(fns: Sequence[Any], repeats: int) -> list[float]:
@@ -79,29 +96,121 @@ def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: in
 
 
 def paper_scale_cluster(
-    measured: dict, n_ranks: int = 8, bandwidth_bps: float = 125e6, latency_s: float = 1e-4
+    measured: dict,
+    n_ranks: int = 8,
+    bandwidth_bps: float = 125e6,
+    latency_s: float = 1e-4,
+    *,
+    layer_s: float | None = None,
+    batch_slope: float | None = None,
 ) -> ClusterConfig:
     """Return a 70B-class target on ``n_ranks`` nodes with a ~1B draft.
 
     Stages are taken to be memory-bound: a token's time per layer is the layer's weight
-    bytes over the bandwidth measured here (``layer_bytes / layer_s``). The target is a
-    Llama-2-70B shape (80 layers, hidden 8192, ~0.86e9 parameters per layer) in 4-bit
-    weights (0.5 bytes per parameter, as llama.cpp's Q4 files); the draft is a 1.1B
-    model (TinyLlama shape) in 4-bit weights; the head is 32000 x 8192.
+    bytes over the node's memory bandwidth. By default that bandwidth is the one measured
+    here (``layer_bytes / layer_s`` of ``measured``: a CPU-class node); ``layer_s`` sets
+    the target's per-layer time instead (e.g. tens of microseconds for a GPU-class node)
+    and the draft and head scale with the bandwidth it implies. The target is a
+    Llama-2-70B shape (80 layers, hidden 8192, :data:`LAYER_BYTES_70B_Q4` per layer, as
+    llama.cpp's Q4 files); the draft is a 1.1B model (TinyLlama shape) in 4-bit weights;
+    the head is 32000 x 8192.
+
+    Args:
+        measured: Output of :func:`time_layers` (``layer_bytes``, ``layer_s``,
+            ``batch_slope``).
+        n_ranks: Nodes (pipeline stages).
+        bandwidth_bps: Link bandwidth in bytes/s.
+        latency_s: Per-message link latency in seconds.
+        layer_s: Per-layer time of one token of the target (default: from the measured
+            memory bandwidth).
+        batch_slope: Extra cost per extra token of a batch (default: the measured one,
+            capped at 0.5).
+
+    Raises:
+        ValueError: ``layer_s`` is not positive.
     """
-    bw = measured["layer_bytes"] / measured["layer_s"]
-    layer_bytes = 0.86e9 * 0.5
+    if layer_s is None:
+        bw = measured["layer_bytes"] / measured["layer_s"]
+    elif layer_s > 0:
+        bw = LAYER_BYTES_70B_Q4 / layer_s
+    else:
+        raise ValueError(f"layer_s must be > 0, got {layer_s}")
+    slope = min(measured["batch_slope"], 0.5) if batch_slope is None else batch_slope
     return ClusterConfig(
         n_ranks=n_ranks,
         n_layers=80,
-        layer_s=layer_bytes / bw,
-        batch_slope=min(measured["batch_slope"], 0.5),
+        layer_s=LAYER_BYTES_70B_Q4 / bw,
+        batch_slope=slope,
         head_s=32000 * 8192 * 0.5 / bw,
         draft_s=1.1e9 * 0.5 / bw,
         latency_s=latency_s,
         bandwidth_bps=bandwidth_bps,
         hidden_bytes=8192 * 4,
     )
+
+
+def paired_ratios(
+    results: Sequence[dict[str, Any]],
+    labels: Sequence[str],
+    numerator: str,
+    denominator: str,
+    metric: str = "tokens_per_s",
+) -> list[float]:
+    """Per-repetition ratios ``metric(numerator) / metric(denominator)``.
+
+    The MPI job runs every strategy once per repetition, interleaved, so the i-th run
+    labelled ``numerator`` is paired with the i-th run labelled ``denominator``; each
+    pair saw the same machine load. Pass the ratios as ``samples`` to
+    :func:`hpcnb.record` to get their median with an interval.
+
+    Args:
+        results: Result dicts of :func:`hpcnb.speculative.run_mpi` (or simulated ones).
+        labels: One label per result.
+        numerator: Label of the numerator's runs.
+        denominator: Label of the denominator's runs.
+        metric: Result field compared (``tokens_per_s``, ``itl_mean_s``, ...).
+
+    Raises:
+        ValueError: Lengths differ, a label has no runs, the two labels have different
+            numbers of runs, or a denominator value is not positive.
+    """
+    if len(results) != len(labels):
+        raise ValueError(f"{len(results)} results but {len(labels)} labels")
+    num = [float(r[metric]) for r, lab in zip(results, labels, strict=True) if lab == numerator]
+    den = [float(r[metric]) for r, lab in zip(results, labels, strict=True) if lab == denominator]
+    if not num or len(num) != len(den):
+        raise ValueError(
+            f"need the same, non-zero number of {numerator!r} and {denominator!r} runs, "
+            f"got {len(num)} and {len(den)}"
+        )
+    if any(d <= 0 for d in den):
+        raise ValueError(f"a {denominator!r} run has {metric} <= 0; cannot form a ratio")
+    return [a / b for a, b in zip(num, den, strict=True)]
+
+
+def relative_error(
+    predicted: float, samples: Sequence[float], *, seed: int = 0
+) -> tuple[float, float, float]:
+    """Relative error ``|predicted / measured - 1|`` of a prediction against samples.
+
+    ``measured`` is the median of ``samples``; the interval is the range of the error
+    over the measurement's 95 % bootstrap interval of the median
+    (:func:`hpcnb.records.median_interval`, seeded with ``seed``), i.e. the uncertainty
+    of the measurement carried into the error (the prediction is taken as exact).
+
+    Returns:
+        ``(error, low, high)``.
+
+    Raises:
+        ValueError: A sample or its median is not positive.
+    """
+    if any(x <= 0 for x in samples):
+        raise ValueError("relative error needs positive measured samples")
+    med, lo, hi = median_interval(samples, seed=seed)
+    err = abs(predicted / med - 1.0)
+    ends = [abs(predicted / hi - 1.0), abs(predicted / lo - 1.0)]
+    low = 0.0 if predicted / hi <= 1.0 <= predicted / lo else min(ends)
+    return err, low, max(ends)
 
 
 def metrics_table(results: Sequence[dict[str, Any]], labels: Sequence[str] | None = None):

@@ -127,7 +127,7 @@ def measure_acceptance(
 
     Returns:
         ``acceptance_rate`` (accepted / drafted), ``tokens_per_pass`` (committed tokens per
-        target pass), ``drafted`` and ``passes``.
+        target pass), ``accepted``, ``drafted`` and ``passes`` (counts, as floats).
     """
     full = list(prompt) + list(greedy)
     pos, drafted, accepted, passes = len(prompt), 0, 0, 0
@@ -141,6 +141,7 @@ def measure_acceptance(
     return {
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "tokens_per_pass": len(greedy) / passes if passes else 0.0,
+        "accepted": float(accepted),
         "drafted": float(drafted),
         "passes": float(passes),
     }

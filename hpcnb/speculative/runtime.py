@@ -294,6 +294,7 @@ def _head(st: _Rank, model: LlamaModel, draft: Any, spec: dict[str, Any]) -> dic
         "itl_p90_s": float(np.percentile(gaps, 90)),
         "acceptance_rate": policy.acceptance_rate(),
         "drafted": policy.drafted,
+        "accepted": policy.accepted,
         "runs": policy.n_runs,
         "cancelled_runs": policy.n_cancelled,
         "computed": [s["computed"] for s in stats],
