@@ -264,3 +264,43 @@ def test_cuda_kernels_in_simulator():
     assert len(results) == 3
     for res in results:
         assert res["max_rel_error"] <= 1e-5, res
+
+
+def test_interleaved_rounds_are_kept_for_per_round_ratios():
+    from hpcnb.winograd.autotune import time_interleaved, time_rounds
+
+    calls: list[str] = []
+    rounds = time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], reps=4, warmup=1)
+    assert calls == ["a", "b"] * 5  # one warm-up round, then interleaved rounds
+    assert len(rounds) == 2 and all(len(r) == 4 and min(r) >= 0 for r in rounds)
+    assert len(time_interleaved([lambda: None], reps=3)) == 1
+    with pytest.raises(ValueError, match="reps"):
+        time_rounds([lambda: None], reps=0)
+
+
+def test_round_geometric_means():
+    from hpcnb.winograd import geometric_mean, round_geometric_means
+
+    per_layer = [(1.0, 2.0, 4.0), (4.0, 2.0, 1.0)]
+    assert round_geometric_means(per_layer) == pytest.approx([2.0, 2.0, 2.0])
+    assert round_geometric_means([(3.0, 5.0)]) == pytest.approx([3.0, 5.0])
+    assert geometric_mean(round_geometric_means(per_layer)) == pytest.approx(2.0)
+    for bad in ([], [(1.0, 2.0), (1.0,)], [(1.0, 0.0)], [()]):
+        with pytest.raises(ValueError, match="round_geometric_means"):
+            round_geometric_means(bad)
+
+
+def test_gain_and_benchmark_expose_per_round_samples():
+    from hpcnb.winograd import Layer, benchmark_layer, measure_gain
+
+    layer = Layer(N=1, C=4, H=8)
+    g = measure_gain(layer, WinogradConfig(m=4), WinogradConfig(m=2, threads=1), threads=2, reps=3)
+    assert not g.same and len(g.ratios) == 3 and all(r > 0 for r in g.ratios)
+    assert g.gain == pytest.approx(g.default_s / g.tuned_s)
+    same = measure_gain(layer, WinogradConfig(m=4), WinogradConfig(m=4, threads=2), threads=2)
+    assert same.same and same.ratios == (1.0,) * 5 and same.gain == 1.0
+    out = benchmark_layer(layer, threads=1, reps=3)
+    assert set(out["round_speedups"]) == {"torch", "direct", "im2col"}
+    for key, ratios in out["round_speedups"].items():
+        assert len(ratios) == 3 and all(r > 0 for r in ratios), key
+    assert out["winograd_rel_error"] < 1e-4

@@ -87,3 +87,16 @@ def test_opencl_kernels_match_torch():
         y = conv2d_winograd_opencl(x, w, m=m, padding=pad)
         ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad).numpy()
         assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max() * 2
+
+
+def test_portability_table_makes_no_opencl_value_without_a_device():
+    from hpcnb.winograd.portability import portability_table
+
+    table = portability_table(2, 3, (1, 2, 2, 6), threads=1, reps=2, archs=())
+    ocl = table[table["target"].str.startswith("OpenCL")]
+    assert len(ocl) == 1 and table.attrs["opencl_ran"] == (opencl_device() is not None)
+    if opencl_device() is None:
+        assert not ocl["compiled"].iloc[0] and ocl["time_kind"].iloc[0] == "not run"
+        assert np.isnan(ocl["time_ms"].iloc[0]) and table.attrs["opencl_vs_numba_rounds"] == ()
+    else:
+        assert len(table.attrs["opencl_vs_numba_rounds"]) == 2

@@ -17,10 +17,13 @@ from hpcnb.winograd.autotune import (
     wisdom_path,
 )
 from hpcnb.winograd.bench import (
+    GainMeasurement,
     Layer,
     benchmark_layer,
     geometric_mean,
     layer_set,
+    measure_gain,
+    round_geometric_means,
     time_configs,
     tuned_gain,
 )
@@ -49,6 +52,7 @@ from hpcnb.winograd.transforms import (
 )
 
 __all__ = [
+    "GainMeasurement",
     "Layer",
     "LinearProgram",
     "TuneResult",
@@ -77,11 +81,13 @@ __all__ = [
     "layer_set",
     "lookup",
     "machine_key",
+    "measure_gain",
     "op_count_row",
     "op_count_table",
     "optimise",
     "prove_equivalence",
     "relative_error",
+    "round_geometric_means",
     "search_space",
     "time_configs",
     "transform_programs",

@@ -43,6 +43,7 @@ __all__ = [
     "shape_key",
     "time_call",
     "time_interleaved",
+    "time_rounds",
     "wisdom_path",
 ]
 
@@ -175,11 +176,45 @@ def time_call(fn, reps: int = 3, warmup: int = 1) -> float:
     return float(np.median(times))
 
 
+def time_rounds(fns: list, reps: int = 5, warmup: int = 1) -> list[tuple[float, ...]]:
+    """Wall times of several callables, every round of an interleaved measurement kept.
+
+    Each round calls every function once, in order, so that changes in machine load
+    affect all of them alike; ``warmup`` untimed rounds come first. Round ``i`` of one
+    callable and round ``i`` of another ran back to back, so their ratio is a per-round
+    sample robust to slow drifts of load (pass such ratios as ``samples`` to
+    :func:`hpcnb.records.record`).
+
+    Args:
+        fns: Callables without arguments.
+        reps: Timed rounds.
+        warmup: Untimed rounds before.
+
+    Returns:
+        Per callable, in order, its ``reps`` durations in seconds (round order).
+
+    Raises:
+        ValueError: ``reps`` < 1 or ``warmup`` < 0.
+    """
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"time_rounds: reps must be >= 1 and warmup >= 0, got {reps}, {warmup}")
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, acc in zip(fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
+    return [tuple(t) for t in times]
+
+
 def time_interleaved(fns: list, reps: int = 5, warmup: int = 1) -> list[float]:
     """Median wall times of several callables timed in interleaved rounds.
 
     Each round calls every function once, in order, so that changes in machine load
-    affect all of them alike; ``warmup`` untimed rounds come first.
+    affect all of them alike; ``warmup`` untimed rounds come first (:func:`time_rounds`).
 
     Args:
         fns: Callables without arguments.
@@ -192,20 +227,7 @@ def time_interleaved(fns: list, reps: int = 5, warmup: int = 1) -> list[float]:
     Raises:
         ValueError: ``reps`` < 1 or ``warmup`` < 0.
     """
-    if reps < 1 or warmup < 0:
-        raise ValueError(
-            f"time_interleaved: reps must be >= 1 and warmup >= 0, got {reps}, {warmup}"
-        )
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, acc in zip(fns, times, strict=True):
-            t0 = time.perf_counter()
-            fn()
-            acc.append(time.perf_counter() - t0)
-    return [float(np.median(t)) for t in times]
+    return [float(np.median(t)) for t in time_rounds(fns, reps=reps, warmup=warmup)]
 
 
 def autotune(

@@ -1,17 +1,21 @@
 """Timing Winograd convolution against PyTorch, a direct Numba kernel and im2col + GEMM.
 
 All four run in one process with the same fixed thread count (torch, Numba and BLAS),
-on the same random float32 data; each time is the median of ``reps`` calls after one
-warm-up call. Layers are the 3×3 convolutions of ResNet/VGG stages (``C = K``, padding 1).
+on the same random float32 data, in interleaved rounds after one warm-up round; each
+time is the median of the rounds, and every round is kept so that speed-ups can be
+recorded as per-round ratios with an interval (:func:`round_geometric_means` combines
+them over layers). Layers are the 3×3 convolutions of ResNet/VGG stages (``C = K``,
+padding 1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hpcnb.winograd.autotune import time_call, time_interleaved
+from hpcnb.winograd.autotune import time_rounds
 from hpcnb.winograd.conv import (
     WinogradConfig,
     conv2d_direct,
@@ -24,10 +28,13 @@ from hpcnb.winograd.conv import (
 
 __all__ = [
     "RESNET_LAYERS",
+    "GainMeasurement",
     "Layer",
     "benchmark_layer",
     "geometric_mean",
     "layer_set",
+    "measure_gain",
+    "round_geometric_means",
     "time_configs",
     "tuned_gain",
 ]
@@ -88,6 +95,38 @@ def geometric_mean(values) -> float:
     return float(np.exp(np.log(v).mean()))
 
 
+def round_geometric_means(per_layer: Sequence[Sequence[float]]) -> list[float]:
+    """Per-round geometric means over layers of per-round ratios.
+
+    Layer ``l`` was measured in its own interleaved rounds and gives ratios
+    ``per_layer[l][i]`` (round ``i``). Sample ``i`` of the result is the geometric mean
+    over layers of their round-``i`` ratios: one estimate of the layer-set speed-up per
+    round, so the median of the samples estimates the geo-mean speed-up and their spread
+    gives its interval (``record(..., samples=...)``).
+
+    Args:
+        per_layer: One sequence of positive per-round ratios per layer, all of one length.
+
+    Returns:
+        One geometric mean per round.
+
+    Raises:
+        ValueError: No layers, an empty or non-positive sequence, or unequal lengths.
+    """
+    if not per_layer:
+        raise ValueError("round_geometric_means: no layers")
+    lengths = {len(r) for r in per_layer}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(
+            f"round_geometric_means: every layer needs the same number (>= 1) of rounds, "
+            f"got lengths {sorted(lengths)}"
+        )
+    a = np.asarray([list(r) for r in per_layer], dtype=np.float64)
+    if not np.all(a > 0) or not np.all(np.isfinite(a)):
+        raise ValueError("round_geometric_means: ratios must be finite and positive")
+    return [float(v) for v in np.exp(np.log(a).mean(axis=0))]
+
+
 def benchmark_layer(
     layer: Layer,
     *,
@@ -109,7 +148,7 @@ def benchmark_layer(
             may have chosen fewer) is then given to torch, Numba and BLAS alike, so every
             method runs with the same number of threads.
         config: Winograd configuration (default: :func:`default_config`).
-        reps: Timed repetitions (median).
+        reps: Timed interleaved rounds (median; every method runs in every round).
         seed: Seed of the data.
         direct: Also time the direct Numba kernel.
         im2col: Also time im2col + GEMM.
@@ -117,8 +156,11 @@ def benchmark_layer(
     Returns:
         Dict with ``layer``, ``<method>_s`` medians (``winograd_s`` with the filters
         transformed once beforehand, as for inference with fixed weights, and
-        ``winograd_with_filter_transform_s`` including it), ``winograd_rel_error`` vs torch and the
-        ratios ``speedup_vs_torch``, ``speedup_vs_direct``, ``speedup_vs_im2col``.
+        ``winograd_with_filter_transform_s`` including it), ``winograd_rel_error`` vs torch,
+        the ratios of medians ``speedup_vs_torch``, ``speedup_vs_direct``,
+        ``speedup_vs_im2col``, and ``round_speedups``: ``{"torch": (...), "direct": (...),
+        "im2col": (...)}``, the per-round ratios (method time / Winograd time of the same
+        round), ``reps`` of each.
     """
     import torch
     import torch.nn.functional as F
@@ -149,22 +191,17 @@ def benchmark_layer(
         methods["direct"] = lambda: conv2d_direct(x, w, pad)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
-    times: dict[str, list[float]] = {k: [] for k in methods}
     try:
         with torch.no_grad():
             ref = F.conv2d(xt, wt, padding=pad).numpy()
         y = winograd_numpy(x, w, pad, cfg, U=U)
         with thread_limit(threads):
-            for fn in methods.values():  # warm-up (and compile)
-                fn()
-            # interleaved rounds: a change of machine load hits every method alike
-            for rnd in range(reps):
-                for name, fn in methods.items():
-                    if name == "direct" and rnd >= max(1, reps // 2):
-                        continue  # the slow baseline gets fewer rounds
-                    times[name].append(time_call(fn, reps=1, warmup=0))
+            # one warm-up round (and compile), then interleaved rounds: a change of machine
+            # load hits every method alike
+            rounds = time_rounds(list(methods.values()), reps=reps, warmup=1)
     finally:
         torch.set_num_threads(old)
+    times = dict(zip(methods, rounds, strict=True))
     med = {k: float(np.median(v)) for k, v in times.items()}
     t_wino = med["winograd"]
     out = {
@@ -182,6 +219,11 @@ def benchmark_layer(
     for k in ("direct", "im2col"):
         if k in med:
             out[f"speedup_vs_{k}"] = med[k] / t_wino
+    out["round_speedups"] = {
+        k: tuple(a / b for a, b in zip(times[k], times["winograd"], strict=True))
+        for k in ("torch", "direct", "im2col")
+        if k in times
+    }
     return out
 
 
@@ -204,6 +246,14 @@ def time_configs(
     Returns:
         Median seconds per configuration, in order.
     """
+    rounds = _config_rounds(layer, configs, threads=threads, reps=reps, seed=seed)
+    return [float(np.median(t)) for t in rounds]
+
+
+def _config_rounds(
+    layer: Layer, configs: list[WinogradConfig], *, threads: int, reps: int, seed: int
+) -> list[tuple[float, ...]]:
+    """Every round of an interleaved timing of several configurations on one layer."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(layer.x_shape, dtype=np.float32)
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
@@ -214,12 +264,68 @@ def time_configs(
         lambda c=c, U=U: winograd_numpy(x, w, pad, c, U=U)
         for c, U in zip(cfgs, filters, strict=True)
     ]
-    return time_interleaved(fns, reps=reps, warmup=1)  # one warm-up round (and compile)
+    return time_rounds(fns, reps=reps, warmup=1)  # one warm-up round (and compile)
 
 
 def _effective(config: WinogradConfig, threads: int) -> WinogradConfig:
     """The configuration as run with at most ``threads`` threads (0 means ``threads``)."""
     return config if 0 < config.threads <= threads else replace(config, threads=threads)
+
+
+@dataclass(frozen=True)
+class GainMeasurement:
+    """Tuned against default configuration on one layer, measured after tuning.
+
+    Attributes:
+        default_s: Median seconds of the default configuration (NaN when not timed).
+        tuned_s: Median seconds of the tuned configuration (NaN when not timed).
+        gain: ``default_s / tuned_s``; exactly 1.0 when the configurations are the same.
+        ratios: Per-round ratios default / tuned (round ``i`` of both ran back to back);
+            ``reps`` times 1.0 when the configurations are the same.
+        same: True when the tuner kept the default (nothing was timed).
+    """
+
+    default_s: float
+    tuned_s: float
+    gain: float
+    ratios: tuple[float, ...]
+    same: bool
+
+
+def measure_gain(
+    layer: Layer,
+    default: WinogradConfig,
+    tuned: WinogradConfig,
+    *,
+    threads: int,
+    reps: int = 5,
+    seed: int = 0,
+) -> GainMeasurement:
+    """Measure tuned against default configuration on one layer, keeping every round.
+
+    Both are timed in ``reps`` interleaved rounds after a warm-up round, independently of
+    the tuner's own measurements. When the tuner kept the default (the same
+    configuration once thread counts are resolved) nothing is timed and the gain is
+    exactly 1.0 in every round: timing one configuration twice would only measure noise.
+
+    Args:
+        layer: The layer.
+        default: The untuned configuration.
+        tuned: The tuner's choice.
+        threads: Maximum thread count.
+        reps: Interleaved rounds.
+        seed: Seed of the data.
+
+    Returns:
+        The measurement, with per-round ratios for ``record(..., samples=...)``.
+    """
+    if _effective(default, threads) == _effective(tuned, threads):
+        nan = float("nan")
+        return GainMeasurement(nan, nan, 1.0, (1.0,) * reps, True)
+    t_def, t_tuned = _config_rounds(layer, [default, tuned], threads=threads, reps=reps, seed=seed)
+    d, t = float(np.median(t_def)), float(np.median(t_tuned))
+    ratios = tuple(a / b for a, b in zip(t_def, t_tuned, strict=True))
+    return GainMeasurement(d, t, d / t, ratios, False)
 
 
 def tuned_gain(
@@ -233,10 +339,7 @@ def tuned_gain(
 ) -> tuple[float, float, float]:
     """Measure tuned against default configuration on one layer, after tuning.
 
-    Both are timed in interleaved rounds after a warm-up round (:func:`time_configs`),
-    independently of the tuner's own measurements. When the tuner kept the default
-    (the same configuration once thread counts are resolved) nothing is timed and the
-    gain is exactly 1.0: timing one configuration twice would only measure noise.
+    The medians of :func:`measure_gain` (which also keeps the per-round ratios).
 
     Args:
         layer: The layer.
@@ -250,7 +353,5 @@ def tuned_gain(
         ``(default seconds, tuned seconds, default / tuned)``; the times are NaN when the
         configurations are the same.
     """
-    if _effective(default, threads) == _effective(tuned, threads):
-        return float("nan"), float("nan"), 1.0
-    t_def, t_tuned = time_configs(layer, [default, tuned], threads=threads, reps=reps, seed=seed)
-    return t_def, t_tuned, t_def / t_tuned
+    g = measure_gain(layer, default, tuned, threads=threads, reps=reps, seed=seed)
+    return g.default_s, g.tuned_s, g.gain
