@@ -11,7 +11,9 @@ evolutionary or exhaustive search returns Pareto fronts.
 
 from hpcnb.supernet.benchmark import ModelComparison, ModelMeasurement, compare_models, time_call
 from hpcnb.supernet.forkjoin import (
+    PHASES,
     LocalResult,
+    StepPhases,
     assign_subnets,
     coverage_average,
     distill_loss,
@@ -21,14 +23,18 @@ from hpcnb.supernet.forkjoin import (
     local_gradients,
 )
 from hpcnb.supernet.mpi import (
+    ForkJoinBenchmark,
     ForkJoinJob,
     benchmark_fork_join,
     mpiexec_command,
+    run_benchmark_job,
     run_job,
     run_local,
     run_mpi,
+    variant_name,
     write_job,
 )
+from hpcnb.supernet.progress import show_progress
 from hpcnb.supernet.samplers import PrioritizedSampler, Sampler, SandwichSampler, UniformSampler
 from hpcnb.supernet.search import (
     Candidate,
@@ -58,9 +64,11 @@ from hpcnb.supernet.training import (
 )
 
 __all__ = [
+    "PHASES",
     "Candidate",
     "Dimension",
     "FlatParameters",
+    "ForkJoinBenchmark",
     "ForkJoinJob",
     "LocalResult",
     "ModelComparison",
@@ -70,6 +78,7 @@ __all__ = [
     "SandwichSampler",
     "SearchResult",
     "SearchSpace",
+    "StepPhases",
     "SubnetBinding",
     "SubnetConfig",
     "Supernet",
@@ -97,15 +106,18 @@ __all__ = [
     "pareto_front",
     "pareto_ranks",
     "recalibrate_norm",
+    "run_benchmark_job",
     "run_job",
     "run_local",
     "run_mpi",
     "search_supernet",
     "selective_recall",
+    "show_progress",
     "subnet_accuracy",
     "time_call",
     "train_model",
     "train_supernet",
+    "variant_name",
     "width_choices",
     "write_job",
 ]

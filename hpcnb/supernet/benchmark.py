@@ -18,8 +18,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from .training import accuracy
-
 __all__ = ["ModelComparison", "ModelMeasurement", "compare_models", "time_call"]
 
 
@@ -33,6 +31,10 @@ class ModelMeasurement:
         accuracy: Top-1 accuracy on the held-out set.
         latency_s: Median seconds for a batch of one.
         throughput: Median examples per second at the throughput batch size.
+        correct: Held-out items classified correctly.
+        total: Held-out items (``accuracy = correct / total``).
+        latency_rounds: Median latency of each interleaved round (seconds).
+        throughput_rounds: Median throughput of each interleaved round (examples/s).
     """
 
     flops: float
@@ -40,6 +42,10 @@ class ModelMeasurement:
     accuracy: float
     latency_s: float
     throughput: float
+    correct: int = 0
+    total: int = 0
+    latency_rounds: tuple[float, ...] = ()
+    throughput_rounds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,38 @@ class ModelComparison:
         """``1 - subnet latency / full latency``."""
         return 1.0 - self.subnet.latency_s / self.full.latency_s
 
+    @property
+    def throughput_gain_samples(self) -> tuple[float, ...]:
+        """Per interleaved round, ``subnet throughput / full throughput``."""
+        return tuple(
+            s / f
+            for s, f in zip(self.subnet.throughput_rounds, self.full.throughput_rounds, strict=True)
+        )
+
+    @property
+    def latency_reduction_samples(self) -> tuple[float, ...]:
+        """Per interleaved round, ``1 - subnet latency / full latency``."""
+        return tuple(
+            1.0 - s / f
+            for s, f in zip(self.subnet.latency_rounds, self.full.latency_rounds, strict=True)
+        )
+
+    def accuracy_drop_interval(self, confidence: float = 0.95) -> tuple[float, float, float]:
+        """``(drop, low, high)``: the accuracy drop with Newcombe's interval (test items).
+
+        The two models are scored on the same items, so the interval (which assumes
+        independent samples) is conservative.
+        """
+        from hpcnb.records import difference_interval
+
+        return difference_interval(
+            self.full.correct,
+            self.full.total,
+            self.subnet.correct,
+            self.subnet.total,
+            confidence=confidence,
+        )
+
     def table(self) -> list[dict[str, float | str]]:
         """Rows for a pandas table: one per model."""
         rows = []
@@ -91,6 +129,15 @@ class ModelComparison:
                 }
             )
         return rows
+
+
+@torch.no_grad()
+def _correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 512) -> int:
+    model.eval()
+    return sum(
+        int((model(x[i : i + batch]).argmax(-1) == y[i : i + batch]).sum())
+        for i in range(0, len(x), batch)
+    )
 
 
 def time_call(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> list[float]:
@@ -127,7 +174,8 @@ def compare_models(
         flops: ``(full FLOPs, subnet FLOPs)`` per example.
         batch_size: Batch of the throughput measurement.
         repeats: Timed calls per round.
-        rounds: Interleaved rounds (full, subnet, full, subnet, ...).
+        rounds: Interleaved rounds (full, subnet, full, subnet, ...); each round gives one
+            sample of the latency and throughput ratios.
         threads: Torch threads during timing (restored afterwards).
 
     Raises:
@@ -147,21 +195,26 @@ def compare_models(
         if len(big) < batch_size:
             reps = -(-batch_size // len(big))
             big = big.repeat(reps, *([1] * (big.dim() - 1)))[:batch_size]
-        lat: dict[str, list[float]] = {k: [] for k in models}
-        thr: dict[str, list[float]] = {k: [] for k in models}
+        lat: dict[str, list[list[float]]] = {k: [] for k in models}
+        thr: dict[str, list[list[float]]] = {k: [] for k in models}
         with torch.inference_mode():
             for _ in range(rounds):
                 for name, m in models.items():
-                    lat[name] += time_call(lambda m=m: m(one), repeats)
-                    thr[name] += time_call(lambda m=m: m(big), max(3, repeats // 4))
+                    lat[name].append(time_call(lambda m=m: m(one), repeats))
+                    thr[name].append(time_call(lambda m=m: m(big), max(3, repeats // 4)))
         meas = {}
         for (name, m), f in zip(models.items(), flops, strict=True):
+            correct = _correct(m, x_test, y_test)
             meas[name] = ModelMeasurement(
                 flops=float(f),
                 params=sum(p.numel() for p in m.parameters()),
-                accuracy=accuracy(m, x_test, y_test),
-                latency_s=float(np.median(lat[name])),
-                throughput=float(batch_size / np.median(thr[name])),
+                accuracy=correct / len(y_test),
+                latency_s=float(np.median(np.concatenate(lat[name]))),
+                throughput=float(batch_size / np.median(np.concatenate(thr[name]))),
+                correct=correct,
+                total=len(y_test),
+                latency_rounds=tuple(float(np.median(r)) for r in lat[name]),
+                throughput_rounds=tuple(float(batch_size / np.median(r)) for r in thr[name]),
             )
     finally:
         torch.set_num_threads(saved)

@@ -19,8 +19,9 @@ hazard: overlapping elements keep the value of whoever wrote last
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -32,7 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .supernet import Supernet
 
 __all__ = [
+    "PHASES",
     "LocalResult",
+    "StepPhases",
     "assign_subnets",
     "coverage_average",
     "distill_loss",
@@ -41,6 +44,64 @@ __all__ = [
     "last_writer_step",
     "local_gradients",
 ]
+
+
+PHASES = ("compute", "wait", "allreduce", "update")
+
+
+@dataclass
+class StepPhases:
+    """Seconds spent in each phase of every fork-join step on one worker.
+
+    Phases of one step (:func:`fork_join_step` with ``phases=``):
+
+    * ``compute`` — the fork: this worker's subnets' forward and backward passes and the
+      gradient sums (:func:`local_gradients`);
+    * ``wait`` — an MPI ``Barrier`` right after the compute: the time this worker waits for
+      the slowest one (load imbalance); zero without a communicator;
+    * ``allreduce`` — the ``Allreduce`` of gradient sums and coverage counts, every
+      worker having arrived; zero without a communicator;
+    * ``update`` — the coverage-count average and the optimiser step.
+
+    Attributes:
+        compute: Seconds per step.
+        wait: Seconds per step.
+        allreduce: Seconds per step.
+        update: Seconds per step.
+    """
+
+    compute: list[float] = field(default_factory=list)
+    wait: list[float] = field(default_factory=list)
+    allreduce: list[float] = field(default_factory=list)
+    update: list[float] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        """Number of steps timed."""
+        return len(self.compute)
+
+    def add(self, compute: float, wait: float, allreduce: float, update: float) -> None:
+        """Append the phase durations (seconds) of one step."""
+        for name, value in zip(PHASES, (compute, wait, allreduce, update), strict=True):
+            getattr(self, name).append(float(value))
+
+    def totals(self) -> dict[str, float]:
+        """Seconds per phase summed over the steps."""
+        return {name: float(sum(getattr(self, name))) for name in PHASES}
+
+    def mean_per_step(self) -> dict[str, float]:
+        """Mean seconds per step of each phase (zeros when no step was timed)."""
+        n = max(1, self.steps)
+        return {name: total / n for name, total in self.totals().items()}
+
+    def to_json(self) -> dict[str, list[float]]:
+        """The per-step lists, JSON-serialisable."""
+        return {name: list(getattr(self, name)) for name in PHASES}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Sequence[float]]) -> StepPhases:
+        """Rebuild from :meth:`to_json` output."""
+        return cls(**{name: [float(v) for v in data.get(name, ())] for name in PHASES})
 
 
 @dataclass
@@ -213,6 +274,7 @@ def fork_join_step(
     comm: Any = None,
     distill: bool = True,
     teacher_logits: torch.Tensor | None = None,
+    phases: StepPhases | None = None,
 ) -> list[float]:
     """One fork-join step: subnets' gradients joined by coverage-count average, one update.
 
@@ -220,6 +282,11 @@ def fork_join_step(
     ``W``, rank ``r`` trains its share from :func:`assign_subnets` and the sums and
     counts are joined with one ``Allreduce``; every rank then applies the same optimiser
     step, so the shared weights stay identical on all ranks (one machine or a cluster).
+
+    With ``phases``, the step's compute, wait, all-reduce and update times
+    (``time.perf_counter``) are appended to it; to separate waiting for the slowest rank
+    from the all-reduce itself, a timed MPI step puts a ``Barrier`` before the
+    ``Allreduce`` (the weights are the same either way).
 
     Args:
         supernet: The supernet being trained.
@@ -230,25 +297,36 @@ def fork_join_step(
         comm: Optional MPI communicator.
         distill: In-place distillation from the largest subnet.
         teacher_logits: Fixed teacher outputs for ``x``.
+        phases: Optional :class:`StepPhases` that receives this step's phase times.
 
     Returns:
         The losses of the subnets this rank trained.
     """
+    t0 = time.perf_counter()
     if comm is not None and comm.Get_size() > 1:
         parts = assign_subnets(supernet, configs, comm.Get_size(), distill=distill)
         mine = [configs[i] for i in parts[comm.Get_rank()]]
         local = local_gradients(
             supernet, mine, x, y, distill=distill, teacher_logits=teacher_logits
         )
+        t_compute = time.perf_counter()
+        if phases is not None:
+            comm.Barrier()
+        t_wait = time.perf_counter()
         sums, counts = _allreduce(comm, local)
+        t_reduce = time.perf_counter()
     else:
         local = local_gradients(
             supernet, configs, x, y, distill=distill, teacher_logits=teacher_logits
         )
         sums, counts = local.sums, local.counts
+        t_compute = t_wait = t_reduce = time.perf_counter()
     supernet.flat.refresh_grad_views()
     supernet.flat.grads.copy_(coverage_average(sums, counts).to(supernet.flat.grads.dtype))
     optimizer.step()
+    if phases is not None:
+        t_end = time.perf_counter()
+        phases.add(t_compute - t0, t_wait - t_compute, t_reduce - t_wait, t_end - t_reduce)
     return local.losses
 
 

@@ -30,13 +30,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from .forkjoin import StepPhases, fork_join_step
+
 __all__ = [
+    "ForkJoinBenchmark",
     "ForkJoinJob",
     "benchmark_fork_join",
     "mpiexec_command",
+    "run_benchmark_job",
     "run_job",
     "run_local",
     "run_mpi",
+    "variant_name",
     "write_job",
 ]
 
@@ -115,6 +120,64 @@ def _load(folder: Path) -> tuple[ForkJoinJob, Any, np.ndarray, np.ndarray]:
     return job, model, data["x"], data["y"]
 
 
+class _Trainer:
+    """One process's side of a job: the supernet, the schedule, the initial weights."""
+
+    def __init__(self, folder: Path, comm: Any, threads: int | None, *, bind_all: bool) -> None:
+        from .forkjoin import assign_subnets
+        from .space import SubnetConfig
+        from .supernet import Supernet
+
+        self.folder = folder
+        job, model, x_np, y_np = _load(folder)
+        self.job = job
+        torch.set_num_threads(threads or job.threads)
+        torch.manual_seed(job.seed)
+        kwargs = {**job.supernet_kwargs, "reorder": False}
+        self.supernet = Supernet.from_model(model, torch.zeros(job.example_shape), **kwargs)
+        self.schedule = [[SubnetConfig(tuple(c)) for c in step] for step in job.schedule]
+        self.x, self.y = torch.from_numpy(x_np), torch.from_numpy(y_np)
+        self.rank = 0 if comm is None else comm.Get_rank()
+        self.size = 1 if comm is None else comm.Get_size()
+        # Warm-up outside the timed region: extract and bind the subnets this rank trains.
+        for step in self.schedule:
+            if bind_all:
+                for config in step:
+                    self.supernet.bind(config)
+            for i in assign_subnets(self.supernet, step, self.size, distill=job.distill)[self.rank]:
+                self.supernet.bind(step[i])
+            self.supernet.bind(self.supernet.max())
+        self.init_params = self.supernet.flat.params.clone()
+        self.init_buffers = self.supernet.flat.buffers.clone()
+
+    def run(self, comm: Any, steps: int | None = None) -> tuple[float, list[float], StepPhases]:
+        """Train the schedule from the initial weights; return seconds, losses, phases."""
+        from .training import batches, make_optimizer
+
+        job, sn = self.job, self.supernet
+        with torch.no_grad():
+            sn.flat.params.copy_(self.init_params)
+            sn.flat.buffers.copy_(self.init_buffers)
+        opt = make_optimizer(sn.model.parameters(), job.optimizer, job.lr)
+        rng = np.random.default_rng(job.seed)
+        schedule = self.schedule if steps is None else self.schedule[:steps]
+        index = list(batches(len(self.x), job.batch_size, rng, len(schedule)))
+        phases = StepPhases()
+        if comm is not None:
+            comm.Barrier()
+        t0 = time.perf_counter()
+        losses = []
+        for configs, idx in zip(schedule, index, strict=True):
+            step_losses = fork_join_step(
+                sn, configs, self.x[idx], self.y[idx], opt, comm=comm, distill=job.distill,
+                phases=phases,
+            )  # fmt: skip
+            losses.append(float(np.mean(step_losses)) if step_losses else 0.0)
+        if comm is not None:
+            comm.Barrier()
+        return time.perf_counter() - t0, losses, phases
+
+
 def run_job(
     folder: str | Path, comm: Any = None, threads: int | None = None
 ) -> dict[str, Any] | None:
@@ -126,49 +189,128 @@ def run_job(
         threads: Torch threads (default: the job's ``threads``).
 
     Returns:
-        On rank 0 (or without ``comm``): ``{"seconds", "steps", "losses", "ranks"}``,
-        also written to ``result.json`` with the final weights in ``final.pt``.
+        On rank 0 (or without ``comm``): ``{"seconds", "steps", "losses", "ranks",
+        "phases"}`` (``phases``: per rank, the mean seconds per step of each phase of
+        :class:`~hpcnb.supernet.forkjoin.StepPhases`), also written to
+        ``result_<ranks>.json`` with the final weights in ``final_<ranks>.pt``.
     """
-    from .forkjoin import assign_subnets, fork_join_step
-    from .space import SubnetConfig
-    from .supernet import Supernet
-    from .training import batches, make_optimizer
-
     folder = Path(folder)
-    job, model, x_np, y_np = _load(folder)
-    torch.set_num_threads(threads or job.threads)
-    torch.manual_seed(job.seed)
-    kwargs = {**job.supernet_kwargs, "reorder": False}
-    supernet = Supernet.from_model(model, torch.zeros(job.example_shape), **kwargs)
-    schedule = [[SubnetConfig(tuple(c)) for c in step] for step in job.schedule]
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
-    rank = 0 if comm is None else comm.Get_rank()
-    size = 1 if comm is None else comm.Get_size()
-    # Warm-up outside the timed region: extract and bind this rank's subnets.
-    for step in schedule:
-        for i in assign_subnets(supernet, step, size, distill=job.distill)[rank]:
-            supernet.bind(step[i])
-        supernet.bind(supernet.max())
-    opt = make_optimizer(supernet.model.parameters(), job.optimizer, job.lr)
-    rng = np.random.default_rng(job.seed)
-    index = list(batches(len(x), job.batch_size, rng, len(schedule)))
-    if comm is not None:
-        comm.Barrier()
-    t0 = time.perf_counter()
-    losses = []
-    for configs, idx in zip(schedule, index, strict=True):
-        step_losses = fork_join_step(
-            supernet, configs, x[idx], y[idx], opt, comm=comm, distill=job.distill
-        )
-        losses.append(float(np.mean(step_losses)) if step_losses else 0.0)
-    if comm is not None:
-        comm.Barrier()
-    seconds = time.perf_counter() - t0
+    trainer = _Trainer(folder, comm, threads, bind_all=False)
+    seconds, losses, phases = trainer.run(comm)
+    per_rank = [phases.mean_per_step()] if comm is None else comm.gather(phases.mean_per_step())
+    if trainer.rank != 0:
+        return None
+    size = trainer.size
+    result = {
+        "seconds": seconds,
+        "steps": len(trainer.schedule),
+        "losses": losses,
+        "ranks": size,
+        "phases": per_rank,
+    }
+    (folder / f"result_{size}.json").write_text(json.dumps(result), encoding="utf-8")
+    torch.save(trainer.supernet.flat.params.clone(), folder / f"final_{size}.pt")
+    return result
+
+
+def _idle_until_all_arrive(comm: Any, poll_s: float = 0.002) -> None:
+    """Wait at a barrier without spinning (a busy MPI wait would steal a core)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
+
+
+def variant_name(processes: int, threads: int) -> str:
+    """Name of a benchmark configuration, e.g. ``"2 proc x 1 thr"``."""
+    return f"{processes} proc x {threads} thr"
+
+
+def run_benchmark_job(
+    folder: str | Path,
+    comm: Any,
+    *,
+    rounds: int = 5,
+    sequential_threads: tuple[int, ...] = (1, 2),
+) -> dict[str, Any] | None:
+    """Time sequential and MPI fork-join runs of one job, interleaved, in one MPI launch.
+
+    Every round runs the job's schedule from the same initial weights once per
+    configuration — one process (rank 0, the other ranks idle without spinning) with each
+    of ``sequential_threads`` torch threads, and all ranks with ``job.threads`` threads
+    each — in an order rotated by one every round, so slow drifts of machine load hit
+    every configuration alike. One untimed step of each configuration warms up first.
+    Process start-up and subnet extraction are outside the timed region.
+
+    Args:
+        folder: The job folder (:func:`write_job`).
+        comm: The ``mpi4py`` communicator (``COMM_WORLD`` of the launch).
+        rounds: Interleaved rounds (samples per configuration).
+        sequential_threads: Torch threads of each one-process baseline.
+
+    Returns:
+        On rank 0: ``{"ranks", "steps", "rounds", "mpi", "seconds": {name: [per round]},
+        "phases": {name: [per round: [per rank: {phase: mean s/step}]]},
+        "max_weight_diff"}``, also written to ``bench.json``; ``None`` on other ranks.
+
+    Raises:
+        ValueError: ``rounds`` < 1 or no sequential thread count.
+    """
+    if rounds < 1 or not sequential_threads:
+        raise ValueError(f"rounds={rounds} must be >= 1 and sequential_threads non-empty")
+    folder = Path(folder)
+    trainer = _Trainer(folder, comm, None, bind_all=True)
+    job, size, rank = trainer.job, trainer.size, trainer.rank
+    mpi_name = variant_name(size, job.threads)
+    variants: list[tuple[str, int | None]] = [
+        (variant_name(1, t), int(t)) for t in sequential_threads
+    ]
+    variants.append((mpi_name, None))  # None: every rank, job.threads each
+
+    def run_variant(threads: int | None, steps: int | None = None) -> tuple[Any, ...] | None:
+        if threads is None:
+            torch.set_num_threads(job.threads)
+            seconds, _, phases = trainer.run(comm, steps)
+            per_rank = comm.gather(phases.mean_per_step())
+            return seconds, per_rank, trainer.supernet.flat.params.clone()
+        out = None
+        if rank == 0:
+            torch.set_num_threads(threads)
+            seconds, _, phases = trainer.run(None, steps)
+            out = seconds, [phases.mean_per_step()], trainer.supernet.flat.params.clone()
+        _idle_until_all_arrive(comm)
+        return out
+
+    for _, threads in variants:  # warm-up: one untimed step of each configuration
+        run_variant(threads, steps=1)
+    seconds: dict[str, list[float]] = {name: [] for name, _ in variants}
+    phases: dict[str, list[list[dict[str, float]]]] = {name: [] for name, _ in variants}
+    max_diff = 0.0
+    for r in range(rounds):
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
+        finals = {}
+        for name, threads in order:
+            out = run_variant(threads)
+            if rank == 0 and out is not None:
+                seconds[name].append(float(out[0]))
+                phases[name].append(out[1])
+                finals[name] = out[2]
+        if rank == 0:
+            for name, _ in variants[:-1]:
+                diff = float((finals[name] - finals[mpi_name]).abs().max())
+                max_diff = max(max_diff, diff)
+    torch.set_num_threads(job.threads)
     if rank != 0:
         return None
-    result = {"seconds": seconds, "steps": len(schedule), "losses": losses, "ranks": size}
-    (folder / f"result_{size}.json").write_text(json.dumps(result), encoding="utf-8")
-    torch.save(supernet.flat.params.clone(), folder / f"final_{size}.pt")
+    result = {
+        "ranks": size,
+        "steps": len(trainer.schedule),
+        "rounds": rounds,
+        "mpi": mpi_name,
+        "seconds": seconds,
+        "phases": phases,
+        "max_weight_diff": max_diff,
+    }
+    (folder / "bench.json").write_text(json.dumps(result), encoding="utf-8")
     return result
 
 
@@ -203,7 +345,7 @@ def _env(threads: int) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], folder: Path, threads: int, timeout: float, size: int) -> dict[str, Any]:
+def _launch(cmd: list[str], threads: int, timeout: float) -> None:
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, env=_env(threads)
@@ -214,6 +356,10 @@ def _run(cmd: list[str], folder: Path, threads: int, timeout: float, size: int) 
         raise RuntimeError(
             f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stderr[-3000:]}"
         )
+
+
+def _run(cmd: list[str], folder: Path, threads: int, timeout: float, size: int) -> dict[str, Any]:
+    _launch(cmd, threads, timeout)
     result = json.loads((folder / f"result_{size}.json").read_text(encoding="utf-8"))
     result["final"] = torch.load(folder / f"final_{size}.pt", weights_only=True)
     return result
@@ -251,6 +397,97 @@ def run_local(folder: str | Path, *, threads: int = 2, timeout: float = 120.0) -
     return _run(cmd, folder, threads, timeout, 1)
 
 
+@dataclass(frozen=True)
+class ForkJoinBenchmark:
+    """Interleaved timings of one fork-join schedule: sequential baselines and MPI.
+
+    Attributes:
+        workers: MPI ranks of the parallel configuration.
+        steps: Training steps per run.
+        mpi: Name of the MPI configuration (a key of ``seconds``).
+        seconds: Per configuration, the seconds of each round (same order of rounds).
+        phases: Per configuration, per round, per rank: mean seconds per step of each
+            phase (``compute``, ``wait``, ``allreduce``, ``update``).
+        max_weight_diff: Largest difference between the final shared weights of the MPI
+            run and any sequential run of the same round.
+    """
+
+    workers: int
+    steps: int
+    mpi: str
+    seconds: dict[str, tuple[float, ...]]
+    phases: dict[str, tuple[tuple[dict[str, float], ...], ...]]
+    max_weight_diff: float
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ForkJoinBenchmark:
+        """Build from the result of :func:`run_benchmark_job`."""
+        return cls(
+            workers=int(data["ranks"]),
+            steps=int(data["steps"]),
+            mpi=str(data["mpi"]),
+            seconds={k: tuple(float(v) for v in vs) for k, vs in data["seconds"].items()},
+            phases={
+                k: tuple(tuple(dict(rank) for rank in rnd) for rnd in rounds)
+                for k, rounds in data["phases"].items()
+            },
+            max_weight_diff=float(data["max_weight_diff"]),
+        )
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        """Names of the one-process configurations."""
+        return tuple(k for k in self.seconds if k != self.mpi)
+
+    def speedups(self, baseline: str) -> tuple[float, ...]:
+        """Per-round speed-ups ``baseline seconds / MPI seconds`` (samples for a record).
+
+        Raises:
+            KeyError: ``baseline`` is not a measured configuration.
+        """
+        if baseline not in self.seconds:
+            raise KeyError(f"{baseline!r} is not one of {list(self.seconds)}")
+        return tuple(
+            b / m for b, m in zip(self.seconds[baseline], self.seconds[self.mpi], strict=True)
+        )
+
+    def phase_samples(self, name: str, phase: str) -> tuple[float, ...]:
+        """Per round, the mean over ranks of a phase's seconds per step."""
+        return tuple(
+            float(np.mean([rank.get(phase, 0.0) for rank in rnd])) for rnd in self.phases[name]
+        )
+
+    def phase_table(self) -> list[dict[str, Any]]:
+        """Rows (configuration, rank): median over rounds of ms per step in each phase.
+
+        ``total`` is the sum of the phases; ``step_ms`` the measured wall time per step
+        (median over rounds), the same for every rank of a configuration.
+        """
+        from .forkjoin import PHASES
+
+        rows = []
+        for name, rounds in self.phases.items():
+            step_ms = float(np.median(self.seconds[name])) / max(1, self.steps) * 1e3
+            for rank in range(len(rounds[0]) if rounds else 0):
+                row: dict[str, Any] = {"configuration": name, "rank": rank}
+                for phase in PHASES:
+                    row[f"{phase}_ms"] = float(np.median([r[rank][phase] for r in rounds])) * 1e3
+                row["total_ms"] = sum(row[f"{p}_ms"] for p in PHASES)
+                row["step_ms"] = step_ms
+                rows.append(row)
+        return rows
+
+    def summary(self) -> dict[str, float]:
+        """Medians: seconds per configuration, speed-ups against each baseline, weights diff."""
+        out = {f"{k} s": float(np.median(v)) for k, v in self.seconds.items()}
+        for base in self.baselines:
+            out[f"speedup vs {base}"] = float(np.median(self.speedups(base)))
+        out["max_weight_diff"] = self.max_weight_diff
+        out["steps"] = float(self.steps)
+        out["rounds"] = float(len(self.seconds[self.mpi]))
+        return out
+
+
 def benchmark_fork_join(
     folder: str | Path,
     job: ForkJoinJob,
@@ -259,16 +496,18 @@ def benchmark_fork_join(
     y: np.ndarray,
     *,
     workers: int = 2,
-    sequential_threads: int = 2,
-    single_thread_baseline: bool = True,
-    timeout: float = 180.0,
+    sequential_threads: tuple[int, ...] = (1, 2),
+    rounds: int = 5,
+    timeout: float = 600.0,
     hostfile: str | Path | None = None,
-) -> dict[str, float]:
-    """Time the same fork-join schedule sequentially and on ``workers`` MPI ranks.
+) -> ForkJoinBenchmark:
+    """Time the same fork-join schedule in one process and on ``workers`` MPI ranks.
 
-    The sequential run is one process with ``sequential_threads`` torch threads; the MPI
-    run has ``job.threads`` threads per rank. All runs exclude start-up and subnet
-    extraction (timed region: the training steps only).
+    One ``mpiexec -n workers`` launch runs :func:`run_benchmark_job`: per round, the
+    schedule in one process with each of ``sequential_threads`` torch threads and on all
+    ranks with ``job.threads`` threads each, interleaved, every run from the same weights
+    (timed region: the training steps only; start-up and subnet extraction excluded).
+    Every fork-join step is split into compute, wait, all-reduce and update phases.
 
     Args:
         folder: Job folder to write.
@@ -277,31 +516,26 @@ def benchmark_fork_join(
         x: Training inputs.
         y: Labels.
         workers: MPI ranks.
-        sequential_threads: Torch threads of the sequential baseline.
-        single_thread_baseline: Also time the sequential run with one thread.
-        timeout: Seconds allowed per run.
+        sequential_threads: Torch threads of each one-process baseline.
+        rounds: Interleaved rounds (samples per configuration).
+        timeout: Seconds allowed for the whole launch.
         hostfile: MPI hostfile for a cluster.
 
     Returns:
-        ``{"sequential_s", "mpi_s", "speedup", "max_weight_diff", "steps"}`` (plus
-        ``"sequential_1thread_s"`` and ``"speedup_vs_1thread"``), where
-        ``max_weight_diff`` compares the final shared weights of the two runs.
+        The timings, per-step phases and the largest difference of final weights.
+
+    Raises:
+        RuntimeError: The launch failed or timed out (the message holds MPI's stderr).
     """
     folder = write_job(folder, job, state_dict, x, y)
-    seq = run_local(folder, threads=sequential_threads, timeout=timeout)
-    par = run_mpi(folder, workers, timeout=timeout, hostfile=hostfile)
-    out = {
-        "sequential_s": float(seq["seconds"]),
-        "mpi_s": float(par["seconds"]),
-        "speedup": float(seq["seconds"] / par["seconds"]),
-        "max_weight_diff": float((seq["final"] - par["final"]).abs().max()),
-        "steps": float(len(job.schedule)),
-    }
-    if single_thread_baseline:
-        one = run_local(folder, threads=1, timeout=timeout)
-        out["sequential_1thread_s"] = float(one["seconds"])
-        out["speedup_vs_1thread"] = float(one["seconds"] / par["seconds"])
-    return out
+    threads = max([job.threads, *sequential_threads])
+    cmd = [
+        *mpiexec_command(workers, hostfile), sys.executable, "-m", __name__, str(folder),
+        "--bench", str(rounds), "--seq-threads", ",".join(str(t) for t in sequential_threads),
+    ]  # fmt: skip
+    _launch(cmd, threads, timeout)
+    data = json.loads((folder / "bench.json").read_text(encoding="utf-8"))
+    return ForkJoinBenchmark.from_json(data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,6 +544,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", help="job folder written by write_job")
     parser.add_argument("--no-mpi", action="store_true", help="run sequentially, no MPI")
     parser.add_argument("--threads", type=int, default=None, help="override torch threads")
+    parser.add_argument(
+        "--bench", type=int, default=0, metavar="ROUNDS",
+        help="interleaved benchmark: sequential and MPI runs, ROUNDS rounds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seq-threads", default="1,2", help="torch threads of the sequential baselines"
+    )
     args = parser.parse_args(argv)
     folder = Path(args.folder)
     if args.no_mpi:
@@ -317,6 +558,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from mpi4py import MPI
 
+    if args.bench:
+        threads = tuple(int(t) for t in args.seq_threads.split(","))
+        run_benchmark_job(folder, MPI.COMM_WORLD, rounds=args.bench, sequential_threads=threads)
+        return 0
     run_job(folder, MPI.COMM_WORLD, threads=args.threads)
     return 0
 

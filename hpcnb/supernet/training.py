@@ -10,6 +10,7 @@ their gradients by coverage-count average and takes one optimiser step.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -18,9 +19,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import TqdmWarning
+
+with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to text bars
+    warnings.simplefilter("ignore", TqdmWarning)
+    from tqdm.auto import tqdm
 
 from .forkjoin import fork_join_step
+from .progress import show_progress
 from .space import SubnetConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,7 +131,7 @@ def train_model(
     batch_size: int = 64,
     lr: float = 2e-3,
     seed: int = 0,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> list[float]:
     """Pretrain a classifier with Adam and cross-entropy; return per-epoch mean losses.
 
@@ -137,7 +143,8 @@ def train_model(
         batch_size: Batch size.
         lr: Learning rate (cosine-annealed to zero).
         seed: Shuffle seed.
-        progress: Show a tqdm bar.
+        progress: Show a tqdm bar (``None``: :func:`~hpcnb.supernet.progress.show_progress`
+            decides: on in an interactive frontend, off under papermill and in tests).
     """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -146,7 +153,7 @@ def train_model(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
     model.train()
     out: list[float] = []
-    for _ in tqdm(range(epochs), disable=not progress, desc="pretrain"):
+    for _ in tqdm(range(epochs), disable=not show_progress(progress), desc="pretrain"):
         total = 0.0
         for idx in batches(len(x), batch_size, rng, steps_per_epoch):
             opt.zero_grad()
@@ -216,7 +223,7 @@ def train_supernet(
     y: torch.Tensor,
     config: SupernetTrainConfig,
     *,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> TrainLog:
     """Train a supernet with the sandwich rule and in-place distillation, in one process.
 
@@ -226,7 +233,8 @@ def train_supernet(
         x: Training inputs.
         y: Labels.
         config: Training settings.
-        progress: Show a tqdm bar.
+        progress: Show a tqdm bar (``None``: :func:`~hpcnb.supernet.progress.show_progress`
+            decides: on in an interactive frontend, off under papermill and in tests).
 
     Returns:
         The losses and the subnets drawn.
@@ -241,7 +249,8 @@ def train_supernet(
     )
     log = TrainLog()
     steps = batches(len(x), config.batch_size, rng, config.steps)
-    for step, idx in enumerate(tqdm(steps, total=config.steps, disable=not progress)):
+    bar = tqdm(steps, total=config.steps, disable=not show_progress(progress))
+    for step, idx in enumerate(bar):
         configs = sampler.draw(rng, config.subnets_per_step)
         losses = fork_join_step(supernet, configs, x[idx], y[idx], opt, distill=config.distill)
         log.losses.append(float(np.mean(losses)))
@@ -268,7 +277,7 @@ def finetune_subnet(
     x_val: torch.Tensor | None = None,
     y_val: torch.Tensor | None = None,
     seed: int = 0,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> list[float]:
     """Fine-tune an extracted subnet briefly with knowledge distillation plus labels.
 
@@ -292,7 +301,8 @@ def finetune_subnet(
         x_val: Optional validation inputs for best-epoch selection.
         y_val: Validation labels (with ``x_val``).
         seed: Shuffle seed.
-        progress: Show a tqdm bar.
+        progress: Show a tqdm bar (``None``: :func:`~hpcnb.supernet.progress.show_progress`
+            decides: on in an interactive frontend, off under papermill and in tests).
 
     Returns:
         The mean training loss of each epoch.
@@ -320,7 +330,7 @@ def finetune_subnet(
     best_acc = accuracy(subnet, x_val, y_val) if x_val is not None and y_val is not None else None
     best_state = copy.deepcopy(subnet.state_dict()) if best_acc is not None else None
     out: list[float] = []
-    for _ in tqdm(range(epochs), disable=not progress, desc="fine-tune"):
+    for _ in tqdm(range(epochs), disable=not show_progress(progress), desc="fine-tune"):
         subnet.train()
         total = 0.0
         for idx in batches(len(x), batch_size, rng, steps_per_epoch):
