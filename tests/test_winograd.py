@@ -304,3 +304,4 @@ def test_gain_and_benchmark_expose_per_round_samples():
     for key, ratios in out["round_speedups"].items():
         assert len(ratios) == 3 and all(r > 0 for r in ratios), key
     assert out["winograd_rel_error"] < 1e-4
+    assert out["winograd_s"] == pytest.approx(float(np.median(out["round_times"]["winograd"])))

@@ -160,7 +160,7 @@ def benchmark_layer(
         the ratios of medians ``speedup_vs_torch``, ``speedup_vs_direct``,
         ``speedup_vs_im2col``, and ``round_speedups``: ``{"torch": (...), "direct": (...),
         "im2col": (...)}``, the per-round ratios (method time / Winograd time of the same
-        round), ``reps`` of each.
+        round), ``reps`` of each, and ``round_times``: ``{method: (seconds per round)}``.
     """
     import torch
     import torch.nn.functional as F
@@ -219,6 +219,7 @@ def benchmark_layer(
     for k in ("direct", "im2col"):
         if k in med:
             out[f"speedup_vs_{k}"] = med[k] / t_wino
+    out["round_times"] = times
     out["round_speedups"] = {
         k: tuple(a / b for a, b in zip(times[k], times["winograd"], strict=True))
         for k in ("torch", "direct", "im2col")
