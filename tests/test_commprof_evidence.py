@@ -144,6 +144,14 @@ def test_interleaved_variant_samples() -> None:
         commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, variants=("gpu",))
     with pytest.raises(ValueError):
         commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=0)
+    serial = ("native", "instrumented")
+    cpu = commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=2,
+                                        variants=serial, clock="cpu")  # fmt: skip
+    assert all(min(v.samples) >= 0 for v in cpu.values())
+    with pytest.raises(ValueError, match="cpu clock"):
+        commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, clock="cpu")
+    with pytest.raises(ValueError, match="clock"):
+        commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, clock="gpu")
 
 
 def test_measure_case_returns_paired_timings() -> None:

@@ -63,19 +63,30 @@ def signature_curves(rows: list[dict[str, float | int | str]]) -> Figure:
              and r["read_share"] == s]  # fmt: skip
         return float(np.mean(v)) if v else float("nan")
 
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for h in hashes:
-        a1.plot(fracs, [max(mean_f1(h, f, s) for s in shares) for f in fracs], "o-", label=h)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for k, h in enumerate(hashes):
+        a1.plot(fracs, [max(mean_f1(h, f, s) for s in shares) for f in fracs], "o-", label=h,
+                color=_colour(k, len(hashes)))  # fmt: skip
     a1.axvline(1 / 8, color="grey", ls=":", label="1/8 of exact bytes")
     a1.set_xscale("log", base=2)
     a1.set_xlabel("signature bytes / exact shadow bytes")
     a1.set_ylabel("F1 vs exact (mean over kernels)")
-    a1.legend(fontsize=8)
-    for h in hashes:
-        for f in fracs[:: max(1, len(fracs) // 3)]:
-            a2.plot(shares, [mean_f1(h, f, s) for s in shares], "o-", label=f"{h}, {f:g}")
+    a1.set_title("best read share per hash", fontsize=9)
+    a1.legend(fontsize=7, loc="lower right")
+    series = [(h, f) for h in hashes for f in fracs[:: max(1, len(fracs) // 3)]]
+    for k, (h, f) in enumerate(series):
+        a2.plot(shares, [mean_f1(h, f, s) for s in shares], "o-", label=f"{h}, {f:g}",
+                color=_colour(k, len(series)))  # fmt: skip
     a2.set_xlabel("share of bytes given to the read signature")
     a2.set_ylabel("F1 vs exact (mean over kernels)")
-    a2.legend(fontsize=7)
+    a2.set_title("F1 against read share (hash, bytes fraction)", fontsize=9)
+    a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
     return fig
+
+
+def _colour(k: int, n: int) -> tuple[float, float, float, float] | str:
+    """Colour of series ``k`` of ``n``: the default cycle up to 10, tab20 beyond (no reuse)."""
+    if n <= 10:
+        return f"C{k}"
+    return plt.get_cmap("tab20" if n <= 20 else "turbo")(k if n <= 20 else k / max(1, n - 1))

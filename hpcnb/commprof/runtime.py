@@ -337,6 +337,7 @@ def time_variant_samples(
     repeats: int = 5,
     warmup: int = 1,
     variants: tuple[str, ...] = ("native", "parallel", "instrumented"),
+    clock: str = "wall",
 ) -> dict[str, Timing]:
     """Wall times of native serial, native parallel and instrumented runs, interleaved.
 
@@ -356,18 +357,31 @@ def time_variant_samples(
         warmup: Untimed rounds first (compilation, caches).
         variants: Some of ``native``, ``parallel``, ``instrumented`` (with ``memory``) and
             ``exact`` (instrumented with the exact shadow memory).
+        clock: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.thread_time``, the
+            calling thread's CPU time). The serial variants run on the calling thread, so
+            their CPU time leaves out the time the operating system gave to other
+            processes; on a shared machine wall time inflates a long run (instrumented)
+            by preemption far more than a short one (native), which biases their ratio.
+            ``"cpu"`` cannot time ``parallel`` (its worker threads are not counted).
 
     Returns:
         ``{variant: Timing}`` with ``repeats`` samples each.
 
     Raises:
         TypeError: ``make_args`` is not callable.
-        ValueError: An unknown variant, ``repeats`` < 1 or ``warmup`` < 0.
+        ValueError: An unknown variant or clock, ``parallel`` with the CPU clock,
+            ``repeats`` < 1 or ``warmup`` < 0.
     """
     if not callable(make_args):
         raise TypeError("make_args must be a callable returning the kernel arguments")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    clocks = {"wall": time.perf_counter, "cpu": time.thread_time}
+    if clock not in clocks:
+        raise ValueError(f"clock {clock!r}: expected one of {sorted(clocks)}")
+    if clock == "cpu" and "parallel" in variants:
+        raise ValueError("the cpu clock counts the calling thread only; time parallel with wall")
+    now = clocks[clock]
     runs = {
         "native": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
                                        schedule=schedule),
@@ -385,10 +399,10 @@ def time_variant_samples(
     for r in range(warmup + repeats):
         for name in variants:
             a = make_args()
-            t0 = time.perf_counter()
+            t0 = now()
             runs[name](a)
             if r >= warmup:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(now() - t0)
     return {name: Timing(statistics.median(ts), min(ts), tuple(ts)) for name, ts in times.items()}
 
 
