@@ -237,6 +237,8 @@ EXPECTATIONS: dict[str, Expectation] = {
         required=(
             "commprof.pattern_accuracy",
             "commprof.signature_f1_at_eighth",
+            "commprof.signature_f1_at_64th",
+            "commprof.signature_pattern_agreement_at_64th",
             "commprof.overhead_vs_native",
             "commprof.valgrind_match",
         ),
