@@ -36,7 +36,8 @@ system-deps:  ## install Debian packages some tests use (valgrind, PoCL) when ro
 	      || echo "could not install:$$missing (tests that need them will skip)"; \
 	  else echo "not installed:$$missing (tests that need them will skip)"; fi
 
-run: setup  ## execute every notebook with default parameters into papermill_runs/<UTC timestamp>/
+run: setup  ## fetch the real data if reachable, then execute every notebook into papermill_runs/<UTC timestamp>/
+	@$(BIN)/hpcnb data fetch --all --quiet --timeout 10
 	@out=$(RUN_DIR); $(BIN)/hpcnb run --out $$out; status=$$?; \
 	  echo; cat $$out/report.md; exit $$status
 

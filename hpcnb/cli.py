@@ -7,6 +7,7 @@ Sub-commands::
     hpcnb sweep NOTEBOOK --grid GRID.yaml [--workers N] [--scheduler ADDRESS] [--out DIR]
     hpcnb report RUN_DIR
     hpcnb strip [NOTEBOOK...]
+    hpcnb data list | fetch [NAME...|--all] | verify
 
 Technique packages add their own sub-commands (``hpcnb batchsim ...``,
 ``hpcnb perfmodel ...``) through a ``register(subparsers)`` function in their
@@ -30,6 +31,7 @@ __all__ = ["TECHNIQUE_CLIS", "build_parser", "main", "strip_notebook"]
 #: A module is imported only when its sub-command is used (they import torch), so that
 #: ``hpcnb run`` rejects a bad parameter in a fraction of a second.
 TECHNIQUE_CLIS: dict[str, tuple[str, str]] = {
+    "data": ("hpcnb.data.cli", "list, fetch and verify the real data of the registry"),
     "batchsim": ("hpcnb.batchsim.cli", "ElastiSim-style batch-system simulation"),
     "perfmodel": ("hpcnb.perfmodel.cli", "ConvMeter performance-model tools"),
 }

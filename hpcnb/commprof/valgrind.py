@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +44,9 @@ __all__ = [
     "run_valgrind",
 ]
 
-#: A recorded, filtered run (T=4, N=64) for machines without gcc or valgrind.
-RECORDED = Path(__file__).resolve().parents[2] / "data" / "commprof" / "lackey_t4_n64"
+#: A recorded, filtered run (T=4, N=64) for machines without gcc or valgrind: package data
+#: ``hpcnb/commprof/data/lackey_t4_n64.{log,stdout}``, read with importlib.resources.
+RECORDED = "lackey_t4_n64"
 
 #: Regions of the C program (index = region id).
 REGION_NAMES = ("main", "init", "stencil", "gather", "broadcast")
@@ -189,11 +191,16 @@ def filter_log(run: ValgrindRun) -> ValgrindRun:
 
 
 def recorded_run() -> ValgrindRun:
-    """Load the recorded filtered run shipped in ``data/commprof`` (T=4, N=64)."""
-    log, out = RECORDED.with_suffix(".log"), RECORDED.with_suffix(".stdout")
-    if not log.exists() or not out.exists():
-        raise FileNotFoundError(f"recorded valgrind run not found at {RECORDED}.*")
-    return ValgrindRun(log.read_text(), out.read_text(), 4)
+    """Load the recorded filtered run shipped with the package (T=4, N=64).
+
+    Raises:
+        FileNotFoundError: The package data is missing (a broken installation).
+    """
+    folder = resources.files("hpcnb.commprof").joinpath("data")
+    log, out = folder.joinpath(f"{RECORDED}.log"), folder.joinpath(f"{RECORDED}.stdout")
+    if not log.is_file() or not out.is_file():
+        raise FileNotFoundError(f"recorded valgrind run {RECORDED}.* missing from {folder}")
+    return ValgrindRun(log.read_text(encoding="utf-8"), out.read_text(encoding="utf-8"), 4)
 
 
 def parse_lackey(run: ValgrindRun) -> Profile:

@@ -1,73 +1,19 @@
-"""Data sets the notebooks share, and the ``HPCNB_DATA`` lookup for real traces.
+"""Embedded data sets that need no network.
 
-Embedded defaults need no network: scikit-learn's bundled digits and a text corpus
-made of the documentation strings of modules shipped with Python. Real traces
-(SWF logs, measured deep-learning throughput, ElastiSim inputs) are not part of the
-project; they are found in the folder named by the environment variable ``HPCNB_DATA``.
+scikit-learn's bundled digits and a text corpus made of the documentation strings of
+modules shipped with Python.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-ENV_VAR = "HPCNB_DATA"
-
-__all__ = [
-    "ENV_VAR",
-    "DataNotFoundError",
-    "DigitsSplit",
-    "data_dir",
-    "data_path",
-    "digits",
-    "text_corpus",
-]
-
-
-class DataNotFoundError(FileNotFoundError):
-    """A data file asked for is not available (``HPCNB_DATA`` unset or file missing)."""
-
-
-def data_dir() -> Path | None:
-    """Return the real-data folder named by ``HPCNB_DATA``, or ``None`` when unset.
-
-    Raises:
-        DataNotFoundError: ``HPCNB_DATA`` is set but is not a directory.
-    """
-    value = os.environ.get(ENV_VAR)
-    if not value:
-        return None
-    path = Path(value).expanduser()
-    if not path.is_dir():
-        raise DataNotFoundError(f"{ENV_VAR}={value!r} is not a directory")
-    return path
-
-
-def data_path(relative: str | Path) -> Path:
-    """Return ``$HPCNB_DATA/relative``, checking that it exists.
-
-    Args:
-        relative: Path inside the data folder, e.g. ``"swf/hpc2n-seth-first3170.swf"``.
-
-    Raises:
-        DataNotFoundError: ``HPCNB_DATA`` is unset or the file is missing; the message
-            says which.
-    """
-    root = data_dir()
-    if root is None:
-        raise DataNotFoundError(
-            f"{relative}: real data needs {ENV_VAR} pointing at a data folder "
-            "(e.g. export HPCNB_DATA=../shared/data)"
-        )
-    path = root / relative
-    if not path.exists():
-        raise DataNotFoundError(f"{path}: not found in {ENV_VAR}={root}")
-    return path
+__all__ = ["DigitsSplit", "digits", "text_corpus"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,42 @@
+"""The one cache root of hpcnb.
+
+Everything hpcnb caches (downloaded data, measured timing tables, compiled kernels) lives
+under :func:`cache_root`: the folder named by ``HPCNB_CACHE`` when set, else the platform's
+user cache folder for ``hpcnb`` (``~/.cache/hpcnb`` on Linux,
+``~/Library/Caches/hpcnb`` on macOS).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["CACHE_ENV", "cache_dir", "cache_root"]
+
+CACHE_ENV = "HPCNB_CACHE"
+
+
+def cache_root() -> Path:
+    """Return the cache root (``$HPCNB_CACHE`` or the user cache folder), not created."""
+    value = os.environ.get(CACHE_ENV)
+    if value:
+        return Path(value).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("hpcnb", appauthor=False))
+
+
+def cache_dir(name: str) -> Path:
+    """Return ``cache_root() / name`` (created).
+
+    Args:
+        name: A sub-folder name such as ``"data"``.
+
+    Raises:
+        ValueError: ``name`` is empty or leaves the cache root.
+    """
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError(f"cache folder name {name!r} must be a relative path inside the cache")
+    path = cache_root() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
