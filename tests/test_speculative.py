@@ -230,3 +230,34 @@ def test_paper_scale_cluster_cpu_and_gpu_class() -> None:
     assert gpu.draft_s / gpu.layer_s == pytest.approx(cpu.draft_s / cpu.layer_s)
     with pytest.raises(ValueError, match="layer_s"):
         paper_scale_cluster(meas, layer_s=0.0)
+
+
+def test_simulated_links_keep_message_order() -> None:
+    """Fast stages, a slow link and many runs in flight: a 2-token run sent after a
+    1-token one must not overtake it (MPI's non-overtaking rule); the run stays lossless."""
+    from hpcnb.speculative.simulation import ClusterConfig, simulate
+
+    cl = ClusterConfig(
+        n_ranks=8,
+        n_layers=80,
+        layer_s=50e-6,
+        batch_slope=0.0,
+        head_s=15e-6,
+        draft_s=64e-6,
+        latency_s=100e-6,
+        bandwidth_bps=125e6,
+        hidden_bytes=32768,
+    )
+    for k, inflight in [(1, 16), (2, 8)]:
+        r = simulate(cl, "pipeinfer", 0.3, n_new=48, k=k, max_inflight=inflight)
+        assert r.runs < 48 * 20  # no livelock of empty runs
+
+
+def test_policy_rejects_results_out_of_launch_order(tiny: LlamaModel) -> None:
+    pol = HeadPolicy("pipeinfer", PROMPT, 8, NgramDraft(), k=2, max_inflight=3)
+    first, second = pol.next_run(), pol.next_run()
+    assert first is not None and second is not None
+    with pytest.raises(ValueError, match="arrived before"):
+        pol.on_result(second.run_id, [0] * len(second.tokens))
+    with pytest.raises(KeyError):
+        pol.on_result(10_000, [0])

@@ -276,6 +276,7 @@ def plot_timeline(events: Sequence[Sequence], ax: Any, title: str = "", t_max: f
             Patch(color=colours["spec"], label="speculative run"),
             Patch(color=colours["skip"], label="cancelled (skipped)"),
         ],
-        loc="upper right",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
         fontsize=7,
     )

@@ -218,10 +218,18 @@ class HeadPolicy:
             outputs: The target's argmax after each of the run's tokens, or ``None`` for a
                 cancelled run's placeholder.
             now: Time stamp of the commit (for inter-token latency).
+
+        Raises:
+            KeyError: ``run_id`` is not in flight.
+            ValueError: An older run is still in flight (results out of launch order), or
+                the outputs do not match the run's tokens.
         """
-        run = self.inflight.pop(run_id, None)
-        if run is None:
+        if run_id not in self.inflight:
             raise KeyError(f"result for unknown run {run_id}")
+        oldest = next(iter(self.inflight))
+        if run_id != oldest:  # verification needs results in launch order (MPI non-overtaking)
+            raise ValueError(f"result for run {run_id} arrived before that of run {oldest}")
+        run = self.inflight.pop(run_id)
         edits: list[Edit] = []
         if outputs is not None and not run.cancelled:
             if len(outputs) != len(run.tokens):

@@ -9,9 +9,12 @@ Costs (all in seconds): a stage running ``L`` layers on a batch of ``b`` tokens 
 ``L * layer_s * (1 + batch_slope * (b - 1))``; the last stage adds the output head
 ``head_s * b``; the head rank pays ``draft_s`` per drafted token before running its
 stage. A hop of ``b`` tokens' hidden states takes ``latency_s + b * hidden_bytes /
-bandwidth_bps``; results and cancel messages take ``latency_s``. Cancel messages go to
-the last stage and travel backwards one hop at a time; a stage skips a run whose cancel
-arrived before the run's turn (a placeholder continues at no cost).
+bandwidth_bps``; results and cancel messages take ``latency_s``. Each link sends one
+message at a time, in order — MPI's non-overtaking rule, which the head's verification
+relies on (results arrive in launch order): a message occupies its link for its bytes
+over the bandwidth, after the link's previous message. Cancel messages go to the last
+stage and travel backwards one hop at a time; a stage skips a run whose cancel arrived
+before the run's turn (a placeholder continues at no cost).
 """
 
 from __future__ import annotations
@@ -167,10 +170,17 @@ def simulate(
     busy = [False] * P
     cancel_at: list[dict[int, float]] = [{} for _ in range(P)]
     inbox: list[dict] = []
+    link_free = [0.0] * P  # when the link into stage j has sent its last message
     computed, skipped = [0] * P, [0] * P
     events: list[tuple] = []
     head_busy = False
     end = 0.0
+
+    def send(now: float, j: int, n_tokens: int) -> float:
+        """Arrival time at stage ``j`` of ``n_tokens`` hidden states sent now (FIFO link)."""
+        start = max(now, link_free[j])
+        link_free[j] = start + n_tokens * cluster.hidden_bytes / cluster.bandwidth_bps
+        return link_free[j] + cluster.latency_s
 
     def outputs(run: Any) -> list[int]:
         out = []
@@ -209,7 +219,7 @@ def simulate(
         elif kind == "head_done":
             run = data[0]
             head_busy = False
-            push(now + cluster.hop_s(len(run.tokens)), "arrive", 1, {"run": run, "live": True})
+            push(send(now, 1, len(run.tokens)), "arrive", 1, {"run": run, "live": True})
             push(now, "head")
         elif kind == "arrive":
             j, msg = data
@@ -238,8 +248,8 @@ def simulate(
                 out = outputs(msg["run"]) if msg["live"] else None
                 push(now + cluster.latency_s, "result", {"run": msg["run"], "out": out})
             else:
-                hop = cluster.hop_s(len(msg["run"].tokens)) if msg["live"] else cluster.latency_s
-                push(now + hop, "arrive", j + 1, msg)
+                n_sent = len(msg["run"].tokens) if msg["live"] else 0  # placeholder: no states
+                push(send(now, j + 1, n_sent), "arrive", j + 1, msg)
             push(now, "start", j)
         elif kind == "result":
             inbox.append(data[0])
