@@ -4,6 +4,7 @@ Sub-commands::
 
     hpcnb list
     hpcnb run [NOTEBOOK...] [-p NAME VALUE]... [--smoke] [--out DIR] [--timeout S]
+              [--resume] [--force]
     hpcnb sweep NOTEBOOK --grid GRID.yaml [--workers N] [--scheduler ADDRESS] [--out DIR]
     hpcnb report RUN_DIR
     hpcnb strip [NOTEBOOK...]
@@ -22,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hpcnb.errors import HpcnbError
 from hpcnb.parameters import ParameterError, notebook_parameters
 from hpcnb.records import format_record, read_record_details
 
@@ -40,7 +42,12 @@ TECHNIQUE_CLIS: dict[str, tuple[str, str]] = {
 def _cmd_list(args: argparse.Namespace) -> int:
     from hpcnb.runner import default_notebooks
 
-    for path in default_notebooks():
+    try:
+        paths = default_notebooks()
+    except FileNotFoundError as exc:
+        print(f"hpcnb list: {exc}", file=sys.stderr)
+        return 2
+    for path in paths:
         print(path.stem)
         try:
             params = notebook_parameters(path)
@@ -50,6 +57,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for p in params:
             print(f"    {p.name}: {p.type} = {p.default!r}  # {p.comment}")
     return 0
+
+
+def _print_result(index: int, total: int, result: object) -> None:
+    from hpcnb.runner import summary_line
+
+    print(summary_line(index, total, result), flush=True)  # type: ignore[arg-type]
+    _print_records_table([result])
 
 
 def _print_records_table(results: Sequence[object]) -> None:
@@ -66,29 +80,42 @@ def _print_records_table(results: Sequence[object]) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from hpcnb.launch import InterruptedRunError
     from hpcnb.report import render_report
-    from hpcnb.runner import prepare, run_notebooks, timestamped_dir
+    from hpcnb.runfolder import RunFolderError
+    from hpcnb.runner import check_timeout, prepare, run_notebooks, timestamped_dir
 
     overrides = dict(args.param or [])
     try:
-        prepare(args.notebooks, overrides, smoke=args.smoke)
+        timeout = check_timeout(args.timeout)
+        plan = prepare(args.notebooks, overrides, smoke=args.smoke)
     except (ParameterError, FileNotFoundError) as exc:
         print(f"hpcnb run: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else timestamped_dir()
-    results = run_notebooks(
-        args.notebooks, overrides, smoke=args.smoke, out=out, timeout=args.timeout,
-        progress=not args.no_progress,
-    )  # fmt: skip
-    for result in results:
-        where = f" (cell {result.cell})" if result.cell is not None else ""
-        line = f"{result.notebook}: {result.status} in {result.seconds:.1f} s"
-        print(line + (f"{where}: {result.error}" if not result.ok else ""))
-        _print_records_table([result])
-    report = render_report(out)
-    (out / "report.md").write_text(report)
-    print(f"\nrun folder: {out}\nreport: {out / 'report.md'}")
-    return 0 if all(r.ok for r in results) else 1
+    print(f"running {len(plan)} notebook(s) into {out}", flush=True)
+    status = 0
+    try:
+        results = run_notebooks(
+            args.notebooks, overrides, smoke=args.smoke, out=out, timeout=timeout,
+            progress=not args.no_progress, resume=args.resume, force=args.force,
+            on_result=_print_result,
+        )  # fmt: skip
+        status = 0 if all(r.ok for r in results) else 1
+    except RunFolderError as exc:
+        print(f"hpcnb run: {exc}", file=sys.stderr)
+        return 2
+    except InterruptedRunError as exc:
+        print(f"hpcnb run: {exc}", file=sys.stderr)
+        status = 130
+    except KeyboardInterrupt:
+        print("hpcnb run: interrupted", file=sys.stderr)
+        status = 130
+    if (out / "run.json").is_file():
+        report = render_report(out)
+        (out / "report.md").write_text(report)
+        print(f"\nrun folder: {out}\nreport: {out / 'report.md'}")
+    return status
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -100,7 +127,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             args.notebook, grid, workers=args.workers, scheduler=args.scheduler, out=args.out,
             smoke=args.smoke, timeout=args.timeout,
         )  # fmt: skip
-    except (ParameterError, FileNotFoundError) as exc:
+    except (ParameterError, FileNotFoundError, HpcnbError) as exc:
         print(f"hpcnb sweep: {exc}", file=sys.stderr)
         return 2
     print(table.to_string(index=False))
@@ -153,6 +180,27 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hpcnb")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        from hpcnb import __version__
+
+        return __version__
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: need at least 1")
+    return value
+
+
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     """Return the argument parser of the ``hpcnb`` command.
 
@@ -161,6 +209,7 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
             parser is built (see :data:`TECHNIQUE_CLIS`); the others are listed only.
     """
     parser = argparse.ArgumentParser(prog="hpcnb", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="list notebooks and their parameters")
@@ -171,18 +220,22 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
     p.add_argument("--smoke", action="store_true", help="run with SMOKE=True")
     p.add_argument("--out", help="run folder (default papermill_runs/<UTC timestamp>)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per notebook")
+    p.add_argument("--timeout", default=None, help="seconds per notebook (finite, > 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out: skip notebooks already ok there")  # fmt: skip
+    p.add_argument("--force", action="store_true",
+                   help="execute even notebooks whose earlier result is unchanged")  # fmt: skip
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("sweep", help="run a notebook over a parameter grid on Dask")
     p.add_argument("notebook")
     p.add_argument("--grid", required=True, help="YAML mapping NAME: [values]")
-    p.add_argument("--workers", type=int, default=2, help="local Dask worker processes")
+    p.add_argument("--workers", type=_positive_int, default=2, help="local Dask worker processes")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
     p.add_argument("--out", default=None)
     p.add_argument("--smoke", action="store_true")
-    p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--timeout", default=None, help="seconds per grid point (finite, > 0)")
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("strip", help="clear outputs and execution counts, keep cell tags")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "cache_dir", "cache_root"]
+__all__ = ["CACHE_ENV", "cache_dir", "cache_root", "machine_key"]
 
 CACHE_ENV = "HPCNB_CACHE"
 
@@ -40,3 +40,23 @@ def cache_dir(name: str) -> Path:
     path = cache_root() / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def machine_key() -> str:
+    """Return a short description of this machine for caches of measurements.
+
+    Timings do not travel between machines: the key holds the CPU model, the number of
+    logical cores and the architecture (``"AMD EPYC 7B13 | 2 cores | x86_64"``).
+    """
+    import platform
+
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                model = line.split(":", 1)[1].strip()
+                break
+    if not model:
+        model = platform.processor() or platform.machine()
+    return f"{model} | {os.cpu_count()} cores | {platform.machine()}"

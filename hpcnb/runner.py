@@ -1,11 +1,18 @@
-"""Batch execution of notebooks with papermill, collecting their records.
+"""Batch execution of notebooks with papermill, collecting their records and claims.
 
 Each notebook runs in its own ``papermill`` process (kernel ``python3``, working
-directory ``notebooks/``) in a new process group, so a notebook that overruns its
-timeout is stopped together with its kernel. Parameters are validated against the
-notebook's ``parameters`` cell before any process starts. A failing notebook is
-reported with its failing cell and the others still run; the executed (possibly
-partial) notebook stays on disk.
+directory ``notebooks/``) launched through :class:`hpcnb.launch.ProcessTree`, so that on a
+timeout, on Ctrl-C or SIGTERM, or on an error of the runner, papermill, its kernel and
+everything the kernel started (MPI ranks included) are stopped within seconds. Parameters
+are validated against the notebook's ``parameters`` cell before any process starts. A
+failing notebook is reported with its failing cell and the others still run; the
+executed (possibly partial) notebook stays on disk. An interrupted run records the
+notebook in flight as ``interrupted`` and keeps what finished.
+
+A notebook whose inputs fingerprint (code, parameters, package, lock file, machine; see
+:mod:`hpcnb.runfolder`) and real-data files are unchanged since a successful run in a
+sibling run folder is not executed again: that run's executed notebook and records are
+re-used and reported as ``cached (from <run>)``, unless ``force`` is given.
 
 Output layout of a run folder::
 
@@ -14,18 +21,22 @@ Output layout of a run folder::
     <out>/records_detail.json  {"<stem>": {key: {value, unit, target, paper, n, low, high,
                                                  source, met}}}
     <out>/claims.json          {"<stem>": [{claim, kind, paper, measured, verdict, records}]}
-    <out>/run.json             {"<stem>": {"status", "seconds", "error", "cell", "parameters"}}
+    <out>/run.json             {"<stem>": {"status", "seconds", "error", "cell", "parameters",
+                                           "output" (relative), "inputs_key", "data",
+                                           "cached_from"}}
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,11 +46,21 @@ import yaml
 
 from hpcnb.claims import read_claims
 from hpcnb.errors import HpcnbError
-from hpcnb.parameters import notebook_parameters, validate_overrides
-from hpcnb.records import read_record_details
+from hpcnb.launch import InterruptedRunError, ProcessTree, sigterm_as_interrupt
+from hpcnb.parameters import ParameterError, notebook_parameters, validate_overrides
+from hpcnb.records import MET, read_record_details
+from hpcnb.runfolder import (
+    RUN_FILES,
+    find_cached,
+    inputs_key,
+    locked_run_folder,
+    read_run_tables,
+    write_json_atomic,
+)
 
 __all__ = [
     "NotebookResult",
+    "check_timeout",
     "default_notebooks",
     "execute_notebook",
     "notebooks_dir",
@@ -52,6 +73,7 @@ __all__ = [
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
 STATUS_TIMEOUT = "timeout"
+STATUS_INTERRUPTED = "interrupted"
 
 
 @dataclass
@@ -60,7 +82,7 @@ class NotebookResult:
 
     Attributes:
         notebook: Stem of the notebook (``"00_tour"``).
-        status: ``"ok"``, ``"failed"`` or ``"timeout"``.
+        status: ``"ok"``, ``"failed"``, ``"timeout"`` or ``"interrupted"``.
         seconds: Wall-clock duration.
         output: Path of the executed notebook.
         parameters: The parameters injected.
@@ -69,6 +91,9 @@ class NotebookResult:
         claims: The claims rows of the executed notebook.
         error: One-line description of the failure (exception and message).
         cell: Index (0-based) of the failing cell in the original notebook, if known.
+        inputs_key: The inputs fingerprint (see :func:`hpcnb.runfolder.inputs_key`).
+        data: Real-data lookups of the run, ``{logical name: sha256 or "missing"}``.
+        cached_from: Name of the run folder whose result was re-used, else empty.
     """
 
     notebook: str
@@ -81,6 +106,9 @@ class NotebookResult:
     claims: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     cell: int | None = None
+    inputs_key: str = ""
+    data: dict[str, str] = field(default_factory=dict)
+    cached_from: str = ""
 
     @property
     def ok(self) -> bool:
@@ -95,7 +123,8 @@ def notebooks_dir() -> Path:
     repository layout of an editable install).
 
     Raises:
-        FileNotFoundError: Neither place has a ``notebooks/`` folder.
+        FileNotFoundError: Neither place has a ``notebooks/`` folder (for example when
+            run outside a checkout).
     """
     candidates = [Path.cwd() / "notebooks", Path(__file__).resolve().parents[1] / "notebooks"]
     for candidate in candidates:
@@ -174,6 +203,51 @@ def _failure(output: Path) -> tuple[str, int | None]:
     return "", None
 
 
+def check_timeout(timeout: float | None) -> float | None:
+    """Return ``timeout`` if it is ``None`` or a finite positive number of seconds.
+
+    Raises:
+        ParameterError: Otherwise (NaN, infinity, zero, negative, not a number).
+    """
+    if timeout is None:
+        return None
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        raise ParameterError(f"--timeout {timeout!r}: not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0 or value > 1e7:
+        raise ParameterError(
+            f"--timeout {timeout!r}: need a finite positive number of seconds (at most 1e7)"
+        )
+    return value
+
+
+def _read_data_log(path: Path) -> dict[str, str]:
+    states: dict[str, str] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            name, _, state = line.partition("\t")
+            if name and state:
+                states[name] = state
+    return states
+
+
+def _collect(output: Path, status: str, error: str) -> tuple[str, str, dict[str, Any]]:
+    """Read records and claims of an executed notebook; a malformed one fails the run."""
+    found: dict[str, Any] = {"records": {}, "details": {}, "claims": []}
+    if not output.exists():
+        return status, error, found
+    try:
+        recs = read_record_details(output)
+        found["records"] = {rec.key: rec.value for rec in recs}
+        found["details"] = {rec.key: rec.detail() for rec in recs}
+        found["claims"] = read_claims(output)
+    except (HpcnbError, ValueError, TypeError, KeyError) as exc:
+        if status == STATUS_OK:
+            status, error = STATUS_FAILED, f"malformed output: {exc}"
+    return status, error, found
+
+
 def execute_notebook(
     path: str | Path,
     output: str | Path,
@@ -183,7 +257,7 @@ def execute_notebook(
     progress: bool = True,
     cwd: str | Path | None = None,
 ) -> NotebookResult:
-    """Execute one notebook with papermill in its own process group.
+    """Execute one notebook with papermill; stop it and all it started on any exit.
 
     Args:
         path: The notebook.
@@ -194,8 +268,14 @@ def execute_notebook(
         cwd: Working directory of the kernel (default: the notebook's folder).
 
     Returns:
-        The :class:`NotebookResult`; failures are reported, not raised.
+        The :class:`NotebookResult`; failures are reported, not raised. On Ctrl-C or
+        SIGTERM the processes are stopped and a result with status ``"interrupted"`` is
+        returned (the caller decides whether to go on).
+
+    Raises:
+        ParameterError: ``timeout`` is not a finite positive number.
     """
+    timeout = check_timeout(timeout)
     path = Path(path)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -210,75 +290,69 @@ def execute_notebook(
     ]  # fmt: skip
     if timeout is not None:
         cmd += ["--execution-timeout", str(int(max(1, timeout)))]
+    log_fd, log_name = tempfile.mkstemp(prefix="hpcnb-data-", suffix=".log")
+    os.close(log_fd)
+    data_log = Path(log_name)
     env = dict(os.environ)
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    env["HPCNB_DATA_LOG"] = str(data_log)
+    env["HPCNB_BATCH"] = "1"  # notebooks keep progress bars quiet under the runner
     start = time.perf_counter()
-    proc = subprocess.Popen(
+    status, error, cell = STATUS_OK, "", None
+    stdout = stderr = ""
+    tree = ProcessTree(
         cmd,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=None if progress else subprocess.PIPE,
-        start_new_session=True,
-        env=env,
         text=True,
     )
-    status = STATUS_OK
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        stdout, stderr = tree.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        status = STATUS_TIMEOUT
+        status, error = STATUS_TIMEOUT, f"timed out after {timeout:g} s"
+    except KeyboardInterrupt:
+        status, error = STATUS_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)"
+    finally:
+        tree.stop()  # the kernel and its children too, whatever happened
     seconds = time.perf_counter() - start
-    error, cell = "", None
-    if status == STATUS_TIMEOUT:
-        error = f"timed out after {timeout:g} s"
-    elif proc.returncode != 0:
+    if status == STATUS_OK and tree.proc.returncode != 0:
         status = STATUS_FAILED
         error, cell = _failure(output)
         if not error:
             tail = (stderr or stdout or "").strip().splitlines()
-            error = tail[-1] if tail else f"papermill exited with status {proc.returncode}"
-    records: dict[str, float] = {}
-    details: dict[str, dict[str, Any]] = {}
-    claims: list[dict[str, Any]] = []
-    if output.exists():
-        try:
-            recs = read_record_details(output)
-            records = {rec.key: rec.value for rec in recs}
-            details = {rec.key: rec.detail() for rec in recs}
-            claims = read_claims(output)
-        except (HpcnbError, ValueError) as exc:
-            if status == STATUS_OK:
-                status, error = STATUS_FAILED, str(exc)
+            error = tail[-1] if tail else f"papermill exited with status {tree.proc.returncode}"
+    status, error, found = _collect(output, status, error)
+    data = _read_data_log(data_log)
+    data_log.unlink(missing_ok=True)
     return NotebookResult(
         notebook=path.stem,
         status=status,
         seconds=seconds,
         output=str(output),
         parameters=parameters,
-        records=records,
-        details=details,
-        claims=claims,
+        records=found["records"],
+        details=found["details"],
+        claims=found["claims"],
         error=error,
         cell=cell,
+        data=data,
     )
-
-
-RUN_FILES = ("records.json", "records_detail.json", "claims.json", "run.json")
 
 
 def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:
     """Write the JSON files of a run folder, merging with what is there.
 
-    Writes ``records.json``, ``records_detail.json``, ``claims.json`` and ``run.json``
-    (strict JSON: non-finite numbers are refused).
+    Writes ``records.json``, ``records_detail.json``, ``claims.json`` and ``run.json``,
+    each atomically and as strict JSON (non-finite numbers are refused). ``run.json``
+    stores each executed notebook's path relative to the folder.
+
+    Raises:
+        RunFolderError: An existing file of the folder is corrupt.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {name: out / name for name in RUN_FILES}
-    tables = {
-        name: json.loads(path.read_text()) if path.exists() else {} for name, path in paths.items()
-    }
+    tables = read_run_tables(out)
     for result in results:
         tables["records.json"][result.notebook] = result.records
         tables["records_detail.json"][result.notebook] = result.details
@@ -286,10 +360,55 @@ def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:
         info = asdict(result)
         for name in ("records", "details", "claims"):
             info.pop(name)
+        info["output"] = Path(result.output).name
         tables["run.json"][result.notebook] = info
-    for name, path in paths.items():
-        text = json.dumps(tables[name], indent=2, sort_keys=True, allow_nan=False)
-        path.write_text(text + "\n")
+    for name in RUN_FILES:
+        write_json_atomic(out / name, tables[name])
+
+
+def summary_line(index: int, total: int, result: NotebookResult) -> str:
+    """Return the progress line of a finished notebook.
+
+    Example: ``[3/9] 02_gnn_rl_pruning ok in 3.4 min (12 records, 9 of 10 targets met)``.
+    """
+    minutes = result.seconds / 60
+    took = f"{minutes:.1f} min" if minutes >= 1 else f"{result.seconds:.1f} s"
+    head = f"[{index}/{total}] {result.notebook}"
+    if result.cached_from:
+        head += f" cached (from {result.cached_from})"
+    else:
+        head += f" {result.status} in {took}"
+    states = [d.get("met") for d in result.details.values() if d.get("met")]
+    tested = [s for s in states if s != "not tested"]
+    text = f"{head} ({len(result.records)} records, {sum(s == MET for s in tested)} of "
+    text += f"{len(tested)} targets met)"
+    if not result.ok:
+        where = f" at cell {result.cell}" if result.cell is not None else ""
+        text += f"{where}: {result.error}"
+    return text
+
+
+def _reuse(path: Path, folder: Path, cached: tuple[Path, dict[str, Any]]) -> NotebookResult:
+    source, info = cached
+    executed = source / Path(str(info["output"])).name
+    target = folder / path.name
+    if executed.resolve() != target.resolve():
+        shutil.copy2(executed, target)
+    status, error, found = _collect(target, STATUS_OK, "")
+    return NotebookResult(
+        notebook=path.stem,
+        status=status,
+        seconds=float(info.get("seconds", 0.0)),
+        output=str(target),
+        parameters=dict(info.get("parameters") or {}),
+        records=found["records"],
+        details=found["details"],
+        claims=found["claims"],
+        error=error,
+        inputs_key=str(info.get("inputs_key", "")),
+        data=dict(info.get("data") or {}),
+        cached_from=source.name,
+    )
 
 
 def run_notebooks(
@@ -300,6 +419,10 @@ def run_notebooks(
     out: str | Path | None = None,
     timeout: float | None = None,
     progress: bool = True,
+    resume: bool = False,
+    force: bool = False,
+    cache_root: str | Path | None = None,
+    on_result: Callable[[int, int, NotebookResult], None] | None = None,
 ) -> list[NotebookResult]:
     """Validate, then execute notebooks one after another into a run folder.
 
@@ -307,25 +430,57 @@ def run_notebooks(
         notebooks: Paths or stems; empty means every notebook in ``notebooks/``.
         overrides: Parameter values for every notebook.
         smoke: Run with ``SMOKE=True``.
-        out: Run folder (default ``papermill_runs/<UTC timestamp>``).
-        timeout: Per-notebook wall-clock limit in seconds.
+        out: Run folder (default ``papermill_runs/<UTC timestamp>``); must be empty or
+            absent unless ``resume``.
+        timeout: Per-notebook wall-clock limit in seconds (finite, positive).
         progress: Show a progress bar per notebook.
+        resume: Continue the run in ``out``: notebooks already ``ok`` there are skipped.
+        force: Execute every notebook even when an earlier result could be re-used.
+        cache_root: Folder of earlier run folders searched for re-usable results
+            (default: the parent of ``out``).
+        on_result: Called with ``(index, total, result)`` as each notebook ends (see
+            :func:`summary_line`).
 
     Returns:
-        One result per notebook, in order; ``records.json`` and ``run.json`` are
-        written after each notebook so partial runs keep what finished.
+        One result per notebook, in order; the run folder's JSON files are written after
+        each notebook, so partial runs keep what finished.
 
     Raises:
-        ParameterError: Before anything runs, when a parameter is unknown or ill-typed.
+        ParameterError: Before anything runs, when a parameter or the timeout is bad.
+        RunFolderError: The run folder is not empty, in use, or corrupt.
+        InterruptedRunError: Ctrl-C or SIGTERM; the notebook in flight is recorded as
+            ``interrupted`` and every process it started is stopped.
     """
+    timeout = check_timeout(timeout)
     plan = prepare(notebooks, overrides or {}, smoke=smoke)
     out_dir = Path(out) if out is not None else timestamped_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    search = Path(cache_root) if cache_root is not None else out_dir.parent
     results = []
-    for path, params in plan:
-        result = execute_notebook(
-            path, out_dir / path.name, params, timeout=timeout, progress=progress
-        )
-        results.append(result)
-        write_run(out_dir, [result])
+    with locked_run_folder(out_dir, resume=resume) as folder, sigterm_as_interrupt():
+        done = read_run_tables(folder)["run.json"] if resume else {}
+        for index, (path, params) in enumerate(plan, 1):
+            key = inputs_key(path, params)
+            previous = done.get(path.stem)
+            cached = None
+            if isinstance(previous, dict) and previous.get("status") == STATUS_OK:
+                cached = (folder, previous)
+            elif not force:
+                cached = find_cached(path.stem, key, search, exclude=folder)
+            if cached is not None:
+                result = _reuse(path, folder, cached)
+            else:
+                result = execute_notebook(
+                    path, folder / path.name, params, timeout=timeout, progress=progress
+                )
+                result.inputs_key = key
+            if cached is not None and cached[0] == folder:  # resumed: kept, not re-used
+                result.cached_from = str(previous.get("cached_from", ""))
+            results.append(result)
+            write_run(folder, [result])
+            if on_result is not None:
+                on_result(index, len(plan), result)
+            if result.status == STATUS_INTERRUPTED:
+                raise InterruptedRunError(
+                    f"run interrupted during {path.stem}; {folder} keeps what finished"
+                )
     return results

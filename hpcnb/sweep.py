@@ -4,7 +4,10 @@ Each grid point is one papermill execution (see :func:`hpcnb.runner.execute_note
 submitted as a task to Dask distributed: a ``LocalCluster`` of worker processes by
 default, or an existing scheduler when an address is given, so the same sweep goes
 from a laptop to a cluster. Records are gathered into one CSV (parameters as
-columns) and ``records.json``.
+columns) and ``records.json``; each grid point is reported as it completes and
+``sweep.csv`` grows row by row, so a long sweep shows progress and keeps partial results.
+
+Only point ``--scheduler`` at a Dask scheduler you trust: its workers execute the notebooks.
 """
 
 from __future__ import annotations
@@ -18,20 +21,36 @@ import pandas as pd
 import yaml
 
 from hpcnb.parameters import ParameterError
-from hpcnb.runner import NotebookResult, execute_notebook, prepare, timestamped_dir, write_run
+from hpcnb.runfolder import locked_run_folder
+from hpcnb.runner import check_timeout, execute_notebook, prepare, timestamped_dir, write_run
 
 __all__ = ["expand_grid", "load_grid", "sweep"]
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a mapping with a repeated key."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_grid(path: str | Path) -> dict[str, list[Any]]:
     """Read a YAML grid: a mapping of parameter name to a list of values (or one value).
 
     Raises:
-        ParameterError: The file is not such a mapping.
+        ParameterError: The file is not such a mapping, or repeats a name.
     """
     path = Path(path)
     try:
-        grid = yaml.safe_load(path.read_text(encoding="utf-8"))
+        grid = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ParameterError(f"{path}: not valid YAML ({exc})") from exc
     if not isinstance(grid, dict) or not grid:
@@ -61,6 +80,7 @@ def sweep(
     out: str | Path | None = None,
     smoke: bool = False,
     timeout: float | None = None,
+    connect_timeout: float = 10.0,
 ) -> pd.DataFrame:
     """Run a notebook over every point of a parameter grid on Dask distributed.
 
@@ -72,55 +92,77 @@ def sweep(
         out: Output folder (default ``papermill_runs/<UTC timestamp>``).
         smoke: Add ``SMOKE=True`` to every point.
         timeout: Per-run wall-clock limit in seconds.
+        connect_timeout: Seconds allowed to reach ``scheduler``.
 
     Returns:
         One row per grid point: its parameters, ``status``, ``seconds`` and records.
         The same table is written to ``<out>/sweep.csv``.
 
     Raises:
-        ParameterError: Before anything runs, when a grid name or value does not fit.
+        ParameterError: Before anything runs, when a grid name or value, the worker count
+            or the timeout does not fit, or the scheduler cannot be reached.
+        RunFolderError: The output folder is not empty or is in use.
     """
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client, LocalCluster, as_completed
+    from tqdm.auto import tqdm
 
+    if workers < 1:
+        raise ParameterError(f"workers must be at least 1, got {workers}")
+    timeout = check_timeout(timeout)
     points = expand_grid(grid)
     plans = [prepare([notebook], point, smoke=smoke)[0] for point in points]
     out_dir = Path(out) if out is not None else timestamped_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cluster = None
-    if scheduler is None:
-        cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        )
-        client = Client(cluster)
-    else:
-        client = Client(scheduler)
-    try:
-        futures = [
-            client.submit(
-                execute_notebook,
-                str(path),
-                str((out_dir / f"{path.stem}__{i:03d}.ipynb").resolve()),
-                params,
-                timeout=timeout,
-                progress=False,
-                pure=False,
+    rows: list[dict[str, Any] | None] = [None] * len(points)
+    with locked_run_folder(out_dir) as folder:
+        cluster = None
+        if scheduler is None:
+            cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
             )
-            for i, (path, params) in enumerate(plans)
-        ]
-        results: list[NotebookResult] = client.gather(futures)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-    for i, result in enumerate(results):
-        result.notebook = f"{result.notebook}__{i:03d}"
-    write_run(out_dir, results)
-    rows = []
-    for point, result in zip(points, results, strict=True):
-        rows.append(
-            {**point, "run": result.notebook, "status": result.status,
-             "seconds": round(result.seconds, 3), "error": result.error, **result.records}
-        )  # fmt: skip
-    table = pd.DataFrame(rows)
+            client = Client(cluster)
+        else:
+            try:
+                client = Client(scheduler, timeout=connect_timeout)
+            except OSError as exc:
+                raise ParameterError(
+                    f"--scheduler {scheduler}: no Dask scheduler reachable within "
+                    f"{connect_timeout:g} s ({exc})"
+                ) from exc
+        try:
+            futures = {
+                client.submit(
+                    execute_notebook,
+                    str(path),
+                    str((folder / f"{path.stem}__{i:03d}.ipynb").resolve()),
+                    params,
+                    timeout=timeout,
+                    progress=False,
+                    pure=False,
+                ): i
+                for i, (path, params) in enumerate(plans)
+            }
+            bar = tqdm(total=len(futures), desc=f"sweep {Path(str(notebook)).stem}", unit="run")
+            for future in as_completed(futures):
+                i = futures[future]
+                result = future.result()
+                result.notebook = f"{result.notebook}__{i:03d}"
+                write_run(folder, [result])
+                rows[i] = {
+                    **points[i], "run": result.notebook, "status": result.status,
+                    "seconds": round(result.seconds, 3), "error": result.error, **result.records,
+                }  # fmt: skip
+                bar.update(1)
+                bar.write(
+                    f"{result.notebook}: {result.status} in {result.seconds:.1f} s {points[i]}"
+                )
+                pd.DataFrame([r for r in rows if r is not None]).to_csv(
+                    folder / "sweep.csv", index=False
+                )
+            bar.close()
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    table = pd.DataFrame([r for r in rows if r is not None])
     table.to_csv(out_dir / "sweep.csv", index=False)
     return table

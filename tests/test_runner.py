@@ -1,11 +1,15 @@
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from _nbutil import make_notebook
 from hpcnb.cli import main
 from hpcnb.parameters import ParameterError
-from hpcnb.runner import run_notebooks
+from hpcnb.runner import run_notebooks, summary_line
 
 PARAMS = "SMOKE: bool = False  # tiny\nSEED: int = 0  # seed\nX: float = 1.0  # a value\n"
 
@@ -67,7 +71,7 @@ def test_cli_run_exit_status_and_report(notebooks, tmp_path, capsys):
     status = main(["run", str(good), str(bad), "--out", str(out), "--no-progress"])
     assert status == 1
     text = capsys.readouterr().out
-    assert "b_bad: failed" in text and "t.x = 2" in text
+    assert "[2/2] b_bad failed in" in text and "at cell 2" in text and "t.x = 2" in text
     report = (out / "report.md").read_text()
     assert "| a_good | ok |" in report and "| b_bad | failed |" in report
     assert main(["report", str(out)]) == 0
@@ -106,3 +110,178 @@ def test_run_folder_has_details_claims_and_report_columns(tmp_path):
     assert "| t.speed | 1.2 | [" in report and "| synthetic |" in report
     assert "1 reproduced, 1 not tested (synthetic data)" in report
     assert "1/1 tested targets met" in report
+
+
+# --- process control, run folders, record hygiene, cached re-runs (issue 17) ----------
+
+
+def _pids_alive(pids):
+    import psutil
+
+    alive = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def test_timeout_stops_kernel_children_and_a_kernel_blocked_in_c(tmp_path):
+    pidfile = tmp_path / "pids.txt"
+    nb = make_notebook(
+        tmp_path / "e_orphans.ipynb",
+        PARAMS,
+        "import os, subprocess, ctypes\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pidfile)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "ctypes.PyDLL(None).sleep(120)  # blocked in C: no Python signal handling",
+    )
+    start = time.monotonic()
+    (result,) = run_notebooks([nb], {}, out=tmp_path / "t", progress=False, timeout=15)
+    assert result.status == "timeout"
+    assert time.monotonic() - start < 60
+    pids = [int(p) for p in pidfile.read_text().split()]
+    deadline = time.monotonic() + 10
+    while _pids_alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _pids_alive(pids) == [], "kernel or its child left running"
+
+
+def test_sigint_stops_everything_and_marks_the_run_interrupted(tmp_path):
+    pidfile = tmp_path / "pids.txt"
+    nb = make_notebook(
+        tmp_path / "f_long.ipynb",
+        PARAMS,
+        "import os, subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pidfile)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(300)",
+    )
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcnb", "run", str(nb), "--out", str(out), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pidfile.exists(), "the notebook never started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    pids = [int(p) for p in pidfile.read_text().split()]
+    deadline = time.monotonic() + 10
+    while _pids_alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _pids_alive(pids) == []
+    run = json.loads((out / "run.json").read_text())
+    assert run["f_long"]["status"] == "interrupted"
+    assert (out / "report.md").is_file()
+
+
+def test_run_folder_must_be_empty_and_single_writer(notebooks, tmp_path, capsys):
+    from hpcnb.runfolder import RunFolderError, locked_run_folder
+
+    good, _, _ = notebooks
+    out = tmp_path / "busy"
+    with locked_run_folder(out):
+        assert main(["run", str(good), "--out", str(out), "--no-progress"]) == 2
+        assert "in use by another hpcnb run" in capsys.readouterr().err
+    assert main(["run", str(good), "--out", str(out), "--no-progress"]) == 0
+    assert main(["run", str(good), "--out", str(out), "--no-progress"]) == 2
+    assert "not empty" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main(["run", str(good), "--out", str(tmp_path / "afile")]) == 2
+    (out / "records.json").write_text("{broken")
+    with pytest.raises(RunFolderError, match=r"records\.json"):
+        run_notebooks([good], {}, out=out, resume=True, progress=False)
+
+
+def test_resume_skips_finished_and_moved_folder_still_reports(notebooks, tmp_path):
+    from hpcnb.report import render_report
+
+    good, bad, _ = notebooks
+    out = tmp_path / "r1"
+    run_notebooks([good, bad], {}, out=out, progress=False, force=True)
+    before = json.loads((out / "run.json").read_text())
+    assert before["a_good"]["output"] == "a_good.ipynb"  # relative to the folder
+    results = run_notebooks([good], {}, out=out, progress=False, resume=True)
+    assert results[0].ok and results[0].seconds == before["a_good"]["seconds"]
+    moved = tmp_path / "elsewhere" / "r1"
+    moved.parent.mkdir()
+    out.rename(moved)
+    report = render_report(moved)
+    assert "| t.x | 2 |" in report and "| a_good | ok |" in report
+
+
+def test_malformed_record_outputs_fail_that_notebook_only(tmp_path):
+    bodies = {
+        "g_nokey": "{'value': 1.0}",
+        "g_list": "[1, 2]",
+        "g_nan": "{'key': 'a.b', 'value': float('nan')}",
+        "g_badkey": "{'key': 'NOT A KEY', 'value': 1.0}",
+    }
+    paths = [
+        make_notebook(
+            tmp_path / f"{stem}.ipynb",
+            PARAMS,
+            "from IPython.display import display\n"
+            f"display({{'application/vnd.hpcnb.record+json': {body}, 'text/plain': 'x'}}, "
+            "raw=True)",
+        )
+        for stem, body in bodies.items()
+    ]
+    good = make_notebook(
+        tmp_path / "h_good.ipynb", PARAMS, "from hpcnb import record\nrecord('t.y', 1.0)"
+    )
+    out = tmp_path / "run"
+    results = run_notebooks([*paths, good], {}, out=out, progress=False, force=True)
+    by = {r.notebook: r for r in results}
+    for stem in bodies:
+        assert by[stem].status == "failed" and "malformed" in by[stem].error, stem
+    assert by["h_good"].ok
+    json.loads((out / "records.json").read_text())  # strict JSON, still readable
+
+
+def test_unchanged_notebook_is_reused_and_force_reexecutes(tmp_path):
+    nb = make_notebook(
+        tmp_path / "k_cached.ipynb", PARAMS,
+        "import time\nfrom hpcnb import record\nrecord('t.stamp', time.time())",
+    )  # fmt: skip
+    runs = tmp_path / "papermill_runs"
+    (first,) = run_notebooks([nb], {}, out=runs / "a", progress=False)
+    (second,) = run_notebooks([nb], {}, out=runs / "b", progress=False)
+    assert second.cached_from == "a" and second.records == first.records
+    assert "cached (from a)" in summary_line(1, 1, second)
+    (third,) = run_notebooks([nb], {"X": "3"}, out=runs / "c", progress=False)
+    assert third.cached_from == "" and third.records != first.records  # parameters differ
+    (fourth,) = run_notebooks([nb], {}, out=runs / "d", progress=False, force=True)
+    assert fourth.cached_from == "" and fourth.records != first.records
+
+
+def test_cli_edges(notebooks, tmp_path, capsys, monkeypatch):
+    good, _, _ = notebooks
+    for bad in ("nan", "inf", "-5", "0", "1e308", "soon"):
+        assert main(["run", str(good), "--timeout", bad]) == 2
+        assert "--timeout" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and "hpcnb" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("hpcnb.runner.notebooks_dir", _no_notebooks)
+    assert main(["list"]) == 2
+    assert "no notebooks" in capsys.readouterr().err
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("X: [1.0]\nX: [2.0]\n")
+    assert main(["sweep", str(good), "--grid", str(grid)]) == 2
+    assert "duplicate key" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sweep", str(good), "--grid", str(grid), "--workers", "0"])
+
+
+def _no_notebooks():
+    raise FileNotFoundError("no notebooks/ folder in the current directory")

@@ -35,11 +35,17 @@ from hpcnb.paths import cache_root
 
 ENV_VAR = "HPCNB_DATA"
 MIRROR_VAR = "HPCNB_DATA_MIRROR"
+#: When set (by ``hpcnb run``), every lookup of a registered file appends a line
+#: ``<name>\t<sha256 or "missing">`` to this file, so a cached re-run can tell whether the
+#: real data a notebook read (or missed) has changed since.
+LOG_VAR = "HPCNB_DATA_LOG"
+MISSING = "missing"
 FETCH_COMMAND = "hpcnb data fetch"
 DEFAULT_TIMEOUT_S = 30.0
 
 __all__ = [
     "ENV_VAR",
+    "LOG_VAR",
     "MIRROR_VAR",
     "ChecksumError",
     "DataFile",
@@ -52,6 +58,7 @@ __all__ = [
     "fetch",
     "fetch_all",
     "files_read",
+    "lookup_state",
     "path",
     "registry",
     "verify",
@@ -169,7 +176,32 @@ def _check(entry: DataFile, file: Path) -> Path:
             f"({entry.url}) or delete it and run '{FETCH_COMMAND} {entry.name}'"
         )
     _READ[entry.name] = entry.sha256
+    _log(entry.name, entry.sha256)
     return file
+
+
+def _log(name: str, state: str) -> None:
+    """Append a lookup to ``$HPCNB_DATA_LOG`` when it is set (see :data:`LOG_VAR`)."""
+    target = os.environ.get(LOG_VAR)
+    if target:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(f"{name}\t{state}\n")
+
+
+def lookup_state(name: str) -> str:
+    """Return the sha256 of the local copy of a registered file, or ``"missing"``.
+
+    Never downloads and never raises for a missing file; a corrupt copy counts as its
+    actual hash (so it differs from any state logged for the real file).
+    """
+    entry = registry().get(name)
+    if entry is None:
+        return MISSING
+    root = data_dir() if os.environ.get(ENV_VAR) and Path(os.environ[ENV_VAR]).is_dir() else None
+    for folder in (root, cache_folder()):
+        if folder is not None and (folder / name).is_file():
+            return sha256_of(folder / name)
+    return MISSING
 
 
 def _local(entry: DataFile) -> tuple[Path | None, str]:
@@ -202,6 +234,7 @@ def path(name: str) -> Path:
     entry = _entry(name)
     found, looked = _local(entry)
     if found is None:
+        _log(name, MISSING)
         raise DataNotFoundError(
             f"{name}: real data not found (looked in {looked}); fetch it with "
             f"'{FETCH_COMMAND} {name}' (source {entry.url}) or set {ENV_VAR} to a folder "
@@ -344,6 +377,8 @@ def data_path(relative: str | Path) -> Path:
                 for member in members:
                     _check(member, place / member.name)
                 return place / name
+        for member in members:
+            _log(member.name, lookup_state(member.name))
         raise DataNotFoundError(
             f"{name}/: real data not found complete in {' or '.join(map(str, places))} "
             f"({len(members)} registered files); fetch it with '{FETCH_COMMAND} --all' or "

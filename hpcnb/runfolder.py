@@ -1,0 +1,222 @@
+"""Run folders: one writer at a time, atomic JSON files, inputs fingerprints for re-use.
+
+A run folder (``papermill_runs/<UTC timestamp>`` by default) holds the executed notebooks
+and ``records.json``, ``records_detail.json``, ``claims.json`` and ``run.json``. Rules:
+
+* a run starts only in an empty or absent folder, unless it *resumes* that run;
+* a lock file (``.hpcnb-run.lock``, an advisory ``flock``) keeps a second writer out with a
+  clear message; the lock ends with the process, so a crashed run never blocks a folder;
+* each JSON file is written to a temporary file and moved into place (``os.replace``),
+  with ``allow_nan=False``, so readers never see half a file;
+* ``run.json`` stores the executed notebook's path relative to the folder, so a moved or
+  copied folder still reports correctly.
+
+The *inputs fingerprint* of a notebook run (:func:`inputs_key`) hashes what decides its
+results: its code cells, its effective parameters, the installed package sources and data,
+the lock file of pinned dependencies and the machine (CPU model and core count). A later
+run with the same fingerprint, and whose logged real-data lookups still give the same
+files, may re-use the earlier result (see :func:`find_cached`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from hpcnb.errors import HpcnbError
+
+__all__ = [
+    "LOCK_NAME",
+    "RUN_FILES",
+    "RunFolderError",
+    "data_states_match",
+    "find_cached",
+    "inputs_key",
+    "locked_run_folder",
+    "package_digest",
+    "read_run_tables",
+    "write_json_atomic",
+]
+
+LOCK_NAME = ".hpcnb-run.lock"
+RUN_FILES = ("records.json", "records_detail.json", "claims.json", "run.json")
+
+
+class RunFolderError(HpcnbError):
+    """A run folder cannot be used: not empty, in use, not a folder, or corrupt."""
+
+
+@contextlib.contextmanager
+def locked_run_folder(out: str | Path, *, resume: bool = False) -> Iterator[Path]:
+    """Create (or, with ``resume``, reopen) a run folder and hold its lock.
+
+    Raises:
+        RunFolderError: ``out`` is a file, is not empty (without ``resume``), or another
+            process holds the lock.
+    """
+    import fcntl
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and not resume and any(p.name != LOCK_NAME for p in out.iterdir()):
+        raise RunFolderError(
+            f"--out {out}: folder is not empty; give an empty or new folder, or --resume "
+            "to continue the run that is there"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            raise RunFolderError(
+                f"--out {out}: in use by another hpcnb run (pid {holder}); wait for it or "
+                "choose another folder"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield out
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as strict JSON to ``path`` through a temporary file and a rename.
+
+    Raises:
+        ValueError: ``data`` holds NaN or infinity.
+    """
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def read_run_tables(out: str | Path) -> dict[str, dict[str, Any]]:
+    """Read the JSON files of a run folder (``{}`` for absent ones).
+
+    Raises:
+        RunFolderError: A file is not valid JSON or not a mapping; the message names it.
+    """
+    out = Path(out)
+    tables: dict[str, dict[str, Any]] = {}
+    for name in RUN_FILES:
+        path = out / name
+        if not path.exists():
+            tables[name] = {}
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RunFolderError(f"{path}: unreadable ({exc}); move it away to continue") from exc
+        if not isinstance(data, dict):
+            raise RunFolderError(f"{path}: expected a JSON object, found {type(data).__name__}")
+        tables[name] = data
+    return tables
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _code_digest(notebook: Path) -> str:
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    code = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            src = cell.get("source", "")
+            code.append("".join(src) if isinstance(src, list) else src)
+    return _sha("\n\x00\n".join(code).encode())
+
+
+@lru_cache(maxsize=1)
+def package_digest() -> str:
+    """Return a hash of the installed ``hpcnb`` package: every source and data file."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            digest.update(path.relative_to(root).as_posix().encode() + b"\x00")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _lock_digest() -> str:
+    for folder in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        lock = folder / "requirements.lock"
+        if lock.is_file():
+            return _sha(lock.read_bytes())
+    return ""
+
+
+def inputs_key(notebook: str | Path, parameters: Mapping[str, Any]) -> str:
+    """Return the inputs fingerprint of running ``notebook`` with ``parameters``."""
+    from hpcnb.paths import machine_key
+
+    parts = {
+        "code": _code_digest(Path(notebook)),
+        "parameters": json.dumps(dict(parameters), sort_keys=True, default=str),
+        "package": package_digest(),
+        "lock": _lock_digest(),
+        "machine": machine_key(),
+    }
+    return _sha(json.dumps(parts, sort_keys=True).encode())
+
+
+def data_states_match(logged: Mapping[str, str]) -> bool:
+    """Whether every real-data lookup logged by a run would give the same file today."""
+    from hpcnb.data.registry import lookup_state
+
+    return all(lookup_state(name) == state for name, state in logged.items())
+
+
+def find_cached(
+    stem: str, key: str, search_root: Path, exclude: Path | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """Find the newest successful run of ``stem`` with fingerprint ``key`` under a folder.
+
+    Args:
+        stem: Notebook stem.
+        key: Its inputs fingerprint now.
+        search_root: The folder holding earlier run folders (``papermill_runs``).
+        exclude: A run folder to skip (the current one).
+
+    Returns:
+        ``(run folder, its run.json entry)``, or ``None``.
+    """
+    if not search_root.is_dir():
+        return None
+    candidates = []
+    for run_json in search_root.glob("*/run.json"):
+        folder = run_json.parent
+        if exclude is not None and folder.resolve() == exclude.resolve():
+            continue
+        with contextlib.suppress(OSError):
+            candidates.append((run_json.stat().st_mtime, folder))
+    for _, folder in sorted(candidates, reverse=True):
+        try:
+            info = read_run_tables(folder)["run.json"].get(stem)
+        except RunFolderError:
+            continue
+        if not isinstance(info, dict) or info.get("status") != "ok":
+            continue
+        if info.get("inputs_key") != key:
+            continue
+        executed = folder / Path(str(info.get("output", ""))).name
+        if executed.is_file() and data_states_match(info.get("data") or {}):
+            return folder, info
+    return None
