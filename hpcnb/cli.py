@@ -174,7 +174,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     try:
         print(render_report(args.run_dir), end="")
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, HpcnbError) as exc:
         print(f"hpcnb report: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -7,7 +7,6 @@ with their verdicts, and counts claims by verdict per notebook and overall.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from hpcnb.claims import VERDICTS, read_claims
 from hpcnb.errors import HpcnbError
 from hpcnb.records import MET, NOT_TESTED, read_record_details
+from hpcnb.runfolder import RunFolderError, read_run_tables
 
 __all__ = ["render_report"]
 
@@ -52,12 +52,16 @@ def render_report(run_dir: str | Path) -> str:
 
     Raises:
         FileNotFoundError: The folder has no ``run.json``.
+        RunFolderError: ``run.json`` is corrupt or not shaped like a run.
     """
     run_dir = Path(run_dir)
     run_path = run_dir / "run.json"
     if not run_path.is_file():
         raise FileNotFoundError(f"{run_dir}: no run.json (not a folder written by 'hpcnb run')")
-    run = json.loads(run_path.read_text())
+    run = read_run_tables(run_dir)["run.json"]
+    for stem, info in run.items():
+        if not isinstance(info, dict) or not {"status", "seconds", "output"} <= set(info):
+            raise RunFolderError(f"{run_path}: entry {stem!r} is not a notebook result")
     lines = [f"# hpcnb run {run_dir.name}", "", "| notebook | status | seconds | claims | error |"]
     lines.append("|---|---|---|---|---|")
     sections: list[str] = []

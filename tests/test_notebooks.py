@@ -43,6 +43,15 @@ def test_hygiene(path):
     assert path.stem in EXPECTATIONS, f"add an entry for {path.stem} to notebook_expectations.py"
 
 
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_papermill_sees_every_parameter(path):
+    """papermill's own parser (``papermill --help-notebook``) finds what ``hpcnb list`` finds."""
+    import papermill
+
+    seen = set(papermill.inspect_notebook(str(path)))
+    assert seen == {p.name for p in notebook_parameters(path)}
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", PATHS, ids=IDS)
 def test_smoke_run(path, tmp_path):

@@ -285,3 +285,10 @@ def test_cli_edges(notebooks, tmp_path, capsys, monkeypatch):
 
 def _no_notebooks():
     raise FileNotFoundError("no notebooks/ folder in the current directory")
+
+
+def test_report_of_a_corrupt_run_folder_is_a_clear_error(tmp_path, capsys):
+    for text in ("{broken", "[1, 2]", '{"nb": [1]}'):
+        (tmp_path / "run.json").write_text(text)
+        assert main(["report", str(tmp_path)]) == 2
+        assert "run.json" in capsys.readouterr().err
