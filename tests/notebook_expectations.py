@@ -50,6 +50,9 @@ EXPECTATIONS: dict[str, Expectation] = {
             "supernet.lastwriter_max_diff",
             "supernet.prioritized_vs_uniform",
             "supernet.prioritized_vs_uniform_shared_front",
+            "supernet.forkjoin_compute_ms",
+            "supernet.forkjoin_wait_ms",
+            "supernet.forkjoin_allreduce_ms",
         ),
         smoke={
             "supernet.architectures_converted": ">= 4",

