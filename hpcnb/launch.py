@@ -26,7 +26,14 @@ import psutil
 
 from hpcnb.errors import HpcnbError
 
-__all__ = ["TOKEN_VAR", "InterruptedRunError", "ProcessTree", "sigterm_as_interrupt"]
+__all__ = [
+    "TOKEN_VAR",
+    "InterruptedRunError",
+    "LaunchTimeoutError",
+    "ProcessTree",
+    "run_bounded",
+    "sigterm_as_interrupt",
+]
 
 TOKEN_VAR = "HPCNB_LAUNCH_TOKEN"
 
@@ -153,3 +160,35 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+class LaunchTimeoutError(HpcnbError, TimeoutError):
+    """A launched command ran past its time limit (it and its children were stopped)."""
+
+
+def run_bounded(
+    cmd: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` to completion within ``timeout`` seconds, capturing its output.
+
+    Unlike :func:`subprocess.run`, a timeout, Ctrl-C or error stops the command *and*
+    every process it started (MPI ranks under ``mpiexec``, for instance), not only the
+    command itself.
+
+    Raises:
+        LaunchTimeoutError: The command ran past ``timeout`` (everything was stopped).
+    """
+    tree = ProcessTree(
+        cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stdout, stderr = tree.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise LaunchTimeoutError(f"{' '.join(cmd)}: timed out after {timeout:g} s") from None
+    finally:
+        tree.stop()
+    return subprocess.CompletedProcess(list(cmd), tree.proc.returncode, stdout, stderr)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from hpcnb.batchsim.dl import STEP_EXPRESSION, StepTimeModel, read_dl_tables
 from hpcnb.batchsim.jobs import Job
@@ -27,6 +26,7 @@ from hpcnb.batchsim.simulation import SimulationResult, check_invariants, simula
 from hpcnb.batchsim.swf import SWFTrace, read_swf
 from hpcnb.batchsim.workloads import MalleablePolicy, jobs_from_swf, lublin_feitelson
 from hpcnb.data import DataNotFoundError, data_path
+from hpcnb.progress import progress
 
 __all__ = [
     "LoadedData",
@@ -188,7 +188,7 @@ def speed_vs_jobs(
     """
     rows = []
     platform = Platform(num_nodes)
-    for n in tqdm(list(counts), desc="speed vs jobs"):
+    for n in progress(list(counts), desc="speed vs jobs"):
         jobs = jobs_from_swf(trace.head(n), num_nodes).jobs
         kernel, _ = jobs_per_second(jobs, platform, make_scheduler("easy"), repeats)
         engine = np.nan
@@ -217,7 +217,7 @@ def policy_sweep(
     rows = []
     results: dict[tuple[str, float], SimulationResult] = {}
     pairs = [(f, s) for f in fractions for s in schedulers]
-    for fraction, name in tqdm(pairs, desc=f"sweep {label}".strip()):
+    for fraction, name in progress(pairs, desc=f"sweep {label}".strip()):
         policy = MalleablePolicy(fraction, seed=seed, reconfiguration_cost=reconfiguration_cost)
         jobs = jobs_from_swf(trace, num_nodes, policy).jobs
         result = simulate(jobs, Platform(num_nodes), make_scheduler(name))
@@ -253,7 +253,7 @@ def malleability_gains(
     platform = Platform(num_nodes)
     rigid_jobs = jobs_from_swf(trace, num_nodes).jobs
     rows = []
-    for name in tqdm(list(schedulers), desc=f"gains {label}".strip()):
+    for name in progress(list(schedulers), desc=f"gains {label}".strip()):
         rigid = simulate(rigid_jobs, platform, make_scheduler(name))
         check_invariants(rigid, rigid_jobs)
         base = rigid.metrics()["mean_turnaround"]

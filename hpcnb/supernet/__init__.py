@@ -9,6 +9,7 @@ with a fork-join step whose join is a coverage-count average (MPI ``Allreduce``)
 evolutionary or exhaustive search returns Pareto fronts.
 """
 
+from hpcnb.progress import show_progress
 from hpcnb.supernet.benchmark import ModelComparison, ModelMeasurement, compare_models, time_call
 from hpcnb.supernet.forkjoin import (
     PHASES,
@@ -34,7 +35,6 @@ from hpcnb.supernet.mpi import (
     variant_name,
     write_job,
 )
-from hpcnb.supernet.progress import show_progress
 from hpcnb.supernet.samplers import PrioritizedSampler, Sampler, SandwichSampler, UniformSampler
 from hpcnb.supernet.search import (
     Candidate,

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcnb.launch import LaunchTimeoutError, run_bounded
+
 from .forkjoin import StepPhases, fork_join_step
 
 __all__ = [
@@ -352,12 +354,10 @@ def _env(threads: int) -> dict[str, str]:
 
 
 def _launch(cmd: list[str], threads: int, timeout: float) -> None:
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=_env(threads)
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"{' '.join(cmd)}: timed out after {timeout} s") from exc
+    try:  # on a timeout or Ctrl-C, mpiexec *and* its ranks are stopped
+        proc = run_bounded(cmd, timeout=timeout, env=_env(threads))
+    except LaunchTimeoutError as exc:
+        raise RuntimeError(str(exc)) from exc
     if proc.returncode != 0:
         raise RuntimeError(
             f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stderr[-3000:]}"

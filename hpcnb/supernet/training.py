@@ -25,8 +25,9 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to te
     warnings.simplefilter("ignore", TqdmWarning)
     from tqdm.auto import tqdm
 
+from hpcnb.progress import show_progress
+
 from .forkjoin import fork_join_step
-from .progress import show_progress
 from .space import SubnetConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,7 +144,7 @@ def train_model(
         batch_size: Batch size.
         lr: Learning rate (cosine-annealed to zero).
         seed: Shuffle seed.
-        progress: Show a tqdm bar (``None``: :func:`~hpcnb.supernet.progress.show_progress`
+        progress: Show a tqdm bar (``None``: :func:`~hpcnb.progress.show_progress`
             decides: on in an interactive frontend, off under papermill and in tests).
     """
     torch.manual_seed(seed)
@@ -233,7 +234,7 @@ def train_supernet(
         x: Training inputs.
         y: Labels.
         config: Training settings.
-        progress: Show a tqdm bar (``None``: :func:`~hpcnb.supernet.progress.show_progress`
+        progress: Show a tqdm bar (``None``: :func:`~hpcnb.progress.show_progress`
             decides: on in an interactive frontend, off under papermill and in tests).
 
     Returns:
@@ -301,7 +302,7 @@ def finetune_subnet(
         x_val: Optional validation inputs for best-epoch selection.
         y_val: Validation labels (with ``x_val``).
         seed: Shuffle seed.
-        progress: Show a tqdm bar (``None``: :func:`~hpcnb.supernet.progress.show_progress`
+        progress: Show a tqdm bar (``None``: :func:`~hpcnb.progress.show_progress`
             decides: on in an interactive frontend, off under papermill and in tests).
 
     Returns:

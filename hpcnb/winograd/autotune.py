@@ -245,7 +245,7 @@ def autotune(
     path: str | os.PathLike | None = None,
     reuse: bool = True,
     default: WinogradConfig | None = None,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> TuneResult:
     """Time every configuration on random data, keep the fastest, store it as wisdom.
 
@@ -273,7 +273,9 @@ def autotune(
         path: Wisdom file.
         reuse: Return the stored result when this machine and shape were tuned before.
         default: The untuned reference configuration (default :func:`default_config`).
-        progress: Show a tqdm progress bar.
+        progress: ``False``: silent; ``True``: a live bar; ``None``: live only in
+            interactive use, one summary line in batch runs (see
+            :func:`hpcnb.progress.show_progress`).
 
     Returns:
         The tuning result (``from_wisdom`` tells whether it was measured now).
@@ -331,11 +333,11 @@ def autotune(
                         best = cand
     else:
         space = list(space or search_space(r))
-        iterator = space
-        if progress:
-            from tqdm.auto import tqdm
+        from hpcnb.progress import progress as progress_bar
 
-            iterator = tqdm(space, desc=f"autotune {key}")
+        iterator = space
+        if progress is not False:
+            iterator = progress_bar(space, desc=f"autotune {key}", unit="configs", enabled=progress)
         for cfg in iterator:
             measure(cfg)
     trials = [(asdict(c), t) for c, t in measured.items()]
