@@ -27,9 +27,10 @@ $(STAMP): pyproject.toml requirements.lock
 
 setup: $(STAMP)  ## create .venv and install pinned dependencies (skipped when unchanged)
 
-system-deps:  ## install Debian packages some tests use (valgrind, PoCL) when root; else say so
+system-deps:  ## install Debian packages some tests use (valgrind, PoCL, chromium) when root; else say so
 	@missing=""; command -v valgrind >/dev/null || missing="$$missing valgrind"; \
 	  test -e /etc/OpenCL/vendors/pocl.icd || missing="$$missing pocl-opencl-icd"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  if [ -z "$$missing" ]; then echo "system packages present"; \
 	  elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
@@ -52,8 +53,8 @@ lint: setup  ## ruff lint and format check
 test: lint  ## ruff, then pytest (unit + notebook regression in SMOKE mode)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lab: setup  ## JupyterLab on notebooks/
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+lab: setup  ## JupyterLab on notebooks/ (adds --allow-root when run as root)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 strip: setup  ## clear notebook outputs and execution counts (cell tags kept)
 	$(BIN)/hpcnb strip
