@@ -235,3 +235,12 @@ def test_built_wheel_ships_package_data(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) > 1000
+
+
+def test_stand_in_notice_says_how_to_fetch(capsys):
+    from hpcnb.data import stand_in_notice
+
+    stand_in_notice("a generated trace, stand-in for HPC2N", "swf/x: real data not found\nmore")
+    out = capsys.readouterr().out
+    assert out.startswith("**Synthetic data (a generated trace, stand-in for HPC2N).**")
+    assert "hpcnb data fetch --all" in out and "real data not found" in out and "more" not in out

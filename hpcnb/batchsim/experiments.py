@@ -25,7 +25,7 @@ from hpcnb.batchsim.scheduler import Scheduler
 from hpcnb.batchsim.simulation import SimulationResult, check_invariants, simulate
 from hpcnb.batchsim.swf import SWFTrace, read_swf
 from hpcnb.batchsim.workloads import MalleablePolicy, jobs_from_swf, lublin_feitelson
-from hpcnb.data import DataNotFoundError, data_path
+from hpcnb.data import DataNotFoundError, data_path, stand_in_notice
 from hpcnb.progress import progress
 
 __all__ = [
@@ -64,6 +64,12 @@ class LoadedData:
     def source(self) -> str:
         """``"real"`` or ``"synthetic"``: the ``source`` of records computed from it."""
         return "real" if self.real else "synthetic"
+
+    def show(self) -> None:
+        """Print what was loaded; for a stand-in, also a visible notice on fetching the data."""
+        print(self.message)
+        if not self.real:
+            stand_in_notice(self.label.removeprefix("synthetic (").removesuffix(")"), self.message)
 
 
 def _stand_in_label(what: str, name: str) -> str:

@@ -24,6 +24,7 @@ from hpcnb.data.registry import (
     files_read,
     path,
     registry,
+    stand_in_notice,
     verify,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "files_read",
     "path",
     "registry",
+    "stand_in_notice",
     "text_corpus",
     "verify",
 ]

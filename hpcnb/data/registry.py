@@ -61,6 +61,7 @@ __all__ = [
     "lookup_state",
     "path",
     "registry",
+    "stand_in_notice",
     "verify",
 ]
 
@@ -393,3 +394,33 @@ def data_path(relative: str | Path) -> Path:
     if not candidate.exists():
         raise DataNotFoundError(f"{candidate}: not found in {ENV_VAR}={root}")
     return candidate
+
+
+def stand_in_notice(what: str, reason: object = "") -> None:
+    """Say, visibly, that a notebook uses a synthetic stand-in and how to get the real data.
+
+    In a Jupyter kernel this displays one markdown line; elsewhere it prints it.
+
+    Args:
+        what: What stands in for which real data set (``"generated tables, stand-in for
+            the Pollux step times"``).
+        reason: The lookup error or message (its first line is shown).
+    """
+    first = str(reason).strip().splitlines()[0] if str(reason).strip() else ""
+    text = (
+        f"**Synthetic data ({what}).** Records computed from it are marked "
+        f'`source="synthetic"` and are not tested. Get the real data with '
+        f"`{FETCH_COMMAND} --all` (or set `{ENV_VAR}` to a folder holding it)."
+    )
+    if first:
+        text += f" ({first})"
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        print(text)
+        return
+    if get_ipython() is None:
+        print(text)
+    else:
+        display(Markdown(text))
