@@ -38,8 +38,8 @@ from hpcnb.records import (
     MET,
     NOT_MET,
     Record,
-    _emit,
     _load_notebook,
+    emit,
     session_records,
 )
 
@@ -300,7 +300,7 @@ def claims_table() -> None:
         counts[row.verdict] = counts.get(row.verdict, 0) + 1
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
     markdown = render_markdown(rows) + f"\n\n{len(rows)} claims: {summary}."
-    _emit(
+    emit(
         _plain(rows) + f"\n{len(rows)} claims: {summary}.",
         {"text/markdown": markdown, CLAIMS_MIME: [row.to_json() for row in rows]},
     )

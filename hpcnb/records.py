@@ -58,6 +58,7 @@ __all__ = [
     "Record",
     "clear_session",
     "difference_interval",
+    "emit",
     "evaluate_target",
     "format_record",
     "median_interval",
@@ -488,7 +489,7 @@ def record(
         samples=sample_tuple,
     )
     _SESSION[key] = rec
-    _emit(format_record(rec), {MIME_TYPE: rec.to_json()})
+    emit(format_record(rec), {MIME_TYPE: rec.to_json()})
 
 
 def record_accuracy(key: str, correct: int, total: int, **kwargs: Any) -> None:
@@ -504,7 +505,7 @@ def record_accuracy(key: str, correct: int, total: int, **kwargs: Any) -> None:
     record(key, correct / total, interval=(low, high), n=int(total), **kwargs)
 
 
-def _emit(line: str, bundle: dict[str, Any]) -> None:
+def emit(line: str, bundle: dict[str, Any]) -> None:
     """Display ``bundle`` with ``line`` as its plain text in a kernel; print elsewhere."""
     try:
         from IPython import get_ipython

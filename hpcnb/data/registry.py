@@ -414,13 +414,6 @@ def stand_in_notice(what: str, reason: object = "") -> None:
     )
     if first:
         text += f" ({first})"
-    try:
-        from IPython import get_ipython
-        from IPython.display import Markdown, display
-    except ImportError:  # pragma: no cover - IPython is a dependency
-        print(text)
-        return
-    if get_ipython() is None:
-        print(text)
-    else:
-        display(Markdown(text))
+    from hpcnb.records import emit
+
+    emit(text, {"text/markdown": text})
