@@ -99,16 +99,17 @@ def test_expressions_evaluate():
 @pytest.mark.parametrize(
     ("text", "position", "message"),
     [
-        ("__import__('os').system('echo')", 11, "unexpected character"),
-        ("open(1)", 0, "function 'open' is not allowed"),
-        ("a.b", 1, "unexpected character '.'"),
-        ("x[0]", 1, "unexpected character '['"),
-        ("1 +", 3, "expected a number"),
-        ("(1 + 2", 6, "expected ')'"),
-        ("", 0, "empty expression"),
-        ("min(1)", 0, "min() takes 2"),
-        ("1 2", 2, "unexpected '2'"),
-        ("lambda: 1", 6, "unexpected ':'"),
+        # positions are 1-based (issue 18)
+        ("__import__('os').system('echo')", 12, "unexpected character"),
+        ("open(1)", 1, "function 'open' is not allowed"),
+        ("a.b", 2, "unexpected character '.'"),
+        ("x[0]", 2, "unexpected character '['"),
+        ("1 +", 4, "expected a number"),
+        ("(1 + 2", 7, "expected ')'"),
+        ("", 1, "empty expression"),
+        ("min(1)", 1, "min() takes 2"),
+        ("1 2", 3, "unexpected '2'"),
+        ("lambda: 1", 7, "unexpected ':'"),
     ],
 )
 def test_expressions_reject(text, position, message):
@@ -121,7 +122,7 @@ def test_expressions_reject(text, position, message):
 def test_expression_runtime_errors_name_position():
     with pytest.raises(ExpressionError, match="unknown name 'y'") as info:
         evaluate("1 + y", {"x": 1})
-    assert info.value.position == 4
+    assert info.value.position == 5
     with pytest.raises(ExpressionError, match="division by zero"):
         evaluate("1 / (x - 1)", {"x": 1})
 
@@ -216,7 +217,7 @@ def test_elastisim_rejects_unsafe_expression(tmp_path):
         {"type": "rigid", "submit_time": 0, "num_nodes": 1, "application_model": "app.json",
          "arguments": {}}]}))  # fmt: skip
     with pytest.raises(
-        ValueError, match=r"jobs\[0\].*app\.json: phases\[0\]\.iterations.*position 11"
+        ValueError, match=r"jobs\[0\].*app\.json: phases\[0\]\.iterations.*position 12"
     ):
         read_elastisim(tmp_path / "jobs.json")
 
