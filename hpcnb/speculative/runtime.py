@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcnb.launch import LaunchTimeoutError, run_bounded
 from hpcnb.speculative.head import HeadPolicy
 from hpcnb.speculative.model import KVCache, LlamaModel
 from hpcnb.speculative.stages import build_draft, build_stage, layer_split
@@ -390,9 +390,9 @@ def run_mpi(
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
         env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        except subprocess.TimeoutExpired as err:
+        try:  # on a timeout or Ctrl-C, mpiexec *and* its ranks are stopped
+            proc = run_bounded(cmd, timeout=timeout_s, env=env)
+        except LaunchTimeoutError as err:
             raise MPIRunError(
                 f"mpiexec -n {n_ranks} did not finish within {timeout_s:g} s"
             ) from err
