@@ -26,7 +26,7 @@ needs_opencl = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     cache = tmp_path_factory.getbasetemp().parent / "hpcnb_winograd_cache"
-    monkeypatch.setenv("HPCNB_CACHE_DIR", str(cache))
+    monkeypatch.setenv("HPCNB_CACHE", str(cache))
 
 
 def test_all_targets_render_one_expression_set():

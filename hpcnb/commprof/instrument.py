@@ -27,17 +27,16 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
-import hashlib
-import importlib.util
 import inspect
-import os
-import sys
 import textwrap
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hpcnb.codecache import deprecated_cache_env, load_generated
+from hpcnb.paths import cache_root
 
 __all__ = ["InstrumentationError", "Kernel", "Region", "kernel", "prange"]
 
@@ -346,8 +345,13 @@ class _Rewriter(ast.NodeTransformer):
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("HPCNB_COMMPROF_CACHE")
-    path = Path(base) if base else Path.home() / ".cache" / "hpcnb" / "commprof"
+    """Return the folder of generated kernel modules: ``<cache root>/commprof``.
+
+    The cache root is :func:`hpcnb.paths.cache_root` (``$HPCNB_CACHE``, else the user cache
+    folder); ``$HPCNB_COMMPROF_CACHE`` (this folder itself) is a deprecated alias honoured
+    when ``$HPCNB_CACHE`` is unset.
+    """
+    path = deprecated_cache_env("HPCNB_COMMPROF_CACHE") or cache_root() / "commprof"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -486,23 +490,20 @@ def drive_parallel(nthreads, nphases, _cp_sched{u}):
     def compiled(self) -> types.ModuleType:
         """Return the generated module (``drive_native``, ``drive_instr``, ``drive_parallel``).
 
-        The source is written once to a cache folder (``HPCNB_COMMPROF_CACHE`` or
-        ``~/.cache/hpcnb/commprof``) so that Numba's on-disk cache applies.
+        The source is written to a cache folder (``<cache root>/commprof``, see
+        :func:`hpcnb.paths.cache_root`) as ``cp_<name>_<sha256>.py`` so that Numba's on-disk
+        cache applies. A file found there is compared with the generated source first; one
+        that differs (say, a line appended to it) is rewritten with a
+        :class:`~hpcnb.codecache.CodeCacheWarning`, and only the generated source runs
+        (:func:`hpcnb.codecache.load_generated`).
         """
         if self._module is None:
-            digest = hashlib.sha1(self._module_source.encode()).hexdigest()[:16]
-            path = _cache_dir() / f"cp_{self.name}_{digest}.py"
-            if not path.exists():
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(self._module_source)
-                tmp.replace(path)
-            modname = f"_hpcnb_commprof_gen.{path.stem}"
-            spec = importlib.util.spec_from_file_location(modname, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[modname] = module
-            spec.loader.exec_module(module)
-            self._module = module
+            self._module = load_generated(
+                self._module_source,
+                _cache_dir(),
+                f"cp_{self.name}",
+                module_prefix="_hpcnb_commprof_gen.",
+            )
         return self._module
 
     def __call__(self, *args: Any) -> None:

@@ -10,11 +10,14 @@ generation into Numba CPU and ``numba.cuda`` kernels (:mod:`~hpcnb.winograd.code
 
 from hpcnb.winograd.autotune import (
     TuneResult,
+    WisdomWarning,
     autotune,
     lookup,
     machine_key,
+    read_wisdom,
     search_space,
     wisdom_path,
+    write_wisdom,
 )
 from hpcnb.winograd.bench import (
     GainMeasurement,
@@ -58,6 +61,7 @@ __all__ = [
     "TuneResult",
     "WinogradConfig",
     "WinogradTransform",
+    "WisdomWarning",
     "accurate_points",
     "autotune",
     "benchmark_layer",
@@ -86,6 +90,7 @@ __all__ = [
     "op_count_table",
     "optimise",
     "prove_equivalence",
+    "read_wisdom",
     "relative_error",
     "round_geometric_means",
     "search_space",
@@ -96,4 +101,5 @@ __all__ = [
     "winograd_numpy",
     "winograd_reference",
     "wisdom_path",
+    "write_wisdom",
 ]

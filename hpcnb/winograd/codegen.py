@@ -3,8 +3,10 @@
 One set of optimised expressions (:class:`~hpcnb.winograd.opcount.TransformPrograms`)
 is rendered into loop bodies by :func:`input_body` and :func:`output_body`; a target only
 supplies the kernel header, the index computation and the syntax of constants. The
-module text is written to a cache folder and imported, so that Numba's on-disk cache
-(``cache=True``) keeps the compiled machine code between sessions.
+module text is written to a cache folder under the hpcnb cache root and imported, so
+that Numba's on-disk cache (``cache=True``) keeps the compiled machine code between
+sessions; a cached file is compared with the generated text before it is used
+(:mod:`hpcnb.codecache`).
 
 Kernels (NCHW, tile ``p`` of ``P = N·tiles_h·tiles_w`` covers outputs
 ``[th·m, th·m + m) x [tw·m, tw·m + m)`` of image ``p // (tiles_h·tiles_w)``):
@@ -21,15 +23,13 @@ Kernels (NCHW, tile ``p`` of ``P = N·tiles_h·tiles_w`` covers outputs
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import sys
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 
+from hpcnb.codecache import deprecated_cache_env, load_generated, source_digest
+from hpcnb.paths import cache_root
 from hpcnb.winograd.opcount import TransformPrograms, transform_programs
 from hpcnb.winograd.slp import LinearProgram
 
@@ -51,12 +51,14 @@ _CODEGEN_VERSION = "7"
 
 
 def cache_dir() -> Path:
-    """Return the user cache folder of hpcnb (``$HPCNB_CACHE_DIR`` or ``~/.cache/hpcnb``)."""
-    env = os.environ.get("HPCNB_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hpcnb"
+    """Return the cache root of the Winograd code (generated kernels, wisdom file).
+
+    This is the one cache root of hpcnb, :func:`hpcnb.paths.cache_root` (``$HPCNB_CACHE``,
+    else the user cache folder). ``$HPCNB_CACHE_DIR``, the variable of older versions, is
+    a deprecated alias still honoured (with a ``FutureWarning``) when ``$HPCNB_CACHE`` is
+    unset. The folder is not created.
+    """
+    return deprecated_cache_env("HPCNB_CACHE_DIR") or cache_root()
 
 
 def constants_of(progs: TransformPrograms) -> list[Fraction]:
@@ -384,7 +386,12 @@ _LOADED: dict[str, ModuleType] = {}
 
 
 def load_module(source: str, stem: str) -> ModuleType:
-    """Write ``source`` to the cache folder (content-addressed) and import it.
+    """Write ``source`` to the cache folder (content-addressed), verify it and import it.
+
+    The file is ``<cache_dir()>/winograd/generated/hpcnb_wino_<stem>_<sha256>.py``; a file
+    found there that differs from ``source`` is rewritten with a
+    :class:`~hpcnb.codecache.CodeCacheWarning`, and only ``source`` itself runs (see
+    :func:`hpcnb.codecache.load_generated`).
 
     Args:
         source: Module text.
@@ -393,24 +400,11 @@ def load_module(source: str, stem: str) -> ModuleType:
     Returns:
         The imported module (memoised per content hash).
     """
-    digest = hashlib.sha1(source.encode()).hexdigest()[:12]
-    name = f"hpcnb_wino_{stem}_{digest}"
-    if name in _LOADED:
-        return _LOADED[name]
-    folder = cache_dir() / "winograd" / "generated"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    _LOADED[name] = module
-    return module
+    key = f"hpcnb_wino_{stem}_{source_digest(source)}"
+    if key not in _LOADED:
+        folder = cache_dir() / "winograd" / "generated"
+        _LOADED[key] = load_generated(source, folder, f"hpcnb_wino_{stem}")
+    return _LOADED[key]
 
 
 def _stem(m: int, r: int, points: str | tuple, dtype: str, level: str) -> str:
