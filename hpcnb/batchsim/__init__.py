@@ -79,8 +79,11 @@ from hpcnb.batchsim.simulation import (
     simulate,
 )
 from hpcnb.batchsim.swf import (
+    MAX_NODES,
     SWF_FIELDS,
     SWFError,
+    SWFFormatError,
+    SWFLimits,
     SWFTrace,
     read_swf,
     trace_from_arrays,
@@ -99,6 +102,7 @@ __all__ = [
     "DRF",
     "FCFS",
     "JOB_STATISTICS_COLUMNS",
+    "MAX_NODES",
     "SCHEDULERS",
     "SJF",
     "SRTF",
@@ -124,6 +128,8 @@ __all__ = [
     "PredictorStepTime",
     "RunContext",
     "SWFError",
+    "SWFFormatError",
+    "SWFLimits",
     "SWFTrace",
     "ScaledWork",
     "Scheduler",

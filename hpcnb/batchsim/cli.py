@@ -2,7 +2,7 @@
 
 Sub-commands::
 
-    hpcnb batchsim simulate WORKLOAD --scheduler NAME [--nodes N]
+    hpcnb batchsim simulate WORKLOAD --scheduler NAME [--nodes N] [--strict]
         [--malleable-fraction F] [--seed S] [--on-error error|skip] --out DIR
     hpcnb batchsim generate OUT.swf [--jobs N] [--nodes N] [--seed S]
     hpcnb batchsim schedulers
@@ -13,16 +13,26 @@ Sub-commands::
 and ``metrics.json`` into ``DIR`` and prints the metrics. With an SWF trace, trace
 jobs are replayed with their recorded submit times, run times and sizes on ``--nodes``
 nodes (default: the header's MaxProcs or MaxNodes; one processor = one node); jobs
-with unknown run time or size, or larger than the machine, are reported and skipped.
-``--malleable-fraction`` converts that share of multi-node jobs to malleable ones
+with unknown run time or size are reported and skipped. ``--nodes`` is an integer in
+``[1, MAX_NODES]`` (2**31 - 1). ``--malleable-fraction`` converts that share of
+multi-node jobs to malleable ones
 (:class:`~hpcnb.batchsim.workloads.MalleablePolicy`). ``schedulers`` lists the policies;
 ``validate-dl`` fits the DL step-time workload model to a measured ``scalability.csv`` and
 prints its parameters and, as the last line, ``MAPE <value>`` on runs left out of the fit.
+
+**Jobs larger than the machine** (after ``--nodes``), from either kind of workload, are
+skipped and reported on stderr by default; ``--strict`` makes the first one an error.
+
+**Bad input** (a malformed SWF line, a broken ``.gz`` file, an invalid ElastiSim input
+or expression, any reader limit, a missing file) ends ``simulate`` with exit status 2
+and one line on stderr, ``hpcnb batchsim simulate: <file>:<place>: <reason>``, never a
+traceback; malformed SWF lines are skipped instead with ``--on-error skip``.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -34,13 +44,14 @@ from hpcnb.batchsim.jobs import Job
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.policies import SCHEDULERS, make_scheduler
 from hpcnb.batchsim.simulation import simulate
-from hpcnb.batchsim.swf import SWFError, read_swf, write_swf
+from hpcnb.batchsim.swf import DEFAULT_SWF_LIMITS, MAX_NODES, read_swf, write_swf
 from hpcnb.batchsim.workloads import (
     MalleablePolicy,
     jobs_from_swf,
     lublin_feitelson,
     make_malleable,
 )
+from hpcnb.errors import HpcnbError
 
 __all__ = [
     "generate_command",
@@ -52,42 +63,97 @@ __all__ = [
 ]
 
 
-def _load(args: argparse.Namespace) -> tuple[list[Job], Platform, dict[str, Any], list[str]]:
+class _OversizedJobError(HpcnbError, ValueError):
+    """A job needs more nodes or GPUs than the machine has, under ``--strict``."""
+
+
+def _fit_machine(
+    jobs: list[Job], platform: Platform, source: Path, strict: bool
+) -> tuple[list[Job], list[str]]:
+    """Apply the policy for jobs larger than the machine: skip and report, or fail."""
+    kept: list[Job] = []
+    notes: list[str] = []
+    for job in jobs:
+        reason = None
+        if job.num_nodes_min > platform.num_nodes:
+            reason = f"{job.num_nodes_min} nodes > machine of {platform.num_nodes}"
+        elif job.gpus_per_node > platform.gpus_per_node:
+            reason = f"{job.gpus_per_node} GPUs per node > {platform.gpus_per_node}"
+        if reason is None:
+            kept.append(job)
+        elif strict:
+            raise _OversizedJobError(f"{source}: job {job.id}: {reason} (--strict)")
+        else:
+            notes.append(f"{source}: skipped job {job.id}: {reason}")
+    return kept, notes
+
+
+def _read_elastisim(path: Path, nodes: int | None, strict: bool) -> tuple[Any, bool]:
+    """``read_elastisim`` with the machine size and the policy for oversized jobs.
+
+    Returns:
+        The input and whether the reader applied ``nodes`` itself (readers without the
+        ``num_nodes`` / ``strict`` keywords get them applied here instead).
+    """
+    params = inspect.signature(read_elastisim).parameters
+    kwargs: dict[str, Any] = {}
+    if "strict" in params:
+        kwargs["strict"] = strict
+    if "num_nodes" in params and nodes is not None:
+        kwargs["num_nodes"] = nodes
+    return read_elastisim(path, **kwargs), "num_nodes" in kwargs
+
+
+def _load(
+    args: argparse.Namespace,
+) -> tuple[list[Job], Platform, dict[str, Any], list[str], int]:
+    """Read the workload: jobs, platform, simulation options, skip notes and skip count."""
     path = Path(args.workload)
     policy = MalleablePolicy(args.malleable_fraction, seed=args.seed)
     if path.suffix == ".json":
-        data = read_elastisim(path)
+        data, resized = _read_elastisim(path, args.nodes, args.strict)
+        notes = [f"{path}: skipped {note}" for note in getattr(data, "skipped", [])]
         platform = data.platform
-        if args.nodes:
+        if args.nodes and not resized:
             platform = Platform(**{**platform.__dict__, "num_nodes": args.nodes})
-        jobs = data.jobs
+        jobs, oversized = _fit_machine(list(data.jobs), platform, path, args.strict)
         if policy.fraction > 0:
             jobs = make_malleable(jobs, platform.num_nodes, policy)
-        return jobs, platform, data.simulation_options(), []
+        notes += oversized
+        return jobs, platform, data.simulation_options(), notes, len(notes)
     if not (path.name.endswith(".swf") or path.name.endswith(".swf.gz")):
         raise ValueError(f"{path}: expected a .swf, .swf.gz or ElastiSim jobs .json file")
     trace = read_swf(path, on_error=args.on_error)
-    loaded = jobs_from_swf(trace, args.nodes, policy)
+    loaded = jobs_from_swf(trace, args.nodes, policy, strict=args.strict)
     notes = list(trace.skipped) + [f"{path}: skipped {s}" for s in loaded.skipped]
-    return loaded.jobs, Platform(loaded.num_nodes), {}, notes
+    count = max(trace.skipped_count, len(trace.skipped)) + len(loaded.skipped)
+    return loaded.jobs, Platform(loaded.num_nodes), {}, notes, count
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's message on one line (no traceback, no embedded line breaks)."""
+    text = " ".join(str(exc).split("\n")).strip()
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}"
+    return text or type(exc).__name__
 
 
 def simulate_command(args: argparse.Namespace) -> int:
     """Run ``simulate`` for parsed arguments; return the exit code (0 ok, 2 bad input)."""
     try:
         scheduler = make_scheduler(args.scheduler)
-        jobs, platform, options, notes = _load(args)
-    except (ValueError, FileNotFoundError, SWFError) as exc:
-        print(f"hpcnb batchsim simulate: {exc}", file=sys.stderr)
+        jobs, platform, options, notes, count = _load(args)
+        result = simulate(jobs, platform, scheduler, **options)
+    except (HpcnbError, ValueError, OSError) as exc:
+        print(f"hpcnb batchsim simulate: {_one_line(exc)}", file=sys.stderr)
         return 2
     for note in notes:
         print(note, file=sys.stderr)
-    if notes:
-        print(f"{len(notes)} line(s)/job(s) skipped (listed above)", file=sys.stderr)
-    result = simulate(jobs, platform, scheduler, **options)
+    if count:
+        print(f"{count} line(s)/job(s) skipped (listed above)", file=sys.stderr)
     paths = result.write(args.out)
     metrics = json.loads(paths["metrics"].read_text(encoding="utf-8"))
-    metrics["skipped"] = len(notes)
+    metrics["skipped"] = count
     paths["metrics"].write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     print(f"{len(jobs)} jobs on {platform.num_nodes} nodes under {scheduler.name}: "
           f"{result.jobs_per_second:,.0f} simulated jobs/s")  # fmt: skip
@@ -99,8 +165,10 @@ def simulate_command(args: argparse.Namespace) -> int:
 
 def generate_command(args: argparse.Namespace) -> int:
     """Write a Lublin–Feitelson workload as SWF; return the exit code."""
-    if args.jobs < 1 or args.nodes < 1:
-        print("hpcnb batchsim generate: --jobs and --nodes must be >= 1", file=sys.stderr)
+    max_jobs = DEFAULT_SWF_LIMITS.max_rows
+    if not (1 <= args.jobs <= max_jobs and 1 <= args.nodes <= MAX_NODES):
+        print(f"hpcnb batchsim generate: --jobs must be in [1, {max_jobs}] and --nodes in "
+              f"[1, {MAX_NODES}]", file=sys.stderr)  # fmt: skip
         return 2
     trace = lublin_feitelson(args.jobs, args.nodes, args.seed)
     path = write_swf(trace, args.output)
@@ -135,6 +203,19 @@ def validate_dl_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nodes(text: str) -> int:
+    """``--nodes``: an integer in ``[1, MAX_NODES]``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--nodes must be >= 1")
+    if value > MAX_NODES:
+        raise argparse.ArgumentTypeError(f"--nodes must be <= {MAX_NODES} (MAX_NODES)")
+    return value
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -149,7 +230,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("simulate", help="simulate an SWF trace or an ElastiSim jobs.json")
     sim.add_argument("workload", help=".swf, .swf.gz or ElastiSim jobs.json")
     sim.add_argument("--scheduler", required=True, choices=sorted(SCHEDULERS))
-    sim.add_argument("--nodes", type=int, default=None, help="machine size (default: header)")
+    sim.add_argument("--nodes", type=_nodes, default=None,
+                     help="machine size, 1..2**31-1 (default: the workload's)")  # fmt: skip
+    sim.add_argument("--strict", action="store_true",
+                     help="fail on a job larger than the machine (default: skip it)")  # fmt: skip
     sim.add_argument("--malleable-fraction", type=_fraction, default=0.0,
                      help="share of multi-node jobs made malleable (0..1)")  # fmt: skip
     sim.add_argument("--seed", type=int, default=0, help="seed of the malleable choice")

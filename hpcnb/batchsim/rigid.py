@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from hpcnb.batchsim.swf import MAX_NODES
+
 __all__ = ["KERNEL_POLICIES", "simulate_rigid_arrays"]
 
 KERNEL_POLICIES = {"fcfs": 0, "easy": 1}
@@ -181,25 +183,37 @@ def simulate_rigid_arrays(
         runtime: Actual run times (s).
         estimate: Requested times used for reservations (s).
         size: Nodes of each job (each <= ``total_nodes``).
-        total_nodes: Nodes of the machine.
+        total_nodes: Nodes of the machine, in ``[1, MAX_NODES]`` (2**31 - 1), so that
+            the kernel's int64 node counts cannot overflow.
         policy: ``"fcfs"`` or ``"easy"``.
 
     Raises:
-        ValueError: Unknown policy, unsorted submits, or a job larger than the machine.
+        ValueError: Unknown policy, arrays of different lengths, unsorted or non-finite
+            submit times, non-finite or negative run times or estimates, a machine size
+            outside ``[1, MAX_NODES]``, or a job size outside ``[1, total_nodes]``.
     """
     if policy not in KERNEL_POLICIES:
         raise ValueError(f"policy={policy!r}: expected one of {sorted(KERNEL_POLICIES)}")
+    if (
+        isinstance(total_nodes, bool)
+        or not isinstance(total_nodes, (int, np.integer))
+        or not (1 <= total_nodes <= MAX_NODES)
+    ):
+        raise ValueError(f"total_nodes={total_nodes!r}: expected an integer in [1, {MAX_NODES}]")
     submit = np.ascontiguousarray(submit, dtype=np.float64)
-    size = np.ascontiguousarray(size, dtype=np.int64)
+    runtime = np.ascontiguousarray(runtime, dtype=np.float64)
+    estimate = np.ascontiguousarray(estimate, dtype=np.float64)
+    sizes = np.asarray(size)
+    if not submit.shape == runtime.shape == estimate.shape == sizes.shape or submit.ndim != 1:
+        raise ValueError("submit, runtime, estimate and size must be 1-D arrays of one length")
+    if sizes.size and not (np.all(sizes >= 1) and np.all(sizes <= total_nodes)):
+        raise ValueError(f"job sizes must be in [1, {total_nodes}]")
+    size = np.ascontiguousarray(sizes, dtype=np.int64)
+    if not (np.all(np.isfinite(submit)) and np.all(np.isfinite(runtime))
+            and np.all(np.isfinite(estimate))):  # fmt: skip
+        raise ValueError("submit times, run times and estimates must be finite")
+    if np.any(runtime < 0) or np.any(estimate < 0):
+        raise ValueError("run times and estimates must be >= 0")
     if submit.size and np.any(np.diff(submit) < 0):
         raise ValueError("submit times must be non-decreasing")
-    if size.size and (size.max() > total_nodes or size.min() < 1):
-        raise ValueError(f"job sizes must be in [1, {total_nodes}]")
-    return _kernel(
-        submit,
-        np.ascontiguousarray(runtime, dtype=np.float64),
-        np.ascontiguousarray(estimate, dtype=np.float64),
-        size,
-        int(total_nodes),
-        KERNEL_POLICIES[policy],
-    )
+    return _kernel(submit, runtime, estimate, size, int(total_nodes), KERNEL_POLICIES[policy])

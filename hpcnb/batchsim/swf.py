@@ -2,22 +2,69 @@
 
 An SWF file holds one job per line with 18 whitespace-separated numeric fields and
 header comments starting with ``;`` (``; MaxNodes: 240``). ``-1`` means unknown.
-Files may be gzip-compressed (``.swf.gz``). A malformed line is reported as
-``file:line`` and, by default, raises :class:`SWFError`; with ``on_error="skip"`` the
-line is skipped and listed in :attr:`SWFTrace.skipped`.
+Files may be gzip-compressed (``.swf.gz``). Lines end in a line feed (or CR LF).
+
+**Errors.** Every problem with a file's content raises :class:`SWFFormatError` (an
+:class:`~hpcnb.errors.HpcnbError` and a ``ValueError``; :class:`SWFError` is the old
+name of the same class) with a message that starts with ``file:line``: a line without
+18 fields; a field that is not a number, not finite (``nan``, ``inf``) or beyond
+``±MAX_FIELD_VALUE`` (2**53, the largest exact integer of a float64); a data line that
+is not UTF-8 (comment lines are read with undecodable bytes replaced); a job id already
+used on an earlier line (the message names both lines; ids are compared as integers and
+checked once the whole file is read); a ``MaxNodes`` / ``MaxProcs`` header beyond
+:data:`MAX_NODES`; a truncated or corrupt ``.gz`` stream; a file that is not gzip at
+all; and any limit of :class:`SWFLimits`. With ``on_error="skip"`` malformed lines (and
+every repetition of a job id after its first line) are skipped and listed in
+:attr:`SWFTrace.skipped`; compression errors and limits always raise.
+
+**Limits** (:class:`SWFLimits`, pass ``limits=`` to :func:`read_swf`; every default is
+far above the largest published trace): at most ``max_rows`` = 20 million jobs (2.9 GB
+of arrays), ``max_bytes`` = 2 GiB of text (counted after decompression, so a gzip bomb
+stops there), ``max_line_bytes`` = 64 KiB per line, ``max_header_lines`` = 10,000
+comment lines, and ``max_messages`` = 1,000 skip messages kept (the count of skipped
+lines is :attr:`SWFTrace.skipped_count`).
+
+**Memory and speed.** The file is read in blocks of 1 MiB, never as a whole. Each
+block's numbers go straight into float64 arrays, one per field, which are joined field
+by field at the end, so peak memory is about the final arrays (144 bytes per job, plus 8
+for the line numbers kept in :attr:`SWFTrace.lines`) plus one column and one block. A
+block of plain numbers (digits, sign, point, exponent) is parsed by pandas' C parser;
+any other block (comments, stray characters, errors) line by line with Python's
+``float``; both give identical values and messages (a fuzz test compares them).
+
+**Jobs larger than the machine** are not this module's concern: the reader keeps every
+well-formed line; :func:`~hpcnb.batchsim.workloads.jobs_from_swf` skips and reports
+such jobs by default and fails with ``strict=True``, the policy of every reader.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NoReturn
 
 import numpy as np
+import pandas as pd
 
-__all__ = ["SWF_FIELDS", "SWFError", "SWFTrace", "read_swf", "write_swf"]
+from hpcnb.errors import HpcnbError
+
+__all__ = [
+    "DEFAULT_SWF_LIMITS",
+    "MAX_FIELD_VALUE",
+    "MAX_NODES",
+    "SWF_FIELDS",
+    "SWFError",
+    "SWFFormatError",
+    "SWFLimits",
+    "SWFTrace",
+    "read_swf",
+    "trace_from_arrays",
+    "write_swf",
+]
 
 SWF_FIELDS: tuple[str, ...] = (
     "job_id",
@@ -40,9 +87,55 @@ SWF_FIELDS: tuple[str, ...] = (
     "think_time",
 )
 
+#: Largest machine (nodes) any batchsim reader, the CLI and the compiled kernel accept:
+#: node counts stay within a 32-bit signed integer, so no int64 arithmetic can overflow.
+MAX_NODES: int = 2**31 - 1
 
-class SWFError(ValueError):
-    """A malformed SWF line; the message starts with ``file:line``."""
+#: Largest magnitude of an SWF field: 2**53, beyond which float64 skips integers.
+MAX_FIELD_VALUE: float = float(2**53)
+
+_BLOCK_BYTES = 1 << 20
+_MACHINE_KEYS = ("MaxProcs", "MaxNodes")
+_BOM = b"\xef\xbb\xbf"
+#: Use the vectorised parser for blocks of plain numbers (tests switch it off).
+_FAST_BLOCKS = True
+
+
+class SWFFormatError(HpcnbError, ValueError):
+    """A problem with an SWF file's content; the message starts with ``file:line``."""
+
+
+#: The old name of :class:`SWFFormatError`.
+SWFError = SWFFormatError
+
+
+@dataclass(frozen=True)
+class SWFLimits:
+    """Bounds on what :func:`read_swf` reads (see the module docstring).
+
+    Attributes:
+        max_rows: Most jobs kept (each costs 152 bytes of arrays).
+        max_bytes: Most bytes of text, counted after decompression.
+        max_line_bytes: Longest line.
+        max_header_lines: Most ``;`` comment lines.
+        max_messages: Most skip messages kept in :attr:`SWFTrace.skipped`.
+    """
+
+    max_rows: int = 20_000_000
+    max_bytes: int = 2 * 1024**3
+    max_line_bytes: int = 65_536
+    max_header_lines: int = 10_000
+    max_messages: int = 1_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_bytes", "max_line_bytes", "max_header_lines",
+                     "max_messages"):  # fmt: skip
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"SWFLimits.{name}={value!r}: expected an integer >= 1")
+
+
+DEFAULT_SWF_LIMITS = SWFLimits()
 
 
 @dataclass
@@ -56,8 +149,11 @@ class SWFTrace:
             (repeated keys such as ``Queue`` keep the last value; all lines are kept in
             :attr:`header_lines`).
         header_lines: Every comment line without the leading ``;``.
-        skipped: ``"file:line: reason"`` for each malformed line skipped.
+        skipped: ``"file:line: reason"`` for each malformed line skipped (at most
+            :attr:`SWFLimits.max_messages`, then one line counting the rest).
         source: Where the trace was read from.
+        lines: The file's line number of each job (``None`` for traces built in memory).
+        skipped_count: How many lines were skipped (also those not listed).
     """
 
     fields: dict[str, np.ndarray]
@@ -65,6 +161,8 @@ class SWFTrace:
     header_lines: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     source: str = "<memory>"
+    lines: np.ndarray | None = None
+    skipped_count: int = 0
 
     def __len__(self) -> int:
         return len(self.fields["job_id"])
@@ -73,18 +171,38 @@ class SWFTrace:
         return self.fields[name]
 
     def header_int(self, key: str) -> int | None:
-        """Return an integer header value (``MaxNodes``), or ``None`` when absent."""
+        """Return an integer header value (``MaxNodes``), or ``None`` when absent or not finite."""
         value = self.header.get(key)
         if value is None:
             return None
-        try:
-            return int(float(value.split()[0]))
-        except (ValueError, IndexError):
+        number = _header_number(value)
+        if number is None or not math.isfinite(number):
             return None
+        return int(number)
 
     def machine_size(self) -> int | None:
-        """Return ``MaxProcs`` or else ``MaxNodes`` from the header (one processor = one node)."""
-        return self.header_int("MaxProcs") or self.header_int("MaxNodes")
+        """Return ``MaxProcs`` or else ``MaxNodes`` from the header (one processor = one node).
+
+        Values below 1 mean unknown.
+
+        Raises:
+            SWFFormatError: The size exceeds :data:`MAX_NODES` (only possible for a
+                trace built in memory: the reader refuses such headers).
+        """
+        for key in _MACHINE_KEYS:
+            size = self.header_int(key)
+            if size is not None and size >= 1:
+                if size > MAX_NODES:
+                    raise SWFFormatError(f"{self.source}: header {key}: {size} nodes, more "
+                                         f"than MAX_NODES = {MAX_NODES}")  # fmt: skip
+                return size
+        return None
+
+    def line_of(self, row: int) -> str:
+        """Return ``"file:line"`` of job ``row`` (``"file"`` when line numbers are unknown)."""
+        if self.lines is None:
+            return self.source
+        return f"{self.source}:{int(self.lines[row])}"
 
     def select(self, mask: np.ndarray) -> SWFTrace:
         """Return a trace with only the rows where ``mask`` is true (header kept)."""
@@ -94,6 +212,8 @@ class SWFTrace:
             list(self.header_lines),
             list(self.skipped),
             self.source,
+            None if self.lines is None else self.lines[mask],
+            self.skipped_count,
         )
 
     def head(self, n: int) -> SWFTrace:
@@ -103,23 +223,25 @@ class SWFTrace:
         return self.select(mask)
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return path.open("r", encoding="utf-8", errors="replace")
-
-
-def read_swf(path: str | Path, on_error: Literal["error", "skip"] = "error") -> SWFTrace:
-    """Read an SWF (or gzip-compressed ``.swf.gz``) file.
+def read_swf(
+    path: str | Path,
+    on_error: Literal["error", "skip"] = "error",
+    *,
+    limits: SWFLimits | None = None,
+) -> SWFTrace:
+    """Read an SWF (or gzip-compressed ``.swf.gz``) file, streaming it into NumPy arrays.
 
     Args:
         path: The file.
         on_error: ``"error"`` raises on the first malformed line; ``"skip"`` skips it
             and records ``file:line: reason`` in :attr:`SWFTrace.skipped`.
+        limits: Bounds on rows, bytes, line length, header lines and messages (default
+            :data:`DEFAULT_SWF_LIMITS`).
 
     Raises:
         FileNotFoundError: The file does not exist.
-        SWFError: A malformed line (``file:line: reason``) with ``on_error="error"``.
+        SWFFormatError: A malformed line with ``on_error="error"``, a repeated job id, a
+            broken ``.gz`` stream or a limit exceeded (``file:line: reason``).
         ValueError: ``on_error`` is not one of the two policies.
     """
     if on_error not in ("error", "skip"):
@@ -127,43 +249,298 @@ def read_swf(path: str | Path, on_error: Literal["error", "skip"] = "error") -> 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: SWF file not found")
-    rows: list[list[float]] = []
-    header: dict[str, str] = {}
-    header_lines: list[str] = []
-    skipped: list[str] = []
-    with _open_text(path) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            line = raw.strip()
+    reader = _Reader(path, on_error, limits or DEFAULT_SWF_LIMITS)
+    reader.read()
+    return reader.finish()
+
+
+class _Reader:
+    """The state of one :func:`read_swf` call: columns grown block by block."""
+
+    def __init__(self, path: Path, on_error: str, limits: SWFLimits) -> None:
+        self.path = path
+        self.on_error = on_error
+        self.limits = limits
+        self.columns: list[list[np.ndarray]] = [[] for _ in SWF_FIELDS]
+        self.line_parts: list[np.ndarray] = []
+        self.rows = 0
+        self.header: dict[str, str] = {}
+        self.header_lines: list[str] = []
+        self.skipped: list[str] = []
+        self.skipped_count = 0
+
+    def fail(self, lineno: int, reason: str) -> NoReturn:
+        raise SWFFormatError(f"{self.path}:{lineno}: {reason}")
+
+    def problem(self, lineno: int, reason: str) -> None:
+        """Raise (``on_error="error"``) or record a skipped line."""
+        if self.on_error == "error":
+            self.fail(lineno, reason)
+        self.skipped_count += 1
+        if len(self.skipped) < self.limits.max_messages:
+            self.skipped.append(f"{self.path}:{lineno}: {reason}")
+
+    def read(self) -> None:
+        """Read the file block by block (only whole lines are parsed)."""
+        compressed = self.path.suffix == ".gz"
+        limit = self.limits.max_bytes
+        done = 0  # lines before the current block
+        total = 0
+        carry = b""
+        with gzip.open(self.path, "rb") if compressed else self.path.open("rb") as handle:
+            while True:
+                data = self._read_block(handle, done + 1)  # carry holds no line break
+                if not data:
+                    break
+                if total == 0 and data.startswith(_BOM):
+                    data = data[len(_BOM) :]
+                total += len(data)
+                if total > limit:
+                    within = data[: len(data) - (total - limit)]
+                    where = done + (carry + within).count(b"\n") + 1
+                    after = " after decompression" if compressed else ""
+                    self.fail(where, f"more than {limit} bytes of text{after} "
+                              "(SWFLimits.max_bytes)")  # fmt: skip
+                buf = carry + data if carry else data
+                cut = buf.rfind(b"\n") + 1
+                block, carry = buf[:cut], buf[cut:]
+                if len(carry) > self.limits.max_line_bytes:
+                    self._too_long(done + block.count(b"\n") + 1, len(carry))
+                if block:
+                    self._block(block, done)
+                    done += block.count(b"\n")
+        if carry:
+            self._block(carry + b"\n", done)
+
+    def _read_block(self, handle: io.BufferedIOBase, lineno: int) -> bytes:
+        try:
+            return handle.read(_BLOCK_BYTES)
+        except EOFError:
+            self.fail(lineno, "the compressed stream ends early (truncated .gz file)")
+        except gzip.BadGzipFile as exc:
+            self.fail(lineno, f"not a valid gzip file ({exc})")
+        except zlib.error as exc:
+            self.fail(lineno, f"corrupt compressed data ({exc})")
+
+    def _too_long(self, lineno: int, size: int) -> NoReturn:
+        self.fail(lineno, f"line longer than {self.limits.max_line_bytes} bytes "
+                  f"({size} read; SWFLimits.max_line_bytes)")  # fmt: skip
+
+    def _block(self, block: bytes, before: int) -> None:
+        """Parse a block of whole lines; ``before`` lines precede it in the file."""
+        if not _FAST_BLOCKS:
+            self._add(*self._parse_lines(block, before))
+            return
+        plain = _PLAIN_BYTES[np.frombuffer(block, dtype=np.uint8)]
+        if not plain.all():  # parse up to the last line with other bytes (a header) exactly
+            cut = block.find(b"\n", int(np.flatnonzero(~plain)[-1])) + 1
+            head, block = block[:cut], block[cut:]
+            self._add(*self._parse_lines(head, before))
+            before += head.count(b"\n")
+        parsed = _parse_plain_block(block) if block else None
+        if parsed is None:
+            values, lines = self._parse_lines(block, before)
+        else:
+            values, lines = self._check_values(parsed[0], parsed[1] + (before + 1))
+        self._add(values, lines)
+
+    def _parse_lines(self, block: bytes, before: int) -> tuple[np.ndarray, np.ndarray]:
+        """The exact, line-by-line parser (Python's ``str.split`` and ``float``)."""
+        rows: list[list[float]] = []
+        lines: list[int] = []
+        for i, raw in enumerate(block.split(b"\n")[:-1]):
+            lineno = before + i + 1
+            if len(raw) > self.limits.max_line_bytes:
+                self._too_long(lineno, len(raw))
+            undecodable: UnicodeDecodeError | None = None
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                text = raw.decode("utf-8", errors="replace")
+                undecodable = exc
+            line = text.strip()
             if not line:
                 continue
             if line.startswith(";"):
-                text = line[1:].strip()
-                header_lines.append(text)
-                key, sep, value = text.partition(":")
-                if sep and key.strip() and " " not in key.strip():
-                    header[key.strip()] = value.strip()
+                self._comment(line, lineno)
+                continue
+            if undecodable is not None:
+                column = undecodable.start + 1
+                self.problem(lineno, f"byte {raw[undecodable.start]:#04x} at column {column} "
+                             "is not UTF-8 text")  # fmt: skip
                 continue
             parts = line.split()
-            reason = None
-            if len(parts) != 18:
-                reason = f"expected 18 fields, found {len(parts)}"
-            else:
-                try:
-                    row = [float(p) for p in parts]
-                except ValueError:
-                    bad = next(p for p in parts if not _is_number(p))
-                    reason = f"field {parts.index(bad) + 1} ({SWF_FIELDS[parts.index(bad)]}) "
-                    reason += f"is {bad!r}, expected a number"
-            if reason is not None:
-                message = f"{path}:{lineno}: {reason}"
-                if on_error == "error":
-                    raise SWFError(message)
-                skipped.append(message)
+            if len(parts) != len(SWF_FIELDS):
+                self.problem(lineno, f"expected 18 fields, found {len(parts)}")
+                continue
+            try:
+                row = [float(p) for p in parts]
+            except ValueError:
+                k = next(j for j, p in enumerate(parts) if not _is_number(p))
+                self.problem(lineno, f"field {k + 1} ({SWF_FIELDS[k]}) is {_show(parts[k])}, "
+                             "expected a number")  # fmt: skip
+                continue
+            bad = next((j for j, v in enumerate(row) if not abs(v) <= MAX_FIELD_VALUE), None)
+            if bad is not None:
+                self.problem(lineno, _value_reason(bad, row[bad]))
                 continue
             rows.append(row)
-    data = np.array(rows, dtype=np.float64).reshape(-1, 18)
-    fields = {name: data[:, i].copy() for i, name in enumerate(SWF_FIELDS)}
-    return SWFTrace(fields, header, header_lines, skipped, str(path))
+            lines.append(lineno)
+        values = np.array(rows, dtype=np.float64).reshape(-1, len(SWF_FIELDS))
+        return values, np.array(lines, dtype=np.int64)
+
+    def _check_values(self, values: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Refuse (or drop) rows with a non-finite or too large value, in line order."""
+        bad = ~(np.abs(values) <= MAX_FIELD_VALUE)
+        if not bad.any():
+            return values, lines
+        keep = np.ones(len(values), dtype=bool)
+        for r in np.flatnonzero(bad.any(axis=1)):
+            k = int(np.argmax(bad[r]))
+            self.problem(int(lines[r]), _value_reason(k, float(values[r, k])))
+            keep[r] = False
+        return values[keep], lines[keep]
+
+    def _comment(self, line: str, lineno: int) -> None:
+        text = line[1:].strip()
+        if len(self.header_lines) >= self.limits.max_header_lines:
+            self.fail(lineno, f"more than {self.limits.max_header_lines} header comment "
+                      "lines (SWFLimits.max_header_lines)")  # fmt: skip
+        key, sep, value = text.partition(":")
+        key, value = key.strip(), value.strip()
+        if sep and key and " " not in key:
+            if key in _MACHINE_KEYS:
+                number = _header_number(value)
+                if number is not None and not (math.isfinite(number) and number <= MAX_NODES):
+                    self.problem(lineno, f"header {key}: {_show(value)} is not a machine size "
+                                 f"(at most MAX_NODES = {MAX_NODES} nodes)")  # fmt: skip
+                    return
+            self.header[key] = value
+        self.header_lines.append(text)
+
+    def _add(self, values: np.ndarray, lines: np.ndarray) -> None:
+        count = len(values)
+        if count == 0:
+            return
+        room = self.limits.max_rows - self.rows
+        if count > room:
+            self.fail(int(lines[room]), f"more than {self.limits.max_rows} jobs "
+                      "(SWFLimits.max_rows)")  # fmt: skip
+        for k, column in enumerate(self.columns):
+            column.append(np.array(values[:, k], dtype=np.float64))
+        self.line_parts.append(lines)
+        self.rows += count
+
+    def finish(self) -> SWFTrace:
+        """Join the columns field by field (freeing the parts as it goes); check ids."""
+        fields: dict[str, np.ndarray] = {}
+        for k, name in enumerate(SWF_FIELDS):
+            parts, self.columns[k] = self.columns[k], []
+            fields[name] = np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
+            del parts
+        parts, self.line_parts = self.line_parts, []
+        lines = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        del parts
+        keep = self._repeated_ids(fields["job_id"], lines)
+        if keep is not None:
+            fields = {name: column[keep] for name, column in fields.items()}
+            lines = lines[keep]
+        listed = len(self.skipped)
+        if self.skipped_count > listed:
+            self.skipped.append(f"{self.path}: {self.skipped_count - listed} more lines "
+                                f"skipped (the first {listed} are listed)")  # fmt: skip
+        return SWFTrace(fields, self.header, self.header_lines, self.skipped, str(self.path),
+                        lines, self.skipped_count)  # fmt: skip
+
+    def _repeated_ids(self, ids: np.ndarray, lines: np.ndarray) -> np.ndarray | None:
+        """Report each job id used on an earlier line; return the rows to keep (or None)."""
+        if ids.size < 2:
+            return None
+        key = np.trunc(ids)
+        if np.all(key[1:] > key[:-1]):  # the usual case: increasing ids
+            return None
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        same = ordered[1:] == ordered[:-1]
+        if not same.any():
+            return None
+        new_group = np.concatenate(([True], ~same))
+        group_start = np.flatnonzero(new_group)
+        group_of = np.cumsum(new_group) - 1
+        repeat_pos = np.flatnonzero(same) + 1
+        repeats = order[repeat_pos]
+        firsts = order[group_start[group_of[repeat_pos]]]
+        in_file_order = np.argsort(repeats, kind="stable")
+        shown = in_file_order[: self.limits.max_messages + 1]
+        for r, f in zip(repeats[shown], firsts[shown], strict=True):
+            self.problem(int(lines[r]), f"job id {int(key[r])} repeats the job id of line "
+                         f"{int(lines[f])}")  # fmt: skip
+        self.skipped_count += len(repeats) - len(shown)
+        keep = np.ones(ids.size, dtype=bool)
+        keep[repeats] = False
+        return keep
+
+
+_PLAIN_BYTES = np.zeros(256, dtype=bool)
+_PLAIN_BYTES[np.frombuffer(b"0123456789+-.eE \t\r\n", dtype=np.uint8)] = True
+_BLANK_BYTES = np.zeros(256, dtype=bool)
+_BLANK_BYTES[np.frombuffer(b" \t\r\n", dtype=np.uint8)] = True
+
+
+def _parse_plain_block(block: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+    """Parse a block of whole lines of plain numbers with pandas' C parser.
+
+    Returns:
+        The values (rows x 18) and each row's 0-based line index in the block, or
+        ``None`` when the block holds anything else (comments, other characters, a line
+        without 18 fields, a token that is not a number): the exact parser handles it.
+    """
+    b = np.frombuffer(block, dtype=np.uint8)
+    if not _PLAIN_BYTES[b].all():
+        return None
+    returns = np.flatnonzero(b == 13)
+    if returns.size and (returns[-1] + 1 >= b.size or np.any(b[returns + 1] != 10)):
+        return None  # a lone \r would be a line break to pandas but not to us
+    blank = _BLANK_BYTES[b]
+    token_start = ~blank
+    token_start[1:] &= blank[:-1]
+    starts = np.flatnonzero(token_start)
+    newlines = np.flatnonzero(b == 10)
+    per_line = np.diff(np.searchsorted(starts, newlines), prepend=0)
+    if np.any((per_line != 0) & (per_line != len(SWF_FIELDS))):
+        return None
+    data_lines = np.flatnonzero(per_line)
+    if data_lines.size == 0:
+        return np.empty((0, len(SWF_FIELDS))), data_lines
+    try:
+        frame = pd.read_csv(io.BytesIO(block), sep=r"\s+", header=None,
+                            names=range(len(SWF_FIELDS)), index_col=False,
+                            dtype=np.float64, na_filter=False, engine="c")  # fmt: skip
+    except ValueError:  # pandas' ParserError is a ValueError
+        return None
+    values = frame.to_numpy(dtype=np.float64)
+    if values.shape != (data_lines.size, len(SWF_FIELDS)):
+        return None
+    return values, data_lines
+
+
+def _header_number(value: str) -> float | None:
+    try:
+        return float(value.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def _value_reason(k: int, value: float) -> str:
+    name = f"field {k + 1} ({SWF_FIELDS[k]})"
+    if not math.isfinite(value):
+        return f"{name} is {value}, expected a finite number"
+    return f"{name} is {value:g}, beyond ±2**53 (MAX_FIELD_VALUE)"
+
+
+def _show(text: str, width: int = 40) -> str:
+    """``repr`` of ``text``, cut to ``width`` characters so messages stay one short line."""
+    return repr(text) if len(text) <= width else repr(text[:width]) + "..."
 
 
 def _is_number(text: str) -> bool:
@@ -232,6 +609,3 @@ def trace_from_arrays(
     fields["status"] = np.ones(n)
     header = dict(header or {})
     return SWFTrace(fields, header, [f"{k}: {v}" for k, v in header.items()])
-
-
-__all__ += ["trace_from_arrays"]

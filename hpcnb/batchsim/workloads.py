@@ -3,8 +3,15 @@
 **Trace replay.** :func:`jobs_from_swf` turns each SWF line into a rigid job with the
 recorded submit time, run time (field 4) and processor count (field 5, else field 8);
 one processor is one node. The requested time (field 9) becomes the job's walltime
-for backfilling when present. Jobs whose run time or size is unknown, or that are
-larger than the machine, are skipped and listed in :attr:`TraceJobs.skipped`.
+for backfilling when present. Jobs whose run time, size or submit time is unknown are
+skipped and listed in :attr:`TraceJobs.skipped`.
+
+**Jobs larger than the machine** follow the one policy of every batchsim reader (SWF
+here, ElastiSim JSON in :func:`~hpcnb.batchsim.elastisim.read_elastisim`, the
+``hpcnb batchsim simulate`` command): by default they are skipped and reported
+(``"job <id>: <n> nodes > machine of <N>"``); with ``strict=True`` (``--strict``) the
+first one raises :class:`~hpcnb.batchsim.swf.SWFFormatError` naming its file and line.
+Machine sizes are bounded by :data:`~hpcnb.batchsim.swf.MAX_NODES` (2**31 - 1).
 
 **Rigid → malleable policy** (:class:`MalleablePolicy`). A seeded random fraction of the
 jobs with more than one node become malleable. A converted job keeps its size as the
@@ -33,7 +40,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, ScaledWork
-from hpcnb.batchsim.swf import SWFTrace, trace_from_arrays
+from hpcnb.batchsim.swf import MAX_NODES, SWFFormatError, SWFTrace, trace_from_arrays
 
 __all__ = [
     "LublinParameters",
@@ -96,49 +103,67 @@ def jobs_from_swf(
     trace: SWFTrace,
     num_nodes: int | None = None,
     policy: MalleablePolicy | None = None,
+    *,
+    strict: bool = False,
 ) -> TraceJobs:
     """Turn SWF lines into jobs (see the module docstring for the rules).
 
     Args:
         trace: The trace.
-        num_nodes: Machine size; default the header's ``MaxProcs`` or ``MaxNodes``.
+        num_nodes: Machine size in ``[1, MAX_NODES]``; default the header's ``MaxProcs``
+            or ``MaxNodes``.
         policy: Rigid→malleable conversion; default all rigid.
+        strict: Raise on a job larger than the machine instead of skipping it.
 
     Raises:
-        ValueError: No machine size given and none in the header.
+        ValueError: No machine size given and none in the header, or ``num_nodes``
+            outside ``[1, MAX_NODES]``.
+        SWFFormatError: ``strict`` and a job larger than the machine (``file:line``).
     """
-    nodes = num_nodes if num_nodes is not None else trace.machine_size()
-    if nodes is None or nodes < 1:
+    if num_nodes is not None and (
+        isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer))
+        or not 1 <= num_nodes <= MAX_NODES
+    ):  # fmt: skip
+        raise ValueError(f"num_nodes={num_nodes!r}: expected an integer in [1, {MAX_NODES}]")
+    nodes = int(num_nodes) if num_nodes is not None else trace.machine_size()
+    if nodes is None:
         raise ValueError(
             f"{trace.source}: no machine size: pass num_nodes (--nodes) or add a "
             "'; MaxProcs:' / '; MaxNodes:' header line"
         )
     f = trace.fields
-    jobs: list[Job] = []
-    skipped: list[str] = []
-    for i in range(len(trace)):
-        jid = int(f["job_id"][i])
-        run = float(f["run_time"][i])
-        size = int(f["allocated_processors"][i])
-        if size <= 0:
-            size = int(f["requested_processors"][i])
-        req = float(f["requested_time"][i])
-        submit = float(f["submit_time"][i])
-        if run < 0:
-            skipped.append(f"job {jid}: unknown run time")
-        elif size <= 0:
-            skipped.append(f"job {jid}: unknown size")
-        elif size > nodes:
-            skipped.append(f"job {jid}: {size} nodes > machine of {nodes}")
-        elif submit < 0:
-            skipped.append(f"job {jid}: unknown submit time")
-        else:
-            user = int(f["user_id"][i])
-            jobs.append(Job(jid, submit, JobType.RIGID, size, FixedWork(run),
-                            walltime=req if req > 0 else None, user=max(user, 0)))  # fmt: skip
+    run = f["run_time"]
+    allocated = np.trunc(f["allocated_processors"])
+    size = np.where(allocated > 0, allocated, np.trunc(f["requested_processors"]))
+    submit = f["submit_time"]
+    unknown_run = run < 0
+    unknown_size = ~unknown_run & (size <= 0)
+    too_large = ~unknown_run & ~unknown_size & (size > nodes)
+    unknown_submit = ~unknown_run & ~unknown_size & ~too_large & (submit < 0)
+    if strict and too_large.any():
+        i = int(np.argmax(too_large))
+        raise SWFFormatError(f"{trace.line_of(i)}: job {int(f['job_id'][i])} needs "
+                             f"{int(size[i])} nodes, the machine has {nodes} (strict: jobs "
+                             "larger than the machine are errors)")  # fmt: skip
+    reasons = (
+        (unknown_run, lambda i: "unknown run time"),
+        (unknown_size, lambda i: "unknown size"),
+        (too_large, lambda i: f"{int(size[i])} nodes > machine of {nodes}"),
+        (unknown_submit, lambda i: "unknown submit time"),
+    )
+    skip = unknown_run | unknown_size | too_large | unknown_submit
+    skipped = [(i, reason(i)) for mask, reason in reasons for i in np.flatnonzero(mask)]
+    skipped.sort(key=lambda item: item[0])
+    ids = f["job_id"].astype(np.int64)
+    req = f["requested_time"]
+    user = f["user_id"]
+    jobs = [Job(int(ids[i]), float(submit[i]), JobType.RIGID, int(size[i]),
+                FixedWork(float(run[i])), walltime=float(req[i]) if req[i] > 0 else None,
+                user=max(int(user[i]), 0))
+            for i in np.flatnonzero(~skip)]  # fmt: skip
     if policy is not None and policy.fraction > 0:
         jobs = make_malleable(jobs, nodes, policy)
-    return TraceJobs(jobs, int(nodes), skipped)
+    return TraceJobs(jobs, nodes, [f"job {int(ids[i])}: {why}" for i, why in skipped])
 
 
 def make_malleable(jobs: Sequence[Job], num_nodes: int, policy: MalleablePolicy) -> list[Job]:
