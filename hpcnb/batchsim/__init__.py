@@ -19,7 +19,10 @@ from hpcnb.batchsim.dl import (
 )
 from hpcnb.batchsim.elastisim import (
     ApplicationModel,
+    ApplicationWork,
     ElastiSimInput,
+    ElastiSimLimits,
+    WorkloadError,
     read_application_model,
     read_elastisim,
 )
@@ -45,7 +48,13 @@ from hpcnb.batchsim.experiments import (
     synthetic_dl_table,
     write_synthetic_elastisim_project,
 )
-from hpcnb.batchsim.expressions import Expression, ExpressionError, evaluate, parse_expression
+from hpcnb.batchsim.expressions import (
+    Expression,
+    ExpressionError,
+    ExpressionLimits,
+    evaluate,
+    parse_expression,
+)
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext, ScaledWork, WorkModel
 from hpcnb.batchsim.platform import Platform, SharedLink, read_platform_xml
 from hpcnb.batchsim.plots import (
@@ -108,12 +117,15 @@ __all__ = [
     "SRTF",
     "SWF_FIELDS",
     "ApplicationModel",
+    "ApplicationWork",
     "ConservativeBackfilling",
     "DLWork",
     "EasyBackfilling",
     "ElastiSimInput",
+    "ElastiSimLimits",
     "Expression",
     "ExpressionError",
+    "ExpressionLimits",
     "FixedWork",
     "InvocationReason",
     "Job",
@@ -143,6 +155,7 @@ __all__ = [
     "StepTimeModel",
     "TraceJobs",
     "WorkModel",
+    "WorkloadError",
     "check_invariants",
     "dl_jobs",
     "evaluate",
