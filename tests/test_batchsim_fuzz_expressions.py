@@ -616,3 +616,15 @@ def test_fuzz_elastisim_mutations(in_model, index, action, replacement):
             assert error is None or isinstance(error, allowed), repr(error)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_elastisim_work_estimates_without_a_context(tmp_path):
+    # make_malleable (CLI --malleable-fraction) asks for estimates with ctx=None
+    from hpcnb.batchsim import MalleablePolicy, make_malleable
+
+    path = _project(tmp_path, [_job(), _job(num_nodes=4)], _MODEL)
+    data = read_elastisim(path)
+    work = data.jobs[0].work
+    assert work.estimate(2, None) == work.estimate(2, _ctx(data)) == pytest.approx(3 * 4 / 2**0.5)
+    jobs = make_malleable(data.jobs, data.platform.num_nodes, MalleablePolicy(1.0))
+    assert [j.type.value for j in jobs] == ["malleable", "malleable"]

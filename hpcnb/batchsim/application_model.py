@@ -447,8 +447,15 @@ class ApplicationWork(WorkModel):
             raise IndexError(f"unit {unit} of a job with {self.num_units} units")
         return self._runs[bisect.bisect_right(self._starts, unit) - 1]
 
-    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[Segment]:
+    def _context(self, ctx: RunContext | None) -> RunContext:
+        """Return ``ctx``, or for ``None`` (callers that know no machine) the bound platform."""
+        if ctx is not None:
+            return ctx
+        return RunContext(self.platform or Platform(max(1, self.nodes)))
+
+    def unit_segments(self, unit: int, nodes: int, ctx: RunContext | None) -> list[Segment]:
         """Return one phase iteration (or block of iterations) as segments (memoised)."""
+        ctx = self._context(ctx)
         phase, first, _, per_unit = self._run(unit)
         iteration = unit - first
         by_iteration = self._by_iteration[phase] and per_unit == 1
@@ -462,27 +469,31 @@ class ApplicationWork(WorkModel):
             self._cache[key] = value
         return list(value)
 
-    def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
+    def unit_time(self, unit: int, nodes: int, ctx: RunContext | None) -> float:
         """Return the time of one unit with the PFS shared by ``ctx.pfs_sharers``."""
+        ctx = self._context(ctx)
         return self._nominal(self.unit_segments(unit, nodes, ctx), ctx)
 
-    def init_segments(self, nodes: int, ctx: RunContext) -> list[Segment]:
+    def init_segments(self, nodes: int, ctx: RunContext | None) -> list[Segment]:
         """Return the ``on_init`` tasks as segments."""
+        ctx = self._context(ctx)
         return self._segments(self.model.on_init, nodes, ctx, 0, "on_init.tasks")
 
-    def reconfiguration_segments(self, old: int, new: int, ctx: RunContext) -> list[Segment]:
+    def reconfiguration_segments(self, old: int, new: int, ctx: RunContext | None) -> list[Segment]:
         """Return ``on_reconfiguration`` (+ ``on_expansion`` on growth) at ``new`` nodes."""
+        ctx = self._context(ctx)
         tasks = self.model.on_reconfiguration
         segments = self._segments(tasks, new, ctx, 0, "on_reconfiguration.tasks")
         if new > old:
             segments += self._segments(self.model.on_expansion, new, ctx, 0, "on_expansion.tasks")
         return self._merge(segments, "on_reconfiguration.tasks")
 
-    def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
+    def estimate(self, nodes: int, ctx: RunContext | None, from_unit: int = 0) -> float:
         """Return the time of units ``from_unit..``.
 
         Runs of phases whose tasks do not use ``phase_iteration`` are summed in closed form.
         """
+        ctx = self._context(ctx)
         total = self.init_time(nodes, ctx) if from_unit == 0 else 0.0
         if from_unit >= self.num_units:
             return total
@@ -497,12 +508,14 @@ class ApplicationWork(WorkModel):
             unit = end
         return total
 
-    def init_time(self, nodes: int, ctx: RunContext) -> float:
+    def init_time(self, nodes: int, ctx: RunContext | None) -> float:
         """Return the ``on_init`` time."""
+        ctx = self._context(ctx)
         return self._nominal(self.init_segments(nodes, ctx), ctx)
 
-    def reconfiguration_time(self, old: int, new: int, ctx: RunContext) -> float:
+    def reconfiguration_time(self, old: int, new: int, ctx: RunContext | None) -> float:
         """Return the ``on_reconfiguration`` (+ ``on_expansion`` on growth) time at ``new``."""
+        ctx = self._context(ctx)
         return self._nominal(self.reconfiguration_segments(old, new, ctx), ctx)
 
     def evolving_request(self, unit_done: int, nodes: int) -> int | None:
