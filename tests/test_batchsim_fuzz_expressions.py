@@ -628,3 +628,27 @@ def test_elastisim_work_estimates_without_a_context(tmp_path):
     assert work.estimate(2, None) == work.estimate(2, _ctx(data)) == pytest.approx(3 * 4 / 2**0.5)
     jobs = make_malleable(data.jobs, data.platform.num_nodes, MalleablePolicy(1.0))
     assert [j.type.value for j in jobs] == ["malleable", "malleable"]
+
+
+_LAUGHS = (
+    '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
+    + "".join(f'<!ENTITY {chr(98 + i)} "{f"&{chr(97 + i)};" * 10}">' for i in range(9))
+    + ']><platform><cluster radical="0-3" speed="&j;"/></platform>'
+)
+
+
+@pytest.mark.parametrize(
+    ("xml", "where"),
+    [
+        (_LAUGHS, "platform.xml: not a valid platform XML"),
+        ("<platform><cluster radical='0-99999999999999' speed='1Gf'/></platform>",
+         "platform.xml: a machine of 100,000,000,000,000 nodes; at most 2,147,483,647"),
+        ("<platform><cluster radical='0-3' speed='eGf'/></platform>", "platform.xml: "),
+        ("\x00 not xml", "platform.xml: not a valid platform XML"),
+        ("<platform>" + " " * 3 * 2**20 + "</platform>", "ElastiSimLimits.max_platform_bytes"),
+    ],
+)  # fmt: skip
+def test_elastisim_hostile_platforms(tmp_path, xml, where):
+    path = _project(tmp_path, [_job()], _MODEL, platform_xml=xml)
+    _, error = bounded(lambda: read_elastisim(path))
+    assert isinstance(error, WorkloadError) and where in str(error), repr(error)

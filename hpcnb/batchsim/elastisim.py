@@ -11,11 +11,13 @@ and the platform XML named by ``configuration.json`` beside it
 :class:`~hpcnb.batchsim.inputs.WorkloadError` with the file and the JSON path
 (``jobs.json: jobs[3].arguments.alpha: expected a number, found "x"``); limits are the
 :class:`~hpcnb.batchsim.inputs.ElastiSimLimits` (file bytes, JSON depth, iterations,
-units, segments, expression length and nesting), passed as ``limits=``. Jobs larger than
-the machine (``num_nodes_min``, or the rigid size, above its nodes, or more GPUs per node
-than it has) follow the policy of the SWF path: they are skipped and listed in
-:attr:`ElastiSimInput.skipped`, or raise with ``strict=True``. A moldable or resizable job
-whose ``num_nodes`` / ``num_nodes_max`` exceed the machine is capped at the machine size.
+units, segments, platform bytes, expression length and nesting), passed as ``limits=``.
+A machine of more than :data:`~hpcnb.batchsim.swf.MAX_NODES` nodes is refused, as by the
+SWF reader. Jobs larger than the machine (``num_nodes_min``, or the rigid size, above its
+nodes, or more GPUs per node than it has) follow the policy of the SWF path: they are
+skipped and listed in :attr:`ElastiSimInput.skipped`, or raise with ``strict=True``. A
+moldable or resizable job whose ``num_nodes`` / ``num_nodes_max`` exceed the machine is
+capped at the machine size.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from hpcnb.batchsim.inputs import (
 )
 from hpcnb.batchsim.jobs import Job, JobType
 from hpcnb.batchsim.platform import Platform, read_platform_xml
+from hpcnb.batchsim.swf import MAX_NODES
 
 __all__ = [
     "ApplicationModel",
@@ -55,7 +58,6 @@ __all__ = [
 ]
 
 _DEFAULT_LIMITS = ElastiSimLimits()
-_MAX_NODES = 2**31 - 1  # the largest machine batchsim accepts (as the SWF reader)
 
 
 @dataclass
@@ -105,16 +107,18 @@ def _read_platform(path: Path, limits: ElastiSimLimits) -> Platform:
         size = path.stat().st_size
     except OSError as exc:
         raise WorkloadError(path, "", f"cannot read the platform ({exc.strerror or exc})") from None
-    if size > limits.max_file_bytes:
-        raise WorkloadError(path, "", f"{size:,} bytes; at most {limits.max_file_bytes:,} are "
-                            "read (ElastiSimLimits.max_file_bytes)")  # fmt: skip
+    if size > limits.max_platform_bytes:
+        raise WorkloadError(path, "", f"{size:,} bytes; at most {limits.max_platform_bytes:,} "
+                            "are read (ElastiSimLimits.max_platform_bytes)")  # fmt: skip
     try:
-        return read_platform_xml(path)
-    except WorkloadError:
-        raise
+        platform = read_platform_xml(path)
     except (ValueError, OSError, ArithmeticError) as exc:
         reason = str(exc).removeprefix(f"{path}: ") or type(exc).__name__
         raise WorkloadError(path, "", reason.splitlines()[0]) from None
+    if platform.num_nodes > MAX_NODES:
+        raise WorkloadError(path, "", f"a machine of {platform.num_nodes:,} nodes; at most "
+                            f"{MAX_NODES:,} are simulated")  # fmt: skip
+    return platform
 
 
 def _configuration(base: Path, limits: ElastiSimLimits) -> tuple[Path, dict[str, Any]]:
@@ -202,13 +206,13 @@ def read_elastisim(
         platform = _read_platform(found_xml, limits)
     if num_nodes is not None:
         if (isinstance(num_nodes, bool) or not isinstance(num_nodes, int)
-                or not 1 <= num_nodes <= _MAX_NODES):  # fmt: skip
+                or not 1 <= num_nodes <= MAX_NODES):  # fmt: skip
             raise WorkloadError(jobs_file, "", f"num_nodes={num_nodes!r}: expected the machine "
-                                f"size, an integer in [1, {_MAX_NODES:,}]")  # fmt: skip
+                                f"size, an integer in [1, {MAX_NODES:,}]")  # fmt: skip
         platform = dataclasses.replace(platform, num_nodes=num_nodes)
-    if platform.num_nodes > _MAX_NODES:
+    if platform.num_nodes > MAX_NODES:
         raise WorkloadError(jobs_file, "", f"a machine of {platform.num_nodes:,} nodes; at most "
-                            f"{_MAX_NODES:,} are simulated")  # fmt: skip
+                            f"{MAX_NODES:,} are simulated")  # fmt: skip
     machine, gpus = platform.num_nodes, platform.gpus_per_node
     models: dict[str, ApplicationModel] = {}
     jobs: list[Job] = []

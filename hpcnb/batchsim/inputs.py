@@ -47,7 +47,9 @@ class ElastiSimLimits:
     """Bounds that keep reading and simulating an ElastiSim input small and fast.
 
     Attributes:
-        max_file_bytes: Largest JSON or platform XML file read (bytes).
+        max_file_bytes: Largest JSON file read (bytes).
+        max_platform_bytes: Largest platform XML file read (bytes); ElastiSim platforms
+            describe a cluster in a few elements, and parsing time grows with the size.
         max_json_depth: Deepest nesting of JSON arrays and objects.
         max_iterations: Largest iteration count of one phase or task, and of all phases
             of one job together. Iterations are modelled analytically, so this bounds
@@ -62,6 +64,7 @@ class ElastiSimLimits:
     """
 
     max_file_bytes: int = 64 * 2**20
+    max_platform_bytes: int = 2 * 2**20
     max_json_depth: int = 64
     max_iterations: int = 10**15
     max_units: int = 100_000
@@ -69,8 +72,8 @@ class ElastiSimLimits:
     expression: ExpressionLimits = field(default_factory=ExpressionLimits)
 
     def __post_init__(self) -> None:
-        for name in ("max_file_bytes", "max_json_depth", "max_iterations", "max_units",
-                     "max_segments"):  # fmt: skip
+        for name in ("max_file_bytes", "max_platform_bytes", "max_json_depth",
+                     "max_iterations", "max_units", "max_segments"):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ElastiSimLimits.{name}={value!r}: expected an integer >= 1")
