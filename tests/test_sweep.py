@@ -45,3 +45,20 @@ def test_sweep_rejects_unknown_grid_names_before_running(tmp_path):
     grid.write_text("C: [1, 2]\n")
     assert main(["sweep", str(nb), "--grid", str(grid), "--out", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "o").exists()
+
+
+def test_unreachable_scheduler_and_bad_workers_fail_fast(tmp_path):
+    import socket
+    import time
+
+    nb = make_notebook(tmp_path / "s.ipynb", PARAMS, "A + B")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    start = time.monotonic()
+    with pytest.raises(ParameterError, match="no Dask scheduler reachable"):
+        sweep(nb, {"A": [1]}, scheduler=f"tcp://127.0.0.1:{port}", out=tmp_path / "o",
+              connect_timeout=2)  # fmt: skip
+    assert time.monotonic() - start < 30
+    with pytest.raises(ParameterError, match="workers"):
+        sweep(nb, {"A": [1]}, workers=0, out=tmp_path / "o2")
