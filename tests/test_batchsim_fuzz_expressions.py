@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -654,3 +655,30 @@ def test_elastisim_hostile_platforms(tmp_path, xml, where):
     path = _project(tmp_path, [_job()], _MODEL, platform_xml=xml)
     _, error = bounded(lambda: read_elastisim(path))
     assert isinstance(error, WorkloadError) and where in str(error), repr(error)
+
+
+def test_elastisim_huge_io_blocks_share_the_pfs_without_hanging(tmp_path):
+    # The example's model with 1e8 iterations that each compute and checkpoint: blocks of
+    # ~1e19 bytes share the PFS at times ~1e9 s, where a transfer's last bytes take less
+    # than one step of the clock; the engine used to reschedule it at the same time forever.
+    folder = _example_folder()
+    model = json.loads((folder / "application_model.json").read_text(encoding="utf-8"))
+    model["phases"][0]["iterations"] = "1e8"
+    jobs = json.loads((folder / "jobs.json").read_text(encoding="utf-8"))["jobs"][:20]
+    jobs = [dict(j, application_model="app.json") for j in jobs
+            if j["type"] in ("rigid", "moldable")][:12]  # fmt: skip
+    platform = (folder / "crossbar.xml").read_text(encoding="utf-8")
+    data = read_elastisim(_project(tmp_path, jobs, model, platform))
+    outcome: list[Any] = []
+    # a daemon thread, so that a regression fails the test instead of hanging the run
+    worker = threading.Thread(
+        target=lambda: outcome.append(bounded(lambda: simulate(data.jobs, data.platform, FCFS()))),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(3 * TIME_BOUND_S)
+    assert outcome, "the simulation did not finish (PFS transfers rescheduled at one time)"
+    result, error = outcome[0]
+    assert error is None, error
+    check_invariants(result, data.jobs)
+    assert result.metrics()["completed"] == len(jobs)

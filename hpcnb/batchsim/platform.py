@@ -266,6 +266,10 @@ class SharedLink:
         """Return (and remove) the transfers complete at ``now``, in joining order."""
         self._advance(now)
         tol = 1e-9 * max(1.0, abs(self.virtual))
+        if self.active:
+            # a transfer closer to completion than the bytes moved in one floating-point
+            # step of the clock could never be scheduled after ``now``: it is done
+            tol = max(tol, 2.0 * math.ulp(now) * self.bandwidth / len(self.active))
         done = [k for k, finish in self.active.items() if finish <= self.virtual + tol]
         for key in done:
             del self.active[key]
