@@ -215,7 +215,7 @@ class _Compiler:
                 self._emit(_BOOL, None, pos)
                 self._patch(extra)
             else:
-                self._emit(_BIN, op, pos)
+                self._emit(_BIN, (op, _BINARY[op]), pos)
         elif kind == "un":
             if op == "-":
                 self._emit(_NEG, None, pos)
@@ -384,6 +384,14 @@ class _Compiler:
 
 def _number(value: Any) -> float | None:
     """Return ``value`` as a float if it is a real number (not a bool or a string)."""
+    cls = value.__class__
+    if cls is float:
+        return value
+    if cls is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     try:
@@ -442,19 +450,31 @@ class Expression:
                               f"got {type(env).__name__}")  # fmt: skip
         program = self.program
         stack: list[float] = []
-        push, pop = stack.append, stack.pop
+        push, pop, isfinite = stack.append, stack.pop, math.isfinite
         pc, end = 0, len(program)
         while pc < end:
             opcode, arg, pos = program[pc]
             pc += 1
-            if opcode == _PUSH:
+            if opcode == _VAR:
+                try:
+                    value = env[arg]
+                except (KeyError, TypeError, IndexError):
+                    value = None
+                if value.__class__ is not float:  # ints, other numbers, errors
+                    value = self._variable(env, arg, pos)
+                push(value)
+            elif opcode == _PUSH:
                 push(arg)
-            elif opcode == _VAR:
-                push(self._variable(env, arg, pos))
             elif opcode == _BIN:
                 b = pop()
                 a = stack[-1]
-                stack[-1] = self._apply(arg, a, b, pos)
+                try:
+                    result = arg[1](a, b)
+                except (ArithmeticError, ValueError, TypeError) as exc:
+                    raise self._binary_error(arg[0], a, b, pos, exc) from None
+                if result.__class__ is not float or not isfinite(result):
+                    result = self._checked(arg[0], a, b, result, pos)
+                stack[-1] = result
             elif opcode == _JZ:
                 if not pop():
                     pc = arg
@@ -485,18 +505,20 @@ class Expression:
                 push(self._call(name, args, pos))
         return stack[-1]
 
-    def _apply(self, op: str, a: float, b: float, pos: int) -> float:
-        try:
-            result = _BINARY[op](a, b)
-        except OverflowError:
-            raise self._error(pos, f"{a!r} {op} {b!r}: overflow") from None
-        except (ArithmeticError, ValueError, TypeError) as exc:
-            raise self._error(pos, f"{a!r} {op} {b!r}: {exc or type(exc).__name__}") from None
+    def _binary_error(
+        self, op: str, a: float, b: float, pos: int, exc: BaseException
+    ) -> ExpressionError:
+        if isinstance(exc, OverflowError):
+            return self._error(pos, f"{a!r} {op} {b!r}: overflow")
+        return self._error(pos, f"{a!r} {op} {b!r}: {exc or type(exc).__name__}")
+
+    def _checked(self, op: str, a: float, b: float, result: Any, pos: int) -> float:
+        """Check a result that is not a finite float: complex, or an overflow."""
         if isinstance(result, complex):
             raise self._error(pos, f"{a!r} {op} {b!r}: complex result")
         if not math.isfinite(result) and math.isfinite(a) and math.isfinite(b):
             raise self._error(pos, f"{a!r} {op} {b!r}: overflow (result is {result})")
-        return result
+        return float(result)
 
     def _call(self, name: str, args: list[float], pos: int) -> float:
         shown = f"{name}({', '.join(repr(a) for a in args[:8])}{', ...' if len(args) > 8 else ''})"
