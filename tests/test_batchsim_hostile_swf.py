@@ -42,6 +42,7 @@ def job(jid: object, size: object = 2, run: object = 10, submit: object = 0) -> 
 
 
 GOOD = HEADER + job(1) + job(2, 4, 20, 5) + job(3, 1, 5, 7)
+MANY = HEADER + "".join(job(i) for i in range(1, 3001))
 
 
 def write(folder: Path, name: str, text: str | bytes) -> Path:
@@ -57,10 +58,25 @@ def test_error_type_is_a_project_error_and_keeps_its_old_name():
 
 
 def test_truncated_gzip(tmp_path):
-    path = write(tmp_path, "t.swf.gz", GOOD * 200)
+    path = write(tmp_path, "t.swf.gz", MANY)
     path.write_bytes(path.read_bytes()[:-30])
-    with pytest.raises(SWFFormatError, match=r"t\.swf\.gz:\d+: .*truncated"):
+    with pytest.raises(SWFFormatError, match=r"t\.swf\.gz:\d+: .*truncated") as error:
         read_swf(path)
+    line = int(str(error.value).split(":")[1])
+    assert 2000 < line <= 3003  # where the stream broke, after the lines before it
+
+
+def test_repeated_line_bomb_fails_at_the_first_block(tmp_path):
+    path = tmp_path / "same.swf.gz"
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        handle.write(HEADER.encode())
+        for _ in range(20):
+            handle.write(job(1).encode() * 100_000)  # 90 MB of one line in about 100 KB
+    tracemalloc.start()
+    with pytest.raises(SWFFormatError, match=r"same\.swf\.gz:4: job id 1 repeats .* line 3"):
+        read_swf(path)
+    assert tracemalloc.get_traced_memory()[1] < 64 * 2**20
+    tracemalloc.stop()
 
 
 def test_not_gzip(tmp_path):
@@ -281,7 +297,7 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 def hostile_inputs(folder: Path) -> dict[str, tuple[Path, str]]:
     """The issue's SWF inputs: name -> (file, the file:line the error must name)."""
-    truncated = write(folder, "trunc.swf.gz", GOOD * 300)
+    truncated = write(folder, "trunc.swf.gz", MANY)
     truncated.write_bytes(truncated.read_bytes()[:-40])
     not_gz = folder / "notgz.swf.gz"
     not_gz.write_text(GOOD)

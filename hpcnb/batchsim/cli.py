@@ -38,12 +38,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpcnb.batchsim.dl import scaling_validation
-from hpcnb.batchsim.elastisim import read_elastisim
 from hpcnb.batchsim.jobs import Job
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.policies import SCHEDULERS, make_scheduler
-from hpcnb.batchsim.simulation import simulate
 from hpcnb.batchsim.swf import DEFAULT_SWF_LIMITS, MAX_NODES, read_swf, write_swf
 from hpcnb.batchsim.workloads import (
     MalleablePolicy,
@@ -95,6 +92,8 @@ def _read_elastisim(path: Path, nodes: int | None, strict: bool) -> tuple[Any, b
         The input and whether the reader applied ``nodes`` itself (readers without the
         ``num_nodes`` / ``strict`` keywords get them applied here instead).
     """
+    from hpcnb.batchsim.elastisim import read_elastisim  # imported when used: fast errors
+
     params = inspect.signature(read_elastisim).parameters
     kwargs: dict[str, Any] = {}
     if "strict" in params:
@@ -143,6 +142,8 @@ def simulate_command(args: argparse.Namespace) -> int:
     try:
         scheduler = make_scheduler(args.scheduler)
         jobs, platform, options, notes, count = _load(args)
+        from hpcnb.batchsim.simulation import simulate  # after reading: errors come first
+
         result = simulate(jobs, platform, scheduler, **options)
     except (HpcnbError, ValueError, OSError) as exc:
         print(f"hpcnb batchsim simulate: {_one_line(exc)}", file=sys.stderr)
@@ -186,6 +187,8 @@ def schedulers_command(args: argparse.Namespace) -> int:
 
 def validate_dl_command(args: argparse.Namespace) -> int:
     """Fit and validate the DL step-time model on one model folder; return the exit code."""
+    from hpcnb.batchsim.dl import scaling_validation  # SciPy: imported when used
+
     try:
         model, test, mape = scaling_validation(
             args.model_dir, args.train_max_nodes, folds=args.folds, seed=args.seed

@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Literal, NoReturn
 
 import numpy as np
-import pandas as pd
 
 from hpcnb.errors import HpcnbError
 
@@ -287,9 +286,10 @@ class _Reader:
         done = 0  # lines before the current block
         total = 0
         carry = b""
+        broken: Exception | None = None
         with gzip.open(self.path, "rb") if compressed else self.path.open("rb") as handle:
-            while True:
-                data = self._read_block(handle, done + 1)  # carry holds no line break
+            while broken is None:
+                data, broken = _read_block(handle)
                 if not data:
                     break
                 if total == 0 and data.startswith(_BOM):
@@ -309,18 +309,15 @@ class _Reader:
                 if block:
                     self._block(block, done)
                     done += block.count(b"\n")
+        if broken is not None:  # the lines before the break were read (and checked)
+            where = done + 1
+            if isinstance(broken, EOFError):
+                self.fail(where, "the compressed stream ends early (truncated .gz file)")
+            if isinstance(broken, gzip.BadGzipFile):
+                self.fail(where, f"not a valid gzip file ({broken})")
+            self.fail(where, f"corrupt compressed data ({broken})")
         if carry:
             self._block(carry + b"\n", done)
-
-    def _read_block(self, handle: io.BufferedIOBase, lineno: int) -> bytes:
-        try:
-            return handle.read(_BLOCK_BYTES)
-        except EOFError:
-            self.fail(lineno, "the compressed stream ends early (truncated .gz file)")
-        except gzip.BadGzipFile as exc:
-            self.fail(lineno, f"not a valid gzip file ({exc})")
-        except zlib.error as exc:
-            self.fail(lineno, f"corrupt compressed data ({exc})")
 
     def _too_long(self, lineno: int, size: int) -> NoReturn:
         self.fail(lineno, f"line longer than {self.limits.max_line_bytes} bytes "
@@ -426,6 +423,8 @@ class _Reader:
         if count > room:
             self.fail(int(lines[room]), f"more than {self.limits.max_rows} jobs "
                       "(SWFLimits.max_rows)")  # fmt: skip
+        if self.on_error == "error":  # a repeat within the block fails now, not at the end
+            self._repeated_ids(values[:, 0], lines)
         for k, column in enumerate(self.columns):
             column.append(np.array(values[:, k], dtype=np.float64))
         self.line_parts.append(lines)
@@ -487,6 +486,26 @@ _BLANK_BYTES = np.zeros(256, dtype=bool)
 _BLANK_BYTES[np.frombuffer(b" \t\r\n", dtype=np.uint8)] = True
 
 
+def _read_block(handle: io.BufferedIOBase) -> tuple[bytes, Exception | None]:
+    """Read about ``_BLOCK_BYTES``; on a broken stream, return what came before the break.
+
+    ``read1`` returns the decompressed data piece by piece, so the bytes before a
+    truncation or corruption are not lost with the exception.
+    """
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while size < _BLOCK_BYTES:
+            piece = handle.read1(_BLOCK_BYTES - size)
+            if not piece:
+                break
+            parts.append(piece)
+            size += len(piece)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        return b"".join(parts), exc
+    return b"".join(parts), None
+
+
 def _parse_plain_block(block: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     """Parse a block of whole lines of plain numbers with pandas' C parser.
 
@@ -512,6 +531,8 @@ def _parse_plain_block(block: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     data_lines = np.flatnonzero(per_line)
     if data_lines.size == 0:
         return np.empty((0, len(SWF_FIELDS))), data_lines
+    import pandas as pd  # imported on the first plain block, not for a quick error
+
     try:
         frame = pd.read_csv(io.BytesIO(block), sep=r"\s+", header=None,
                             names=range(len(SWF_FIELDS)), index_col=False,
