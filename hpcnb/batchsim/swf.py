@@ -25,9 +25,10 @@ comment lines, and ``max_messages`` = 1,000 skip messages kept (the count of ski
 lines is :attr:`SWFTrace.skipped_count`).
 
 **Memory and speed.** The file is read in blocks of 1 MiB, never as a whole. Each
-block's numbers go straight into float64 arrays, one per field, which are joined field
-by field at the end, so peak memory is about the final arrays (144 bytes per job, plus 8
-for the line numbers kept in :attr:`SWFTrace.lines`) plus one column and one block. A
+block's numbers go straight into float64 arrays, one per field, grown in place by 25 %
+when full (``realloc``: large arrays are remapped, not copied) and trimmed at the end, so
+peak memory is about the final arrays (144 bytes per job, plus 8 for the line numbers
+kept in :attr:`SWFTrace.lines`), at most 1.25 times that, plus one block. A
 block of plain numbers (digits, sign, point, exponent) is parsed by pandas' C parser;
 any other block (comments, stray characters, errors) line by line with Python's
 ``float``; both give identical values and messages (a fuzz test compares them).
@@ -94,6 +95,8 @@ MAX_NODES: int = 2**31 - 1
 MAX_FIELD_VALUE: float = float(2**53)
 
 _BLOCK_BYTES = 1 << 20
+#: Capacity growth of the column arrays (so at most 25 % of them is ever unused).
+_GROWTH = 1.25
 _MACHINE_KEYS = ("MaxProcs", "MaxNodes")
 _BOM = b"\xef\xbb\xbf"
 #: Use the vectorised parser for blocks of plain numbers (tests switch it off).
@@ -260,8 +263,10 @@ class _Reader:
         self.path = path
         self.on_error = on_error
         self.limits = limits
-        self.columns: list[list[np.ndarray]] = [[] for _ in SWF_FIELDS]
-        self.line_parts: list[np.ndarray] = []
+        # one growing array per field (and the line numbers), resized in place (realloc,
+        # so large ones are remapped, not copied); rows [0, self.rows) are filled
+        self.columns = [np.empty(0, dtype=np.float64) for _ in SWF_FIELDS]
+        self.line_numbers = np.empty(0, dtype=np.int64)
         self.rows = 0
         self.header: dict[str, str] = {}
         self.header_lines: list[str] = []
@@ -425,21 +430,23 @@ class _Reader:
                       "(SWFLimits.max_rows)")  # fmt: skip
         if self.on_error == "error":  # a repeat within the block fails now, not at the end
             self._repeated_ids(values[:, 0], lines)
+        end = self.rows + count
+        if end > len(self.line_numbers):
+            capacity = max(end, int(len(self.line_numbers) * _GROWTH), 4096)
+            capacity = min(capacity, max(end, self.limits.max_rows))
+            for array in (*self.columns, self.line_numbers):
+                array.resize(capacity, refcheck=False)
         for k, column in enumerate(self.columns):
-            column.append(np.array(values[:, k], dtype=np.float64))
-        self.line_parts.append(lines)
-        self.rows += count
+            column[self.rows : end] = values[:, k]
+        self.line_numbers[self.rows : end] = lines
+        self.rows = end
 
     def finish(self) -> SWFTrace:
-        """Join the columns field by field (freeing the parts as it goes); check ids."""
-        fields: dict[str, np.ndarray] = {}
-        for k, name in enumerate(SWF_FIELDS):
-            parts, self.columns[k] = self.columns[k], []
-            fields[name] = np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
-            del parts
-        parts, self.line_parts = self.line_parts, []
-        lines = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        del parts
+        """Trim the arrays to the rows read (in place); check ids."""
+        for array in (*self.columns, self.line_numbers):
+            array.resize(self.rows, refcheck=False)
+        fields = dict(zip(SWF_FIELDS, self.columns, strict=True))
+        lines = self.line_numbers
         keep = self._repeated_ids(fields["job_id"], lines)
         if keep is not None:
             fields = {name: column[keep] for name, column in fields.items()}
