@@ -21,8 +21,8 @@ every repetition of a job id after its first line) are skipped and listed in
 far above the largest published trace): at most ``max_rows`` = 20 million jobs (2.9 GB
 of arrays), ``max_bytes`` = 2 GiB of text (counted after decompression, so a gzip bomb
 stops there), ``max_line_bytes`` = 64 KiB per line, ``max_header_lines`` = 10,000
-comment lines, and ``max_messages`` = 1,000 skip messages kept (the count of skipped
-lines is :attr:`SWFTrace.skipped_count`).
+comment lines, ``max_messages`` = 1,000 skip messages kept (the count of skipped lines is
+:attr:`SWFTrace.skipped_count`) and ``max_skipped`` = 1 million lines skipped at most.
 
 **Memory and speed.** The file is read in blocks of 1 MiB, never as a whole. Each
 block's numbers go straight into float64 arrays, one per field, grown in place by 25 %
@@ -121,6 +121,7 @@ class SWFLimits:
         max_line_bytes: Longest line.
         max_header_lines: Most ``;`` comment lines.
         max_messages: Most skip messages kept in :attr:`SWFTrace.skipped`.
+        max_skipped: Most lines skipped with ``on_error="skip"`` before giving up.
     """
 
     max_rows: int = 20_000_000
@@ -128,10 +129,11 @@ class SWFLimits:
     max_line_bytes: int = 65_536
     max_header_lines: int = 10_000
     max_messages: int = 1_000
+    max_skipped: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "max_bytes", "max_line_bytes", "max_header_lines",
-                     "max_messages"):  # fmt: skip
+                     "max_messages", "max_skipped"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SWFLimits.{name}={value!r}: expected an integer >= 1")
@@ -281,6 +283,9 @@ class _Reader:
         if self.on_error == "error":
             self.fail(lineno, reason)
         self.skipped_count += 1
+        if self.skipped_count > self.limits.max_skipped:
+            self.fail(lineno, f"more than {self.limits.max_skipped} malformed lines "
+                      "(SWFLimits.max_skipped)")  # fmt: skip
         if len(self.skipped) < self.limits.max_messages:
             self.skipped.append(f"{self.path}:{lineno}: {reason}")
 
@@ -330,6 +335,8 @@ class _Reader:
 
     def _block(self, block: bytes, before: int) -> None:
         """Parse a block of whole lines; ``before`` lines precede it in the file."""
+        if not block.strip():  # blank lines only (a gzip bomb of line breaks, say)
+            return
         if not _FAST_BLOCKS:
             self._add(*self._parse_lines(block, before))
             return
