@@ -220,7 +220,7 @@ def test_skip_messages_are_capped_but_counted(tmp_path):
     assert len(trace) == 3 and trace.skipped_count == 50
     assert len(trace.skipped) == 6
     assert trace.skipped[-1].endswith("45 more lines skipped (the first 5 are listed)")
-    with pytest.raises(SWFFormatError, match=r"s\.swf:15: more than 10 malformed lines"):
+    with pytest.raises(SWFFormatError, match=r"s\.swf:16: more than 10 malformed lines"):
         read_swf(path, on_error="skip", limits=SWFLimits(max_skipped=10))
 
 
