@@ -17,12 +17,15 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from hpcnb.errors import HpcnbError
 
 __all__ = [
     "Parameter",
@@ -36,7 +39,7 @@ __all__ = [
 _SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 
 
-class ParameterError(ValueError):
+class ParameterError(HpcnbError, ValueError):
     """A parameters cell is malformed or an override does not fit it."""
 
 
@@ -132,7 +135,8 @@ def coerce(param: Parameter, value: Any) -> Any:
     checked against the declared type (an ``int`` is accepted for a ``float``).
 
     Raises:
-        ParameterError: The value does not fit, naming the parameter and its type.
+        ParameterError: The value does not fit, naming the parameter and its type
+            (NaN and infinity are refused for ``float`` parameters).
     """
     kind = _SCALARS.get(param.type)
     bad = ParameterError(
@@ -155,13 +159,14 @@ def coerce(param: Parameter, value: Any) -> Any:
                 raise bad from None
         if kind is float:
             try:
-                return float(text)
+                value = float(text)
             except ValueError:
                 raise bad from None
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise bad from None
+        else:
+            try:
+                value = yaml.safe_load(text)
+            except yaml.YAMLError:
+                raise bad from None
     if kind is None:
         # Container annotations: compare with the default's container type.
         if param.default is not None and not isinstance(value, type(param.default)):
@@ -170,7 +175,15 @@ def coerce(param: Parameter, value: Any) -> Any:
             raise bad
         return value
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise bad from None
+    if kind is float and isinstance(value, float) and not math.isfinite(value):
+        raise ParameterError(
+            f"parameter {param.name}: {value!r} is not finite (a float parameter takes a "
+            f"finite number; default {param.default!r}; {param.comment})"
+        )
     if kind is int and isinstance(value, bool):
         raise bad
     if not isinstance(value, kind):

@@ -105,3 +105,29 @@ def test_cli_imports_technique_modules_only_when_used(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.split() == ["False", "False", "True", "True"]
+
+
+def test_every_public_error_derives_from_the_one_base():
+    import importlib
+    import inspect
+    import pkgutil
+
+    import hpcnb
+    from hpcnb.errors import HpcnbError
+
+    offenders = []
+    for info in pkgutil.walk_packages(hpcnb.__path__, "hpcnb."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, Exception)
+                and not issubclass(obj, Warning)
+                and obj.__module__ == info.name
+                and not name.startswith("_")
+                and not issubclass(obj, HpcnbError)
+            ):
+                offenders.append(f"{info.name}.{name}")
+    assert offenders == []

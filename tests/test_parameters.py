@@ -71,3 +71,15 @@ def test_notebook_parameters_requires_exactly_one_cell(tmp_path):
     nb.cells[0].metadata["tags"] = ["parameters"]
     nbformat.write(nb, path)
     assert notebook_parameters(path)[0].name == "A"
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e999"])
+def test_float_parameters_must_be_finite(text):
+    from hpcnb.parameters import Parameter, coerce
+
+    param = Parameter("MPI_TIMEOUT_S", "float", 60.0, "seconds")
+    with pytest.raises(ParameterError, match="not finite"):
+        coerce(param, text)
+    with pytest.raises(ParameterError):
+        coerce(param, float(text))
+    assert coerce(param, "2.5") == 2.5 and coerce(param, 3) == 3.0

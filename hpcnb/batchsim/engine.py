@@ -42,6 +42,7 @@ from hpcnb.batchsim.platform import (
     merge_segments,
     nominal_duration,
 )
+from hpcnb.errors import HpcnbError
 
 if TYPE_CHECKING:
     from hpcnb.batchsim.scheduler import Scheduler
@@ -79,11 +80,11 @@ class JobStatus(StrEnum):
     KILLED = "killed"
 
 
-class SchedulerError(RuntimeError):
+class SchedulerError(HpcnbError, RuntimeError):
     """The scheduler asked for something impossible (the message says what)."""
 
 
-class SimulationError(RuntimeError):
+class SimulationError(HpcnbError, RuntimeError):
     """The simulation cannot finish (for instance jobs left waiting forever)."""
 
 

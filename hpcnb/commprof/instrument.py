@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcnb.codecache import deprecated_cache_env, load_generated
+from hpcnb.errors import HpcnbError
 from hpcnb.paths import cache_root
 
 __all__ = ["InstrumentationError", "Kernel", "Region", "kernel", "prange"]
@@ -56,7 +57,7 @@ _NOT_ALLOWED = {
 }
 
 
-class InstrumentationError(ValueError):
+class InstrumentationError(HpcnbError, ValueError):
     """A kernel construct the profiler cannot instrument (message names file and line)."""
 
 

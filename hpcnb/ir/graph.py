@@ -50,6 +50,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hpcnb.errors import HpcnbError
+
 if TYPE_CHECKING:
     import torch.fx
 
@@ -86,7 +88,7 @@ KINDS: tuple[str, ...] = (
 COUNTED_KINDS: tuple[str, ...] = ("conv", "linear", "matmul", "attention")
 
 
-class IRTraceError(RuntimeError):
+class IRTraceError(HpcnbError, RuntimeError):
     """A model could not be traced or analysed; the message names the module and the reason."""
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
+from hpcnb.errors import HpcnbError
 from hpcnb.perfmodel.allreduce import message_terms, overlapped_step
 
 PLACEMENT_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 
-class ScalingDataError(ValueError):
+class ScalingDataError(HpcnbError, ValueError):
     """A measurement table is malformed; the message names the file and row."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcnb.errors import HpcnbError
 from hpcnb.speculative.model import LayerWeights, LlamaConfig, LlamaModel
 from hpcnb.speculative.tokenizer import BPETokenizer
 
@@ -38,7 +39,7 @@ _LAYER_TENSORS = {
 }
 
 
-class GGUFFormatError(ValueError):
+class GGUFFormatError(HpcnbError, ValueError):
     """A GGUF file is corrupt, truncated or not a Llama model."""
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcnb.errors import HpcnbError
 from hpcnb.launch import LaunchTimeoutError, run_bounded
 from hpcnb.speculative.head import HeadPolicy
 from hpcnb.speculative.model import KVCache, LlamaModel
@@ -46,7 +47,7 @@ __all__ = ["MPIRunError", "mpiexec_path", "run_mpi"]
 FWD, RESULT, CANCEL, STATS = 11, 12, 13, 14
 
 
-class MPIRunError(RuntimeError):
+class MPIRunError(HpcnbError, RuntimeError):
     """An MPI run failed, timed out or a rank died."""
 
 
