@@ -30,13 +30,16 @@ import json
 import math
 import numbers
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcnb.errors import RecordError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MIME_TYPE = "application/vnd.hpcnb.record+json"
 KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
@@ -56,11 +59,13 @@ __all__ = [
     "NOT_TESTED",
     "SOURCES",
     "Record",
+    "bootstrap_rows",
     "clear_session",
     "difference_interval",
     "emit",
     "evaluate_target",
     "format_record",
+    "mean_interval",
     "median_interval",
     "read_record_details",
     "read_records",
@@ -331,6 +336,117 @@ def median_interval(
     alpha = (1 - confidence) / 2
     low, high = np.quantile(medians, [alpha, 1 - alpha])
     return median, float(min(low, median)), float(max(high, median))
+
+
+def bootstrap_rows(
+    statistic: Callable[[np.ndarray], float],
+    n_rows: int,
+    *,
+    groups: Sequence[object] | None = None,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """A statistic of rows with a percentile-bootstrap interval over the rows.
+
+    ``statistic(idx)`` computes the statistic from the rows ``idx`` (an integer index
+    array). The value is ``statistic(arange(n_rows))``; each of ``resamples`` resamples
+    draws ``n_rows`` rows with replacement from ``numpy.random.default_rng(seed)`` —
+    within each group when ``groups`` is given (a stratified bootstrap that keeps every
+    group's size) — and the interval is the ``(1 ∓ confidence) / 2`` quantiles of the
+    resampled statistics, widened if needed to hold the value. The same inputs and seed
+    give the same interval. Rows are treated as independent.
+
+    Args:
+        statistic: Maps an index array of rows to a finite number.
+        n_rows: Number of rows (>= 1).
+        groups: Optional group label of each row (resampling stays within a group).
+        confidence: Coverage of the interval, in (0, 1).
+        resamples: Number of bootstrap resamples (>= 1).
+        seed: Seed of the resampling generator.
+
+    Returns:
+        ``(value, low, high)``.
+
+    Raises:
+        RecordError: Bad sizes, confidence or resample count (a ``ValueError``).
+    """
+    import numpy as np
+
+    if n_rows < 1 or resamples < 1 or not 0 < confidence < 1:
+        raise RecordError(
+            f"n_rows={n_rows}, resamples={resamples}, confidence={confidence}: need n_rows >= 1, "
+            "resamples >= 1 and 0 < confidence < 1"
+        )
+    everything = np.arange(n_rows)
+    value = float(statistic(everything))
+    if groups is None:
+        strata = [everything]
+    else:
+        labels = np.asarray(groups, dtype=object)
+        if labels.shape != (n_rows,):
+            raise RecordError(f"groups has {labels.size} labels for {n_rows} rows")
+        strata = [everything[labels == g] for g in dict.fromkeys(labels.tolist())]
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    for i in range(resamples):
+        idx = np.concatenate([rng.choice(rows, size=rows.size) for rows in strata])
+        stats[i] = statistic(idx)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return value, float(min(low, value)), float(max(high, value))
+
+
+def mean_interval(
+    values: Sequence[float],
+    *,
+    groups: Sequence[object] | None = None,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Mean of ``values`` with a seeded bootstrap interval (see :func:`bootstrap_rows`).
+
+    With ``groups`` the value is the mean of the groups' means (each group counts once,
+    e.g. one model of a collection or one kernel family) and rows are resampled within
+    their group.
+
+    Args:
+        values: Finite numbers, one per row (per-row errors, per-kernel scores...).
+        groups: Optional group label of each row.
+        confidence: Coverage of the interval.
+        resamples: Bootstrap resamples.
+        seed: Seed of the resampling generator.
+
+    Returns:
+        ``(mean, low, high)``.
+
+    Raises:
+        RecordError: No values, a non-finite one, or labels that do not match the rows.
+    """
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    if data.ndim != 1 or data.size == 0 or not np.all(np.isfinite(data)):
+        raise RecordError("mean_interval: need a non-empty 1-D array of finite values")
+    if groups is None:
+
+        def statistic(idx: np.ndarray) -> float:
+            return float(data[idx].mean())
+
+    else:
+        labels = np.asarray(groups, dtype=object)
+        if labels.shape != data.shape:
+            raise RecordError(f"groups has {labels.size} labels for {data.size} rows")
+        names = list(dict.fromkeys(labels.tolist()))
+
+        def statistic(idx: np.ndarray) -> float:
+            sub, lab = data[idx], labels[idx]
+            return float(np.mean([sub[lab == g].mean() for g in names]))
+
+    return bootstrap_rows(
+        statistic, data.size, groups=groups, confidence=confidence, resamples=resamples, seed=seed
+    )
 
 
 def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:

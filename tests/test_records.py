@@ -241,3 +241,17 @@ def test_malformed_payload_names_the_cell(tmp_path):
     path = _notebook_with([{"key": "a.x", "value": "fast"}], tmp_path)
     with pytest.raises(RecordError, match="cell 0"):
         read_record_details(path)
+
+
+def test_mean_interval_plain_and_grouped():
+    from hpcnb.records import mean_interval
+
+    value, low, high = mean_interval([0.1, 0.1, 0.1, 0.0, 0.1, 0.25], seed=3)
+    assert value == pytest.approx(0.65 / 6) and 0.0 <= low <= value <= high <= 0.25
+    assert mean_interval([0.1, 0.1, 0.1, 0.0, 0.1, 0.25], seed=3) == (value, low, high)
+    value, low, high = mean_interval([0.1, 0.3, 0.5, 0.5, 0.5], groups=list("aabbb"))
+    assert value == pytest.approx(0.35) and 0.3 <= low <= value <= high <= 0.4
+    with pytest.raises(RecordError):
+        mean_interval([])
+    with pytest.raises(RecordError, match="labels"):
+        mean_interval([1.0, 2.0], groups=["a"])

@@ -37,6 +37,7 @@ from scipy.optimize import least_squares
 
 from hpcnb.batchsim.expressions import parse_expression
 from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
+from hpcnb.records import mean_interval
 
 __all__ = [
     "DLWork",
@@ -193,7 +194,8 @@ def mape_interval(
     Each table holds ``step_time`` and ``predicted`` (as returned by
     :func:`scaling_validation`). A bootstrap replicate resamples every model's rows with
     replacement (each model keeps its size) and takes the mean of the per-model MAPEs;
-    the interval is the percentile interval of the replicates (seeded, reproducible).
+    the interval is the percentile interval of the replicates (seeded, reproducible;
+    :func:`hpcnb.records.mean_interval`).
 
     Returns:
         ``(value, low, high, n)`` with ``n`` the number of predicted runs in all.
@@ -203,22 +205,18 @@ def mape_interval(
     """
     if not tests:
         raise ValueError("mape_interval: no tested tables")
-    errors = []
+    errors, labels = [], []
     for name, test in tests.items():
         if len(test) == 0:
             raise ValueError(f"mape_interval: table {name!r} has no rows")
-        errors.append(np.abs(test["predicted"].to_numpy(float) / test["step_time"].to_numpy(float)
-                             - 1.0))  # fmt: skip
-    value = float(np.mean([e.mean() for e in errors]))
-    rng = np.random.default_rng(seed)
-    replicates = np.zeros(resamples)
-    for e in errors:
-        idx = rng.integers(0, len(e), size=(resamples, len(e)))
-        replicates += e[idx].mean(axis=1)
-    replicates /= len(errors)
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(replicates, [tail, 1.0 - tail])
-    return value, float(low), float(high), int(sum(len(e) for e in errors))
+        error = np.abs(test["predicted"].to_numpy(float) / test["step_time"].to_numpy(float) - 1.0)
+        errors.append(error)
+        labels += [name] * len(error)
+    value, low, high = mean_interval(
+        np.concatenate(errors), groups=labels, confidence=confidence, resamples=resamples,
+        seed=seed,
+    )  # fmt: skip
+    return value, low, high, len(labels)
 
 
 class StepTimeFunction(Protocol):

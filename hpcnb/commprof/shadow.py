@@ -36,6 +36,7 @@ from numba import njit
 
 from hpcnb.commprof import hooks
 from hpcnb.commprof.runtime import Profile, make_state, signature_bytes
+from hpcnb.records import mean_interval
 
 __all__ = [
     "HASH_ENTRY_BYTES",
@@ -403,10 +404,5 @@ def held_out_f1(
     if missing or not kernels:
         raise ValueError(f"no sweep row at fraction {frac} for {choice.hash}/{choice.read_share} "
                          f"on kernels {missing}")  # fmt: skip
-    values = np.array([f1[k] for k in kernels])
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
-    low, high = np.quantile(means, [0.025, 0.975])
-    mean = float(values.mean())
-    return HeldOutScore(mean, min(float(low), mean), max(float(high), mean),
-                        {k: f1[k] for k in kernels})  # fmt: skip
+    mean, low, high = mean_interval([f1[k] for k in kernels], resamples=resamples, seed=seed)
+    return HeldOutScore(mean, low, high, {k: f1[k] for k in kernels})

@@ -39,6 +39,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core
+from hpcnb.records import bootstrap_rows, mean_interval
 
 MODES = ("inference", "training")
 
@@ -161,63 +162,6 @@ def absolute_percentage_errors(predicted: ArrayLike, measured: ArrayLike) -> np.
     return np.abs(p - m) / m
 
 
-def bootstrap_rows(
-    statistic: Callable[[np.ndarray], float],
-    n_rows: int,
-    *,
-    groups: Sequence[object] | None = None,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """A statistic of rows with a percentile-bootstrap interval over the rows.
-
-    ``statistic(idx)`` computes the statistic from the rows ``idx`` (an integer index
-    array). The value is ``statistic(arange(n_rows))``; each of ``resamples`` resamples
-    draws ``n_rows`` rows with replacement from ``numpy.random.default_rng(seed)`` —
-    within each group when ``groups`` is given (a stratified bootstrap that keeps every
-    group's size) — and the interval is the ``(1 ∓ confidence) / 2`` quantiles of the
-    resampled statistics, widened if needed to hold the value. The same inputs and seed
-    give the same interval. Rows are treated as independent.
-
-    Args:
-        statistic: Maps an index array of rows to a finite number.
-        n_rows: Number of rows (>= 1).
-        groups: Optional group label of each row (resampling stays within a group).
-        confidence: Coverage of the interval, in (0, 1).
-        resamples: Number of bootstrap resamples (>= 1).
-        seed: Seed of the resampling generator.
-
-    Returns:
-        ``(value, low, high)``.
-
-    Raises:
-        ValueError: Bad sizes, confidence or resample count.
-    """
-    if n_rows < 1 or resamples < 1 or not 0 < confidence < 1:
-        raise ValueError(
-            f"n_rows={n_rows}, resamples={resamples}, confidence={confidence}: need n_rows >= 1, "
-            "resamples >= 1 and 0 < confidence < 1"
-        )
-    everything = np.arange(n_rows)
-    value = float(statistic(everything))
-    if groups is None:
-        strata = [everything]
-    else:
-        labels = np.asarray(groups, dtype=object)
-        if labels.shape != (n_rows,):
-            raise ValueError(f"groups has {labels.size} labels for {n_rows} rows")
-        strata = [everything[labels == g] for g in dict.fromkeys(labels.tolist())]
-    rng = np.random.default_rng(seed)
-    stats = np.empty(resamples)
-    for i in range(resamples):
-        idx = np.concatenate([rng.choice(rows, size=rows.size) for rows in strata])
-        stats[i] = statistic(idx)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return value, float(min(low, value)), float(max(high, value))
-
-
 def mape_interval(
     predicted: ArrayLike,
     measured: ArrayLike,
@@ -232,7 +176,7 @@ def mape_interval(
     Without ``groups`` the value is :func:`mape` over all rows and the rows are resampled
     with replacement. With ``groups`` the value is the mean of the groups' MAPEs (each
     group counts once, e.g. one model of a trace collection) and rows are resampled within
-    each group (:func:`bootstrap_rows`).
+    each group (:func:`hpcnb.records.mean_interval`).
 
     Args:
         predicted: Predicted values.
@@ -246,24 +190,7 @@ def mape_interval(
         ``(mape, low, high)`` as fractions; the number of rows is ``len(measured)``.
     """
     ape = absolute_percentage_errors(predicted, measured)
-    if groups is None:
-
-        def statistic(idx: np.ndarray) -> float:
-            return float(ape[idx].mean())
-
-    else:
-        labels = np.asarray(groups, dtype=object)
-        if labels.shape != ape.shape:
-            raise ValueError(f"groups has {labels.size} labels for {ape.size} rows")
-        names = list(dict.fromkeys(labels.tolist()))
-
-        def statistic(idx: np.ndarray) -> float:
-            sub, lab = ape[idx], labels[idx]
-            return float(np.mean([sub[lab == g].mean() for g in names]))
-
-    return bootstrap_rows(
-        statistic, ape.size, groups=groups, confidence=confidence, resamples=resamples, seed=seed
-    )
+    return mean_interval(ape, groups=groups, confidence=confidence, resamples=resamples, seed=seed)
 
 
 def _relative_nnls(X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
