@@ -38,8 +38,9 @@ from hpcnb.records import (
     MET,
     NOT_MET,
     Record,
-    _load_notebook,
     emit,
+    load_notebook,
+    on_clear_session,
     session_records,
 )
 
@@ -166,6 +167,9 @@ def session_claims() -> list[Claim]:
 def clear_claims() -> None:
     """Forget the claims stated in this process."""
     _CLAIMS.clear()
+
+
+on_clear_session(clear_claims)
 
 
 def verdict(kind: str, records: Sequence[Record]) -> str:
@@ -318,7 +322,7 @@ def read_claims(path: str | Path) -> list[dict[str, Any]]:
         ClaimError: A claims output is malformed.
     """
     path = Path(path)
-    nb = _load_notebook(path)
+    nb = load_notebook(path)
     merged: dict[str, dict[str, Any]] = {}
     for index, cell in enumerate(nb.get("cells", [])):
         for output in cell.get("outputs", []) or []:

@@ -50,6 +50,7 @@ MAX_SAMPLES = 100_000
 _TARGET_PATTERN = re.compile(r"^\s*(>=|<=|==|>|<|≥|≤)\s*([-+0-9.eE]+)\s*$")
 _SYMBOLS = {"≥": ">=", "≤": "<="}
 _SESSION: dict[str, Record] = {}
+_ON_CLEAR: list[Callable[[], None]] = []  # layers above (claims) forget their state too
 
 __all__ = [
     "INCONCLUSIVE",
@@ -65,8 +66,10 @@ __all__ = [
     "emit",
     "evaluate_target",
     "format_record",
+    "load_notebook",
     "mean_interval",
     "median_interval",
+    "on_clear_session",
     "read_record_details",
     "read_records",
     "record",
@@ -643,12 +646,22 @@ def session_records() -> dict[str, Record]:
 def clear_session() -> None:
     """Forget the records (and claims) emitted in this process."""
     _SESSION.clear()
-    from hpcnb import claims
+    for hook in _ON_CLEAR:
+        hook()
 
-    claims.clear_claims()
+
+def on_clear_session(hook: Callable[[], None]) -> None:
+    """Call ``hook`` whenever :func:`clear_session` runs (claims register their reset here)."""
+    if hook not in _ON_CLEAR:
+        _ON_CLEAR.append(hook)
 
 
-def _load_notebook(path: Path) -> dict[str, Any]:
+def load_notebook(path: Path) -> dict[str, Any]:
+    """Read an ``.ipynb`` file as JSON.
+
+    Raises:
+        RecordError: The file is not valid JSON.
+    """
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -667,7 +680,7 @@ def read_record_details(path: str | Path) -> list[Record]:
             recorded twice.
     """
     path = Path(path)
-    nb = _load_notebook(path)
+    nb = load_notebook(path)
     out: list[Record] = []
     seen: dict[str, int] = {}
     for index, cell in enumerate(nb.get("cells", [])):

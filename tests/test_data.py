@@ -26,12 +26,11 @@ from hpcnb.data import (
     data_path,
     fetch,
     fetch_all,
-    files_read,
     path,
     registry,
     verify,
 )
-from hpcnb.data.registry import sha256_of
+from hpcnb.data.registry import files_read, sha256_of
 
 SHARED = REPO.parent / "shared" / "data"
 NAME = "swf/hpc2n-seth-first3170.swf"

@@ -3,25 +3,20 @@
 Embedded defaults need no network (:func:`digits`, :func:`text_corpus`). Real traces
 (SWF logs, measured deep-learning step times, ElastiSim inputs) are described in the
 checksummed registry and found through :func:`path` / :func:`data_path` (``HPCNB_DATA``
-folder, then the cache) or downloaded with :func:`fetch` (``hpcnb data fetch``); see
-:mod:`hpcnb.data.registry`.
+folder, then the cache) or downloaded with :func:`fetch` (``hpcnb data fetch``); the
+folders, environment variables and the log of files read are in :mod:`hpcnb.data.registry`.
 """
 
 from hpcnb.data.embedded import DigitsSplit, digits, text_corpus
 from hpcnb.data.registry import (
-    ENV_VAR,
-    MIRROR_VAR,
     ChecksumError,
     DataFile,
     DataNotFoundError,
     DownloadError,
     available,
-    cache_folder,
-    data_dir,
     data_path,
     fetch,
     fetch_all,
-    files_read,
     path,
     registry,
     stand_in_notice,
@@ -29,24 +24,22 @@ from hpcnb.data.registry import (
 )
 
 __all__ = [
-    "ENV_VAR",
-    "MIRROR_VAR",
-    "ChecksumError",
-    "DataFile",
-    "DataNotFoundError",
+    # embedded data sets (no network)
     "DigitsSplit",
-    "DownloadError",
-    "available",
-    "cache_folder",
-    "data_dir",
-    "data_path",
     "digits",
+    "text_corpus",
+    # the registry of real data: find, fetch, check
+    "DataFile",
+    "available",
+    "data_path",
     "fetch",
     "fetch_all",
-    "files_read",
     "path",
     "registry",
     "stand_in_notice",
-    "text_corpus",
     "verify",
+    # errors
+    "ChecksumError",
+    "DataNotFoundError",
+    "DownloadError",
 ]
