@@ -56,7 +56,6 @@ from hpcnb.pruning.training import (
     fine_tune,
     measure_latency,
     recalibrate_batchnorm,
-    torch_threads,
     train_classifier,
     training_batches,
 )
@@ -105,7 +104,6 @@ __all__ = [
     "recalibrate_batchnorm",
     "score_pruned",
     "torch_pruning_at_budget",
-    "torch_threads",
     "train_classifier",
     "training_batches",
     "uniform_ratios",

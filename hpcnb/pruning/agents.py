@@ -21,7 +21,7 @@ from stable_baselines3.common.noise import NormalActionNoise
 from hpcnb.pruning.encoder import GNNFeaturesExtractor
 from hpcnb.pruning.env import EnvConfig, LayerwiseEnv, PruningEnv, _HistoryMixin
 from hpcnb.pruning.problem import PruningProblem, keep_counts, uniform_ratios
-from hpcnb.pruning.training import torch_threads
+from hpcnb.timing import pinned_threads
 
 __all__ = [
     "DDPGConfig",
@@ -217,6 +217,23 @@ def _rollout(model, env, deterministic: bool = True) -> np.ndarray | None:
     return None
 
 
+def _learn(
+    model: PPO | DDPG,
+    problem: PruningProblem,
+    env: PruningEnv | LayerwiseEnv,
+    method: str,
+    timesteps: int,
+    threads: int,
+    start: float,
+) -> SearchResult:
+    """Train an SB3 agent, pick its best policy and time the whole search from ``start``."""
+    log = _EpisodeLog()
+    with pinned_threads(threads, numba=False, blas=False):
+        model.learn(total_timesteps=timesteps, callback=log)
+        keep = _best_of(problem, env, _rollout(model, env))
+    return _result(problem, method, keep, time.perf_counter() - start, log.rewards)
+
+
 def gnnrl_search(
     problem: PruningProblem, env_config: EnvConfig, config: PPOConfig = PPOConfig()
 ) -> SearchResult:
@@ -252,11 +269,7 @@ def gnnrl_search(
         device="cpu",
         verbose=0,
     )
-    log = _EpisodeLog()
-    with torch_threads(config.threads):
-        model.learn(total_timesteps=config.timesteps, callback=log)
-        keep = _best_of(problem, env, _rollout(model, env))
-    return _result(problem, "gnnrl", keep, time.perf_counter() - start, log.rewards)
+    return _learn(model, problem, env, "gnnrl", config.timesteps, config.threads, start)
 
 
 def amc_ddpg_search(
@@ -285,11 +298,7 @@ def amc_ddpg_search(
         device="cpu",
         verbose=0,
     )
-    log = _EpisodeLog()
-    with torch_threads(config.threads):
-        model.learn(total_timesteps=config.timesteps, callback=log)
-        keep = _best_of(problem, env, _rollout(model, env))
-    return _result(problem, "amc_ddpg", keep, time.perf_counter() - start, log.rewards)
+    return _learn(model, problem, env, "amc_ddpg", config.timesteps, config.threads, start)
 
 
 def learning_curve(rewards: tuple[float, ...] | list[float], window: int = 20) -> np.ndarray:

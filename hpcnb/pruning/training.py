@@ -14,16 +14,15 @@ whichever method pruned it, before measuring accuracy.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import statistics
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+
+from hpcnb.timing import interleaved, pinned_threads
 
 __all__ = [
     "LatencyResult",
@@ -33,30 +32,9 @@ __all__ = [
     "fine_tune",
     "measure_latency",
     "recalibrate_batchnorm",
-    "torch_threads",
     "train_classifier",
     "training_batches",
 ]
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """Run the body with ``torch.set_num_threads(threads)``, restoring the old value.
-
-    On a shared 2-core machine one intra-op thread is often ten times faster for the
-    small tensors of this notebook than two threads fighting other processes.
-
-    Args:
-        threads: Intra-op thread count (>= 1).
-    """
-    if threads < 1:
-        raise ValueError(f"torch_threads: threads={threads}, expected >= 1")
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 @dataclass(frozen=True)
@@ -122,7 +100,7 @@ def train_classifier(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=config.epochs * steps_per_epoch)
     losses: list[float] = []
     model.train()
-    with torch_threads(config.threads):
+    with pinned_threads(config.threads, numba=False, blas=False):
         _run_epochs(model, xt, yt, config, opt, sched, generator, losses)
     model.eval()
     return losses
@@ -273,7 +251,7 @@ def recalibrate_batchnorm(
             m.reset_running_stats()
             m.momentum = None
             m.train()
-        with torch_threads(threads):
+        with pinned_threads(threads, numba=False, blas=False):
             for xb in inputs:
                 model(xb.float())
     finally:
@@ -306,7 +284,8 @@ def measure_latency(
 ) -> dict[str, LatencyResult]:
     """Time the forward pass of several models on the same input, interleaved.
 
-    Models are timed round-robin (one call of each per repeat) so that a burst of load
+    Models are timed round-robin (:func:`hpcnb.timing.interleaved`: one call of each per
+    repeat, untimed warm-up rounds first) so that a burst of load
     on a shared machine hits all of them alike; the thread count is fixed for the
     duration and restored afterwards.
 
@@ -322,22 +301,11 @@ def measure_latency(
     """
     if repeats < 1:
         raise ValueError(f"measure_latency: repeats={repeats}, expected >= 1")
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for model in models.values():
-            model.eval()
-            for _ in range(warmup):
-                model(example)
-        samples: dict[str, list[float]] = {name: [] for name in models}
-        for _ in range(repeats):
-            for name, model in models.items():
-                start = time.perf_counter()
-                model(example)
-                samples[name].append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(old_threads)
+    for model in models.values():
+        model.eval()
+    calls = {name: (lambda model=model: model(example)) for name, model in models.items()}
+    with pinned_threads(threads, numba=False, blas=False):
+        timings = interleaved(calls, repeats=repeats, warmup=warmup)
     return {
-        name: LatencyResult(median_s=statistics.median(s), samples_s=tuple(s))
-        for name, s in samples.items()
+        name: LatencyResult(median_s=t.median, samples_s=t.samples) for name, t in timings.items()
     }

@@ -10,7 +10,7 @@ evolutionary or exhaustive search returns Pareto fronts.
 """
 
 from hpcnb.progress import show_progress
-from hpcnb.supernet.benchmark import ModelComparison, ModelMeasurement, compare_models, time_call
+from hpcnb.supernet.benchmark import ModelComparison, ModelMeasurement, compare_models
 from hpcnb.supernet.forkjoin import (
     PHASES,
     LocalResult,
@@ -114,7 +114,6 @@ __all__ = [
     "selective_recall",
     "show_progress",
     "subnet_accuracy",
-    "time_call",
     "train_model",
     "train_supernet",
     "variant_name",

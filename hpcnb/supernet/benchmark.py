@@ -5,20 +5,21 @@ model's FLOPs (from the IR), accuracy on held-out data, latency (batch of one) a
 throughput (a large batch), as medians over repeats after a warm-up, and derives the
 ratios the OSF paper reports: FLOPs reduction, throughput gain and latency reduction.
 The two models are timed in interleaved rounds so that load from other processes on a
-shared machine hits both alike.
+shared machine hits both alike; each round times every model with
+:func:`hpcnb.timing.median_time` under :func:`hpcnb.timing.pinned_threads`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ModelComparison", "ModelMeasurement", "compare_models", "time_call"]
+from hpcnb.timing import median_time, pinned_threads
+
+__all__ = ["ModelComparison", "ModelMeasurement", "compare_models"]
 
 
 @dataclass(frozen=True)
@@ -140,18 +141,6 @@ def _correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 51
     )
 
 
-def time_call(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> list[float]:
-    """Return ``repeats`` wall-clock durations of ``fn()`` after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def compare_models(
     full: nn.Module,
     subnet: nn.Module,
@@ -186,22 +175,26 @@ def compare_models(
             f"compare_models: need a test set, batch_size={batch_size}, repeats={repeats}, "
             f"rounds={rounds} all >= 1"
         )
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with pinned_threads(threads, numba=False, blas=False):
         models = {"full": full.eval(), "subnet": subnet.eval()}
         one = x_test[:1]
         big = x_test[:batch_size]
         if len(big) < batch_size:
             reps = -(-batch_size // len(big))
             big = big.repeat(reps, *([1] * (big.dim() - 1)))[:batch_size]
-        lat: dict[str, list[list[float]]] = {k: [] for k in models}
-        thr: dict[str, list[list[float]]] = {k: [] for k in models}
+        lat: dict[str, list[tuple[float, ...]]] = {k: [] for k in models}
+        thr: dict[str, list[tuple[float, ...]]] = {k: [] for k in models}
         with torch.inference_mode():
             for _ in range(rounds):
                 for name, m in models.items():
-                    lat[name].append(time_call(lambda m=m: m(one), repeats))
-                    thr[name].append(time_call(lambda m=m: m(big), max(3, repeats // 4)))
+                    lat[name].append(
+                        median_time(lambda m=m: m(one), repeats=repeats, warmup=3).samples
+                    )
+                    thr[name].append(
+                        median_time(
+                            lambda m=m: m(big), repeats=max(3, repeats // 4), warmup=3
+                        ).samples
+                    )
         meas = {}
         for (name, m), f in zip(models.items(), flops, strict=True):
             correct = _correct(m, x_test, y_test)
@@ -216,6 +209,4 @@ def compare_models(
                 latency_rounds=tuple(float(np.median(r)) for r in lat[name]),
                 throughput_rounds=tuple(float(batch_size / np.median(r)) for r in thr[name]),
             )
-    finally:
-        torch.set_num_threads(saved)
     return ModelComparison(meas["full"], meas["subnet"], threads)
