@@ -320,3 +320,11 @@ def test_killed_transfer_frees_its_bandwidth_share():
     rows = result.jobs.set_index("id")
     assert rows.loc[1, "status"] == "killed" and rows.loc[1, "end"] == 0.5
     assert rows.loc[2, "end"] == pytest.approx(1.0)  # alone on the link: 5 GB at 10 GB/s
+
+
+def test_event_kinds_are_ordered_ranks():
+    from hpcnb.batchsim.engine import Event
+
+    # at one time stamp: unit ends (free nodes) first, then PFS links, submissions, ticks
+    assert [e.name for e in sorted(Event)] == ["UNIT_END", "LINK", "SUBMIT", "PERIODIC"]
+    assert [int(e) for e in Event] == [0, 1, 2, 3]

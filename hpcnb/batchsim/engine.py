@@ -1,12 +1,14 @@
 """The discrete-event core and the ElastiSim-like scheduler protocol.
 
-Events live in a binary heap keyed ``(time, rank, sequence)``: at equal times unit
-ends (which free nodes) come before submissions, which come before periodic ticks,
-and events of one kind keep the order they were created in. All events of one
-time stamp are handled, then the scheduler is invoked once with the set of reasons
-(:class:`InvocationReason`) and a :class:`SchedulerView` on which it acts:
-``start`` a waiting job, ``resize`` (``expand`` / ``shrink``) a running malleable or
-evolving job, ``kill`` a job.
+Events live in a binary heap keyed ``(time, kind, sequence)``: the :class:`Event` kind
+is an ordered rank, so at equal times unit ends (which free nodes) come before PFS
+transfer completions, submissions and periodic ticks, and events of one kind keep the
+order they were created in. Each event carries a typed payload (the job record, or the
+link and its token) that the main loop matches on. All events of one time stamp are
+handled, then the scheduler is invoked once with the set of reasons
+(:class:`InvocationReason`) and a :class:`SchedulerView` on which it acts: ``start`` a
+waiting job, ``resize`` (``expand`` / ``shrink``) a running malleable or evolving job,
+``kill`` a job.
 
 A running job works through its units; between two units it sits at a *scheduling
 point*. Jobs that may change size (malleable, evolving, adaptive) pause there while
@@ -29,8 +31,8 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING
+from enum import IntEnum, StrEnum
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from hpcnb.batchsim.scheduler import Scheduler
 
 __all__ = [
+    "Event",
     "InvocationReason",
     "JobRecord",
     "JobStatus",
@@ -57,7 +60,50 @@ __all__ = [
     "Simulator",
 ]
 
-_UNIT_END, _LINK, _SUBMIT, _PERIODIC = 0, 1, 2, 3
+
+class Event(IntEnum):
+    """Kinds of simulation events; at one time stamp they are handled in this order."""
+
+    UNIT_END = 0  # a timed segment ends (it may end a unit and free nodes)
+    LINK = 1  # a transfer on a shared PFS link may have completed
+    SUBMIT = 2  # a job is submitted
+    PERIODIC = 3  # the periodic scheduler tick
+
+
+@dataclass(slots=True)
+class _SegmentEnd:
+    """A job's timed segment ends, unless the job ended meanwhile (epoch changed)."""
+
+    kind: ClassVar[Event] = Event.UNIT_END
+    rec: JobRecord
+    epoch: int
+
+
+@dataclass(slots=True)
+class _LinkCompletion:
+    """The next transfer on a link completes, unless the link changed (token changed)."""
+
+    kind: ClassVar[Event] = Event.LINK
+    link: SharedLink
+    token: int
+
+
+@dataclass(slots=True)
+class _Submission:
+    """A job enters the queue."""
+
+    kind: ClassVar[Event] = Event.SUBMIT
+    rec: JobRecord
+
+
+@dataclass(slots=True)
+class _Tick:
+    """The periodic scheduler invocation."""
+
+    kind: ClassVar[Event] = Event.PERIODIC
+
+
+_Payload = _SegmentEnd | _LinkCompletion | _Submission | _Tick
 
 
 class InvocationReason(StrEnum):
@@ -307,9 +353,9 @@ class Simulator:
         self.clip = clip_evolving_requests
 
     # -- internal actions -------------------------------------------------------------
-    def _push(self, time: float, rank: int, payload: object) -> None:
+    def _push(self, time: float, payload: _Payload) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (time, rank, self._seq, payload))
+        heapq.heappush(self._heap, (time, payload.kind, self._seq, payload))
 
     def _alloc(self, delta: int) -> None:
         view = self._view
@@ -350,7 +396,7 @@ class Simulator:
         rec.unit_end = self._view.time + nominal
         rec.segments = deque(segments)
         if not segments:  # an empty unit still ends through an event, never inside a call
-            self._push(self._view.time, _UNIT_END, (rec, rec.epoch))
+            self._push(self._view.time, _SegmentEnd(rec, rec.epoch))
         else:
             self._next_segment(rec)
 
@@ -362,7 +408,7 @@ class Simulator:
             return
         kind, amount = rec.segments.popleft()
         if kind == "time":
-            self._push(now + amount, _UNIT_END, (rec, rec.epoch))
+            self._push(now + amount, _SegmentEnd(rec, rec.epoch))
             return
         link = self._links[kind]
         link.join(rec, amount, now)
@@ -373,7 +419,7 @@ class Simulator:
         link.token += 1
         when = link.next_completion(self._view.time)
         if when is not None:
-            self._push(when, _LINK, (link, link.token))
+            self._push(when, _LinkCompletion(link, link.token))
 
     def _unit_done(self, rec: JobRecord) -> None:
         rec.unit += 1
@@ -460,7 +506,7 @@ class Simulator:
             ids.add(job.id)
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
         records = [JobRecord(jobs[i]) for i in order]
-        self._heap: list[tuple[float, int, int, object]] = []
+        self._heap: list[tuple[float, Event, int, _Payload]] = []
         self._seq = 0
         self._view = view = SchedulerView(self)
         self._usage_t: list[float] = [0.0]
@@ -473,9 +519,9 @@ class Simulator:
         self._reasons: set[InvocationReason] = set()
         self._paused: list[JobRecord] = []
         for rec in records:
-            self._push(rec.job.submit_time, _SUBMIT, rec)
+            self._push(rec.job.submit_time, _Submission(rec))
         if self.interval > 0 and records:
-            self._push(records[0].job.submit_time, _PERIODIC, None)
+            self._push(records[0].job.submit_time, _Tick())
         invocations = events = 0
         heap = self._heap
         scheduler = self.scheduler
@@ -485,36 +531,35 @@ class Simulator:
             self._reasons = reasons = set()
             self._paused = paused = []
             while heap and heap[0][0] == now:
-                _, rank, _, payload = heapq.heappop(heap)
+                payload = heapq.heappop(heap)[3]
                 events += 1
-                if rank == _SUBMIT:
-                    payload.status = JobStatus.WAITING  # type: ignore[attr-defined]
-                    view.queue.append(payload)  # type: ignore[arg-type]
-                    reasons.add(InvocationReason.JOB_SUBMIT)
-                elif rank == _UNIT_END:
-                    rec, epoch = payload  # type: ignore[misc]
-                    if epoch == rec.epoch:
-                        self._next_segment(rec)
-                elif rank == _LINK:
-                    link, token = payload  # type: ignore[misc]
-                    if token != link.token:
-                        continue
-                    done = link.pop_finished(now)
-                    self._reschedule_link(link)
-                    for rec in done:
-                        rec.link = None
-                        self._next_segment(rec)
-                else:
-                    reasons.add(InvocationReason.PERIODIC)
-                    if self._open > 0:
-                        self._push(now + self.interval, _PERIODIC, None)
+                match payload:
+                    case _Submission(rec):
+                        rec.status = JobStatus.WAITING
+                        view.queue.append(rec)
+                        reasons.add(InvocationReason.JOB_SUBMIT)
+                    case _SegmentEnd(rec, epoch):
+                        if epoch == rec.epoch:
+                            self._next_segment(rec)
+                    case _LinkCompletion(link, token):
+                        if token != link.token:
+                            continue
+                        done = link.pop_finished(now)
+                        self._reschedule_link(link)
+                        for rec in done:
+                            rec.link = None
+                            self._next_segment(rec)
+                    case _Tick():
+                        reasons.add(InvocationReason.PERIODIC)
+                        if self._open > 0:
+                            self._push(now + self.interval, _Tick())
             if reasons and (view.queue or paused or view.running):
                 invocations += 1
                 scheduler.schedule(view, frozenset(reasons))
             for rec in paused:
                 rec.evolving_request = None
                 self._resume(rec)
-            if view.queue and not view.running and all(e[1] == _PERIODIC for e in heap):
+            if view.queue and not view.running and all(e[1] is Event.PERIODIC for e in heap):
                 raise SimulationError(
                     f"{len(view.queue)} job(s) still waiting (first: job {view.queue[0].id}) "
                     f"at t={now} with nothing left to happen; scheduler {scheduler.name!r} "
