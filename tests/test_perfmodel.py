@@ -35,7 +35,6 @@ from hpcnb.perfmodel import (
     training_flops,
 )
 from hpcnb.perfmodel import dataset as dataset_module
-from hpcnb.perfmodel.timing import median_seconds
 
 
 def _small_net() -> nn.Module:
@@ -91,7 +90,7 @@ def test_timing_config_and_median() -> None:
     with pytest.raises(ValueError, match="one thread"):
         TimingConfig(threads=2, clock="cpu")
     calls = []
-    timing = median_seconds(lambda: calls.append(1), TimingConfig(warmup=2, repeats=3))
+    timing = TimingConfig(warmup=2, repeats=3).measure(lambda: calls.append(1))
     assert len(calls) == 5 and timing.repeats == 3
     assert timing.minimum <= timing.median <= timing.maximum
 
@@ -249,3 +248,14 @@ def test_bootstrap_rows_any_statistic() -> None:
     assert value == 10.0 and low <= 10.0 <= high == 10.0
     with pytest.raises(ValueError, match="confidence"):
         bootstrap_rows(lambda idx: 0.0, 3, confidence=1.5)
+
+
+def test_cache_file_named_after_shared_machine_key(tmp_path: Path) -> None:
+    from hpcnb.paths import machine_key
+
+    path = dataset_module.cache_file(tmp_path)
+    assert path.parent == tmp_path / "perfmodel"
+    assert path.name.startswith("timings-") and path.suffix == ".json"
+    assert path == dataset_module.cache_file(tmp_path)  # stable within a machine
+    # A file of the former naming (<host>-<digest>.json) is never the one read.
+    assert "|" in machine_key() and "|" not in path.name

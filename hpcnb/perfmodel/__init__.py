@@ -26,7 +26,6 @@ from hpcnb.perfmodel.dataset import (
     build_network,
     cache_file,
     collect_dataset,
-    machine_key,
 )
 from hpcnb.perfmodel.distributed import (
     DistributedConfig,
@@ -70,7 +69,6 @@ from hpcnb.perfmodel.scaling import (
     write_synthetic_tables,
 )
 from hpcnb.perfmodel.timing import (
-    StepTiming,
     TimingConfig,
     memory_bandwidth,
     peak_flops,
@@ -98,7 +96,6 @@ __all__ = [
     "ScalingParams",
     "ScalingTable",
     "ScalingValidation",
-    "StepTiming",
     "TimingConfig",
     "TrainingCost",
     "absolute_percentage_errors",
@@ -112,7 +109,6 @@ __all__ = [
     "feature_names",
     "fit_alpha_beta",
     "leave_one_family_out",
-    "machine_key",
     "mape",
     "mape_interval",
     "memory_bandwidth",

@@ -1,23 +1,22 @@
-"""The timing data set: zoo families × widths × resolutions × batch sizes, cached on disk.
+"""The timing data set of ConvMeter: zoo families × widths × resolutions × batches, cached.
 
 Each configuration builds a network of the zoo (:mod:`hpcnb.models`) scaled by a width
 multiplier, computes its features once per input resolution
 (:func:`hpcnb.perfmodel.features.network_features`) and times inference and training at
 each batch size (:mod:`hpcnb.perfmodel.timing`).
 
-Measurements depend on the machine, so they are cached under
-``$HPCNB_CACHE`` (default ``~/.cache/hpcnb``) in ``perfmodel/<machine key>.json``, where the
-key combines host name, CPU model, core count and torch version. Entries are keyed by the
-configuration and the timing settings; a later run with a superset grid measures only
-what is missing.
+Measurements depend on the machine, so they are cached in the one hpcnb cache
+(:func:`hpcnb.paths.cache_root`: ``$HPCNB_CACHE``, else the user cache folder) as
+``perfmodel/timings-<key>.json``, where the key is a digest of
+:func:`hpcnb.paths.machine_key` (CPU model, cores, architecture) and the torch version.
+Entries are keyed by the configuration and the timing settings; a later run with a superset
+grid measures only what is missing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from hpcnb.paths import cache_root, machine_key
 from hpcnb.perfmodel.estimator import Measurement
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
 from hpcnb.perfmodel.timing import TimingConfig, time_inference, time_training
@@ -39,7 +39,6 @@ __all__ = [
     "build_network",
     "cache_file",
     "collect_dataset",
-    "machine_key",
 ]
 
 
@@ -131,26 +130,20 @@ class GridConfig:
         return len(self.families) * len(self.widths) * len(self.resolutions) * len(self.batches)
 
 
-def machine_key() -> str:
-    """Return a file-name-safe key of this machine (host, CPU model, cores, torch)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    raw = f"{platform.node()}|{cpu}|{os.cpu_count()}|{torch.__version__}"
-    digest = hashlib.sha1(raw.encode()).hexdigest()[:10]
-    host = "".join(c if c.isalnum() else "-" for c in platform.node())[:24] or "host"
-    return f"{host}-{digest}"
-
-
 def cache_file(directory: str | Path | None = None) -> Path:
-    """Path of this machine's cache file (``$HPCNB_CACHE`` or ``~/.cache/hpcnb``)."""
-    root = Path(directory or os.environ.get("HPCNB_CACHE") or Path.home() / ".cache" / "hpcnb")
-    return root / "perfmodel" / f"{machine_key()}.json"
+    """Path of this machine's timing cache file.
+
+    The file name holds a digest of :func:`hpcnb.paths.machine_key` and the torch version:
+    timings measured on another machine or with another torch are never read. (Files
+    written before this naming, ``perfmodel/<host>-<digest>.json``, are simply not found.)
+
+    Args:
+        directory: Cache root instead of :func:`hpcnb.paths.cache_root`.
+    """
+    root = Path(directory) if directory else cache_root()
+    raw = f"{machine_key()} | torch {torch.__version__}"
+    digest = hashlib.sha1(raw.encode()).hexdigest()[:12]
+    return root / "perfmodel" / f"timings-{digest}.json"
 
 
 def _load_cache(path: Path) -> dict[str, dict]:
@@ -185,7 +178,7 @@ def collect_dataset(
     Args:
         grid: The configurations and timing settings.
         use_cache: Read and update the on-disk cache of this machine.
-        cache_dir: Cache root instead of ``$HPCNB_CACHE`` / ``~/.cache/hpcnb``.
+        cache_dir: Cache root instead of :func:`hpcnb.paths.cache_root`.
         progress: Wraps the list of configurations (e.g. ``tqdm.auto.tqdm``).
 
     Returns:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from hpcnb.perfmodel.allreduce import AlphaBeta, fit_alpha_beta, overlapped_step
+from hpcnb.timing import pinned_threads
 
 __all__ = [
     "DistributedConfig",
@@ -253,12 +254,17 @@ def _median_max(fn: Callable[[], None], repeats: int, warmup: int) -> float:
 
 
 def _worker(rank: int, config: DistributedConfig, port: int, out: str) -> None:
+    # Each rank pins its torch and BLAS pools so that ranks do not fight over the cores.
+    with pinned_threads(config.threads, numba=False):
+        _measure(rank, config, port, out)
+
+
+def _measure(rank: int, config: DistributedConfig, port: int, out: str) -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
-    torch.set_num_threads(config.threads)
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",

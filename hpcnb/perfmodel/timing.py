@@ -1,7 +1,9 @@
-"""Timing harness for inference and training steps, and the roofline micro-benchmarks.
+"""What perfmodel times: one inference pass, one training step, and the roofline's rates.
 
-Every measurement pins the torch thread pool to a fixed count, runs untimed warm-up
-iterations, then reports the *median* of timed repetitions. Two clocks are offered:
+Every measurement goes through :mod:`hpcnb.timing`: thread pools pinned to
+:attr:`TimingConfig.threads` (:func:`hpcnb.timing.pinned_threads`), untimed warm-up
+iterations, then timed repetitions whose median counts (:func:`hpcnb.timing.median_time`).
+Two clocks are offered:
 
 * ``"wall"``: :func:`time.perf_counter`, elapsed time;
 * ``"cpu"``: :func:`time.process_time`, CPU seconds used by this process. With one torch
@@ -19,24 +21,26 @@ What is timed:
 The roofline baseline needs the machine's peak arithmetic rate and memory bandwidth;
 :func:`peak_flops` times a large float32 matrix product and :func:`memory_bandwidth` a
 large tensor copy, both with the same thread count.
+
+Example:
+    >>> config = TimingConfig(warmup=1, repeats=3)
+    >>> timing = config.measure(lambda: sum(range(1000)))
+    >>> timing.repeats, timing.minimum <= timing.median <= timing.maximum
+    (3, True)
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from hpcnb.timing import Clock, Timing, median_time, pinned_threads
+
 __all__ = [
-    "StepTiming",
     "TimingConfig",
-    "fixed_threads",
-    "median_seconds",
     "memory_bandwidth",
     "peak_flops",
     "time_inference",
@@ -49,7 +53,7 @@ class TimingConfig:
     """How to time one configuration.
 
     Attributes:
-        threads: torch intra-op threads during timing.
+        threads: Threads of torch's intra-op pool and the BLAS pools during timing.
         warmup: Untimed iterations first.
         repeats: Timed iterations (median reported).
         clock: ``"wall"`` (elapsed) or ``"cpu"`` (process CPU time; one thread only).
@@ -58,7 +62,7 @@ class TimingConfig:
     threads: int = 1
     warmup: int = 2
     repeats: int = 5
-    clock: str = "cpu"
+    clock: Clock = "cpu"
 
     def __post_init__(self) -> None:
         if self.clock not in ("wall", "cpu"):
@@ -74,61 +78,21 @@ class TimingConfig:
                 f"repeats={self.repeats}): need threads >= 1, warmup >= 0, repeats >= 1"
             )
 
+    def measure(self, fn: Callable[[], object]) -> Timing:
+        """Time ``fn`` with this configuration's threads, warm-up, repeats and clock.
 
-@dataclass(frozen=True)
-class StepTiming:
-    """Median and spread of one timed operation.
+        Args:
+            fn: The operation (called ``warmup + repeats`` times).
 
-    Attributes:
-        median: Median seconds.
-        minimum: Fastest repetition, seconds.
-        maximum: Slowest repetition, seconds.
-        repeats: Number of timed repetitions.
-    """
-
-    median: float
-    minimum: float
-    maximum: float
-    repeats: int
+        Returns:
+            Every timed repetition (:class:`hpcnb.timing.Timing`); its median is the result.
+        """
+        # numba's pool stays as it is: nothing perfmodel times runs numba code.
+        with pinned_threads(self.threads, numba=False):
+            return median_time(fn, repeats=self.repeats, warmup=self.warmup, clock=self.clock)
 
 
-@contextmanager
-def fixed_threads(threads: int) -> Iterator[None]:
-    """Pin torch's intra-op thread pool to ``threads`` inside the block, then restore it.
-
-    Raises:
-        ValueError: ``threads`` below 1.
-    """
-    if threads < 1:
-        raise ValueError(f"threads={threads}: expected >= 1")
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def median_seconds(fn: Callable[[], object], config: TimingConfig) -> StepTiming:
-    """Time ``fn`` with warm-up and return the median of the repetitions.
-
-    Args:
-        fn: The operation (called ``warmup + repeats`` times).
-        config: Thread count, warm-up and repeats.
-    """
-    clock = time.process_time if config.clock == "cpu" else time.perf_counter
-    with fixed_threads(config.threads):
-        for _ in range(config.warmup):
-            fn()
-        samples = []
-        for _ in range(config.repeats):
-            start = clock()
-            fn()
-            samples.append(clock() - start)
-    return StepTiming(statistics.median(samples), min(samples), max(samples), len(samples))
-
-
-def time_inference(model: nn.Module, x: torch.Tensor, config: TimingConfig) -> StepTiming:
+def time_inference(model: nn.Module, x: torch.Tensor, config: TimingConfig) -> Timing:
     """Median seconds of one forward pass under ``no_grad`` in eval mode.
 
     Args:
@@ -142,12 +106,12 @@ def time_inference(model: nn.Module, x: torch.Tensor, config: TimingConfig) -> S
         with torch.no_grad():
             model(x)
 
-    return median_seconds(forward, config)
+    return config.measure(forward)
 
 
 def time_training(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: TimingConfig
-) -> StepTiming:
+) -> Timing:
     """Median seconds of one training step (forward, backward, SGD step) in train mode.
 
     Args:
@@ -165,7 +129,7 @@ def time_training(
         loss_fn(model(x), y).backward()
         opt.step()
 
-    return median_seconds(step, config)
+    return config.measure(step)
 
 
 def peak_flops(config: TimingConfig, n: int = 768) -> float:
@@ -178,7 +142,7 @@ def peak_flops(config: TimingConfig, n: int = 768) -> float:
     a = torch.randn(n, n)
     b = torch.randn(n, n)
     out = torch.empty(n, n)
-    timing = median_seconds(lambda: torch.mm(a, b, out=out), config)
+    timing = config.measure(lambda: torch.mm(a, b, out=out))
     return 2.0 * n**3 / timing.minimum
 
 
@@ -191,5 +155,5 @@ def memory_bandwidth(config: TimingConfig, megabytes: int = 64) -> float:
     """
     src = torch.ones(megabytes * (1 << 20) // 4)
     dst = torch.empty_like(src)
-    timing = median_seconds(lambda: dst.copy_(src), config)
+    timing = config.measure(lambda: dst.copy_(src))
     return 2.0 * src.numel() * 4 / timing.minimum
