@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from hpcnb.data import digits
+from hpcnb.models.metrics import top1_accuracy
 from hpcnb.pruning import (
     MethodOutcome,
     TrainConfig,
-    accuracy,
     accuracy_gap,
     bar_table,
     count_passing,
@@ -53,17 +53,17 @@ def test_recalibration_fixes_shifted_statistics():
     split = digits(0)
     model = _mlp()
     train_classifier(model, split.x_train, split.y_train, TrainConfig(epochs=5, seed=0))
-    good = accuracy(model, split.x_test, split.y_test)
+    good = top1_accuracy(model, split.x_test, split.y_test)
     assert good > 0.85
     weights = {k: v.clone() for k, v in model.state_dict().items() if "running" not in k}
     bn = model[2]
     # Statistics of another network: a large shift, as after pruning the layer below.
     bn.running_mean += 4.0 * bn.running_var.sqrt() + 1.0
     bn.running_var *= 30.0
-    shifted = accuracy(model, split.x_test, split.y_test)
+    shifted = top1_accuracy(model, split.x_test, split.y_test)
     assert shifted < good - 0.3
     recalibrate_batchnorm(model, training_batches(split.x_train, 64))
-    fixed = accuracy(model, split.x_test, split.y_test)
+    fixed = top1_accuracy(model, split.x_test, split.y_test)
     assert fixed >= good - 0.03
     assert not model.training
     assert bn.momentum == 0.1

@@ -1,6 +1,6 @@
 """Search methods at a FLOPs budget: GNN-RL (PPO), AMC-style DDPG, random, uniform.
 
-Every method returns a :class:`SearchResult` with per-group keep ratios that meet the
+Every method returns a :class:`PolicySearchResult` with per-group keep ratios that meet the
 budget on the problem's FLOPs model, the accuracy of the pruned network before
 fine-tuning on the held-out split, and the search time. The RL searches return the best
 feasible policy met during training (as the paper's code keeps the best episode) or the
@@ -26,7 +26,7 @@ from hpcnb.timing import pinned_threads
 __all__ = [
     "DDPGConfig",
     "PPOConfig",
-    "SearchResult",
+    "PolicySearchResult",
     "amc_ddpg_search",
     "gnnrl_search",
     "learning_curve",
@@ -86,7 +86,7 @@ class DDPGConfig:
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class PolicySearchResult:
     """Outcome of one search at a FLOPs budget.
 
     Attributes:
@@ -110,10 +110,10 @@ class SearchResult:
 
 def _result(
     problem: PruningProblem, method: str, keep: np.ndarray, seconds: float, rewards=()
-) -> SearchResult:
+) -> PolicySearchResult:
     sizes = np.asarray(problem.group_sizes)
     counts = keep_counts(keep, sizes)
-    return SearchResult(
+    return PolicySearchResult(
         method=method,
         keep=np.asarray(keep, dtype=np.float64),
         counts=counts,
@@ -124,7 +124,7 @@ def _result(
     )
 
 
-def uniform_search(problem: PruningProblem, target: float) -> SearchResult:
+def uniform_search(problem: PruningProblem, target: float) -> PolicySearchResult:
     """Return the same keep ratio for every group, as large as the budget allows."""
     start = time.perf_counter()
     keep = uniform_ratios(problem, target)
@@ -133,7 +133,7 @@ def uniform_search(problem: PruningProblem, target: float) -> SearchResult:
 
 def random_search(
     problem: PruningProblem, target: float, samples: int = 100, seed: int = 0, min_keep: float = 0.1
-) -> SearchResult:
+) -> PolicySearchResult:
     """Sample random keep-ratio directions, scale each onto the budget, keep the best.
 
     A sample draws ``r ~ U(min_keep, 1)`` per group and uses ``1 - s (1 - r)`` with the
@@ -225,7 +225,7 @@ def _learn(
     timesteps: int,
     threads: int,
     start: float,
-) -> SearchResult:
+) -> PolicySearchResult:
     """Train an SB3 agent, pick its best policy and time the whole search from ``start``."""
     log = _EpisodeLog()
     with pinned_threads(threads, numba=False, blas=False):
@@ -236,7 +236,7 @@ def _learn(
 
 def gnnrl_search(
     problem: PruningProblem, env_config: EnvConfig, config: PPOConfig = PPOConfig()
-) -> SearchResult:
+) -> PolicySearchResult:
     """Train the GNN-RL agent (PPO + multi-stage GNN extractor) and return its policy.
 
     Args:
@@ -274,7 +274,7 @@ def gnnrl_search(
 
 def amc_ddpg_search(
     problem: PruningProblem, env_config: EnvConfig, config: DDPGConfig = DDPGConfig()
-) -> SearchResult:
+) -> PolicySearchResult:
     """Train the AMC-style layer-by-layer DDPG agent (SB3) and return its policy.
 
     Args:

@@ -29,10 +29,11 @@ import torch
 from torch import nn
 
 from hpcnb import ir
+from hpcnb.models.metrics import top1_accuracy, top1_correct
 from hpcnb.pruning.agents import (
     DDPGConfig,
+    PolicySearchResult,
     PPOConfig,
-    SearchResult,
     amc_ddpg_search,
     gnnrl_search,
     random_search,
@@ -43,7 +44,6 @@ from hpcnb.pruning.peers import torch_pruning_at_budget
 from hpcnb.pruning.task import ModelPruningTask
 from hpcnb.pruning.training import (
     TrainConfig,
-    accuracy,
     count_params,
     fine_tune,
     measure_latency,
@@ -128,7 +128,7 @@ def compare_methods(
     seed: int = 0,
     recalibrate: bool = True,
     calibration_batch: int = 64,
-) -> tuple[list[MethodOutcome], dict[str, SearchResult]]:
+) -> tuple[list[MethodOutcome], dict[str, PolicySearchResult]]:
     """Prune ``task.model`` to ``target`` FLOPs with each method and measure the results.
 
     Args:
@@ -150,7 +150,7 @@ def compare_methods(
 
     Returns:
         ``(outcomes, searches)``: one :class:`MethodOutcome` per method plus the original
-        (first), and the :class:`SearchResult` of each search method.
+        (first), and the :class:`PolicySearchResult` of each search method.
     """
     unknown = set(methods) - set(METHODS)
     if unknown:
@@ -163,7 +163,7 @@ def compare_methods(
     x_train, y_train = split.x_train, split.y_train  # type: ignore[attr-defined]
     example = torch.as_tensor(np.asarray(x_test[:2])).float()
     base_flops = _flops(task.model, example)
-    searches: dict[str, SearchResult] = {}
+    searches: dict[str, PolicySearchResult] = {}
     pruned: dict[str, tuple[nn.Module, float, tuple[float, ...]]] = {}
     for method in methods:
         if method == "torch_pruning":
@@ -198,7 +198,7 @@ def compare_methods(
     base_samples = np.asarray(latency["original"].samples_s)
     outcomes = []
     for name, model in models.items():
-        inherited = accuracy(model, x_test, y_test)
+        inherited = top1_accuracy(model, x_test, y_test)
         ready, before = evaluated(model)
         after = (
             before
@@ -255,7 +255,7 @@ def score_pruned(
     if recalibrate:
         recalibrate_batchnorm(ready, training_batches(split.x_train, calibration_batch))  # type: ignore[attr-defined]
     n_test = len(y_test)
-    return ready, round(accuracy(ready, x_test, y_test) * n_test), n_test
+    return ready, top1_correct(ready, x_test, y_test), n_test
 
 
 def outcomes_table(outcomes: list[MethodOutcome]) -> pd.DataFrame:

@@ -27,7 +27,6 @@ from hpcnb.timing import interleaved, pinned_threads
 __all__ = [
     "LatencyResult",
     "TrainConfig",
-    "accuracy",
     "count_params",
     "fine_tune",
     "measure_latency",
@@ -148,34 +147,6 @@ def fine_tune(
     tuned = copy.deepcopy(model)
     train_classifier(tuned, x, y, config)
     return tuned
-
-
-@torch.no_grad()
-def accuracy(
-    model: nn.Module,
-    x: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor,
-    batch_size: int = 1024,
-) -> float:
-    """Return the top-1 accuracy of ``model`` on ``(x, y)`` in eval mode.
-
-    Args:
-        model: The classifier.
-        x: Inputs.
-        y: Labels.
-        batch_size: Evaluation batch size.
-    """
-    xt, yt = _as_tensors(x, y)
-    if len(yt) == 0:
-        raise ValueError("accuracy: empty evaluation set")
-    was_training = model.training
-    model.eval()
-    correct = 0
-    for start in range(0, len(yt), batch_size):
-        pred = model(xt[start : start + batch_size]).argmax(dim=1)
-        correct += int((pred == yt[start : start + batch_size]).sum())
-    model.train(was_training)
-    return correct / len(yt)
 
 
 def training_batches(

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpcnb.models.metrics import top1_correct
 from hpcnb.timing import median_time, pinned_threads
 
 __all__ = ["ModelComparison", "ModelMeasurement", "compare_models"]
@@ -132,15 +133,6 @@ class ModelComparison:
         return rows
 
 
-@torch.no_grad()
-def _correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 512) -> int:
-    model.eval()
-    return sum(
-        int((model(x[i : i + batch]).argmax(-1) == y[i : i + batch]).sum())
-        for i in range(0, len(x), batch)
-    )
-
-
 def compare_models(
     full: nn.Module,
     subnet: nn.Module,
@@ -197,7 +189,7 @@ def compare_models(
                     )
         meas = {}
         for (name, m), f in zip(models.items(), flops, strict=True):
-            correct = _correct(m, x_test, y_test)
+            correct = top1_correct(m, x_test, y_test)
             meas[name] = ModelMeasurement(
                 flops=float(f),
                 params=sum(p.numel() for p in m.parameters()),

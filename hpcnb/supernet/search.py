@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Candidate",
-    "SearchResult",
+    "SubnetSearchResult",
     "crowding_distance",
     "evolutionary_search",
     "exhaustive_search",
@@ -50,7 +50,7 @@ class Candidate:
 
 
 @dataclass
-class SearchResult:
+class SubnetSearchResult:
     """What a search found.
 
     Attributes:
@@ -99,7 +99,7 @@ def search_supernet(
     generations: int = 8,
     seed: int = 0,
     exhaustive_limit: int = 256,
-) -> SearchResult:
+) -> SubnetSearchResult:
     """Search a trained supernet for the (validation accuracy, FLOPs) Pareto front.
 
     Exhaustive when the space has at most ``exhaustive_limit`` configurations, else
@@ -220,7 +220,7 @@ def exhaustive_search(
     *,
     budget: float | None = None,
     limit: int = 4096,
-) -> SearchResult:
+) -> SubnetSearchResult:
     """Evaluate every configuration within the budget and return the Pareto front.
 
     Args:
@@ -234,7 +234,7 @@ def exhaustive_search(
     for config in space.enumerate(limit):
         if ev.feasible(config):
             ev(config)
-    return SearchResult(ev.order, pareto_front(ev.order), budget, "exhaustive")
+    return SubnetSearchResult(ev.order, pareto_front(ev.order), budget, "exhaustive")
 
 
 def evolutionary_search(
@@ -248,7 +248,7 @@ def evolutionary_search(
     mutate_prob: float = 0.2,
     seed: int = 0,
     seeds: Sequence[SubnetConfig] = (),
-) -> SearchResult:
+) -> SubnetSearchResult:
     """NSGA-II-style evolution of subnets on (accuracy, cost) under a cost budget.
 
     Args:
@@ -313,7 +313,7 @@ def evolutionary_search(
         order = sorted(range(len(merged)), key=lambda i: (ranks[i], -crowd[i]))
         pop = [merged[i] for i in order[:population]]
         history.append(max(c.accuracy for c in pop))
-    return SearchResult(ev.order, pareto_front(ev.order), budget, "evolutionary", history)
+    return SubnetSearchResult(ev.order, pareto_front(ev.order), budget, "evolutionary", history)
 
 
 def _rank_and_crowd(pop: Sequence[Candidate]) -> tuple[np.ndarray, np.ndarray]:

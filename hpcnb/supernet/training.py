@@ -25,6 +25,7 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to te
     warnings.simplefilter("ignore", TqdmWarning)
     from tqdm.auto import tqdm
 
+from hpcnb.models.metrics import top1_accuracy
 from hpcnb.progress import show_progress
 
 from .forkjoin import fork_join_step
@@ -37,7 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "SupernetTrainConfig",
     "TrainLog",
-    "accuracy",
     "batches",
     "finetune_subnet",
     "make_optimizer",
@@ -169,18 +169,6 @@ def train_model(
 
 
 @torch.no_grad()
-def accuracy(module: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
-    """Return the top-1 accuracy of ``module`` (eval mode) on ``(x, y)``."""
-    module.eval()
-    correct = 0
-    for lo in range(0, len(x), batch_size):
-        correct += int(
-            (module(x[lo : lo + batch_size]).argmax(-1) == y[lo : lo + batch_size]).sum()
-        )
-    return correct / max(1, len(x))
-
-
-@torch.no_grad()
 def recalibrate_norm(module: nn.Module, x: torch.Tensor, batch_size: int = 256) -> bool:
     """Re-estimate batch-norm running statistics of a subnet on ``x``.
 
@@ -214,7 +202,7 @@ def subnet_accuracy(
     module = supernet.bind(config).pull()
     if calib_x is not None:
         recalibrate_norm(module, calib_x)
-    return accuracy(module, x, y)
+    return top1_accuracy(module, x, y)
 
 
 def train_supernet(
@@ -328,7 +316,9 @@ def finetune_subnet(
     steps_per_epoch = max(1, len(x) // batch_size)
     opt = torch.optim.Adam(subnet.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
-    best_acc = accuracy(subnet, x_val, y_val) if x_val is not None and y_val is not None else None
+    best_acc = (
+        top1_accuracy(subnet, x_val, y_val) if x_val is not None and y_val is not None else None
+    )
     best_state = copy.deepcopy(subnet.state_dict()) if best_acc is not None else None
     out: list[float] = []
     for _ in tqdm(range(epochs), disable=not show_progress(progress), desc="fine-tune"):
@@ -352,7 +342,7 @@ def finetune_subnet(
             total += float(loss.detach())
         out.append(total / steps_per_epoch)
         if best_acc is not None and x_val is not None and y_val is not None:
-            acc = accuracy(subnet, x_val, y_val)
+            acc = top1_accuracy(subnet, x_val, y_val)
             if acc >= best_acc:
                 best_acc, best_state = acc, copy.deepcopy(subnet.state_dict())
     if best_state is not None:
