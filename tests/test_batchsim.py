@@ -328,3 +328,31 @@ def test_event_kinds_are_ordered_ranks():
     # at one time stamp: unit ends (free nodes) first, then PFS links, submissions, ticks
     assert [e.name for e in sorted(Event)] == ["UNIT_END", "LINK", "SUBMIT", "PERIODIC"]
     assert [int(e) for e in Event] == [0, 1, 2, 3]
+
+
+class ShortestFirstFCFS(FCFS):
+    """FCFS that orders its queue by requested time: a different policy, same base."""
+
+    name = "fcfs-shortest-first"
+
+    def schedule(self, view, reasons):
+        for rec in sorted(view.queue, key=view.requested_time):
+            if rec.job.num_nodes > view.free_nodes:
+                return
+            view.start(rec)
+
+
+def test_subclass_of_a_compiled_policy_runs_its_own_schedule():
+    # all jobs rigid: FCFS itself takes the compiled kernel, its subclass never does
+    fcfs = run(SMALL, FCFS(), compiled=True)
+    mine = run(SMALL, ShortestFirstFCFS(), compiled=True)
+    assert fcfs.compiled and not mine.compiled
+    assert starts(fcfs) == {1: 0, 2: 10, 3: 15, 4: 15}
+    assert starts(mine) == {1: 5, 2: 0, 3: 5, 4: 8}  # J2 (5 s) first, then J3, J1, J4
+
+    class SameEasy(EasyBackfilling):
+        pass
+
+    same = run(SMALL, SameEasy(), compiled=True)
+    assert not same.compiled
+    assert starts(same) == starts(run(SMALL, EasyBackfilling(), compiled=True))

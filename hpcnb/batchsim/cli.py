@@ -179,8 +179,8 @@ def generate_command(args: argparse.Namespace) -> int:
 
 def schedulers_command(args: argparse.Namespace) -> int:
     """Print each scheduler's name and summary line; return 0."""
-    for name, cls in sorted(SCHEDULERS.items()):
-        summary = (cls.__doc__ or "").strip().splitlines()[0]
+    for name, factory in sorted(SCHEDULERS.items()):
+        summary = next(iter((factory.__doc__ or "").strip().splitlines()), "")
         print(f"{name:14s} {summary}")
     return 0
 

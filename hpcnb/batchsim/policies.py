@@ -16,23 +16,47 @@
   their minimum) to admit it; when nothing waits, idle nodes are shared among running
   resizable jobs, each only if the run time it saves exceeds twice the
   reconfiguration cost.
+
+This module also holds the scheduler registry: :data:`SCHEDULERS` (name -> class or
+factory), :func:`make_scheduler` (the one lookup by name that the command line and the
+experiment drivers use) and :func:`register_scheduler`, which opens it to user policies.
+
+Example:
+    >>> from hpcnb.batchsim.scheduler import FCFS
+    >>> class Patient(FCFS):
+    ...     name = "patient"
+    ...     def schedule(self, view, reasons):
+    ...         if not view.running:
+    ...             super().schedule(view, reasons)
+    >>> register_scheduler("patient", Patient)
+    >>> make_scheduler("patient")
+    Patient()
+    >>> unregister_scheduler("patient")
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from hpcnb.batchsim.engine import InvocationReason, JobRecord, SchedulerView
 from hpcnb.batchsim.scheduler import FCFS, SJF, ConservativeBackfilling, EasyBackfilling, Scheduler
+from hpcnb.errors import HpcnbError
 
 __all__ = [
     "DRF",
     "SCHEDULERS",
     "SRTF",
     "MalleableEasy",
+    "SchedulerFactory",
+    "SchedulerRegistryError",
     "expand_into_idle",
     "make_scheduler",
+    "register_scheduler",
     "shrink_to_admit",
+    "unregister_scheduler",
 ]
 
 
@@ -165,7 +189,6 @@ class MalleableEasy(EasyBackfilling):
     """EASY backfilling that shrinks and expands resizable jobs (module docstring)."""
 
     name = "malleable"
-    rigid_kernel = None
 
     def __init__(self, gain: float = 2.0) -> None:
         self.gain = gain
@@ -185,30 +208,94 @@ class MalleableEasy(EasyBackfilling):
             expand_into_idle(view, growable, self.gain)
 
 
-SCHEDULERS: dict[str, type[Scheduler]] = {
-    cls.name: cls
-    for cls in (
-        FCFS,
-        SJF,
-        SRTF,
-        DRF,
-        EasyBackfilling,
-        ConservativeBackfilling,
-        MalleableEasy,
-    )
-}
+SchedulerFactory = Callable[[], Scheduler]
+"""What the registry holds: a :class:`Scheduler` subclass or a callable returning a scheduler."""
+
+
+class SchedulerRegistryError(HpcnbError, ValueError):
+    """A scheduler name is unknown or already taken, or what was registered is no scheduler."""
+
+
+_REGISTRY: dict[str, SchedulerFactory] = {}
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]*")
+
+#: The registered schedulers by name (a read-only view; add with :func:`register_scheduler`).
+SCHEDULERS: Mapping[str, SchedulerFactory] = MappingProxyType(_REGISTRY)
+
+
+def register_scheduler(name: str, factory: SchedulerFactory, *, replace: bool = False) -> None:
+    """Make a scheduler available by name to :func:`make_scheduler`, the CLI and experiments.
+
+    Args:
+        name: Lower-case name (letters, digits, ``_ . + -``), as given to
+            ``hpcnb batchsim simulate --scheduler``.
+        factory: A :class:`Scheduler` subclass, or a callable without arguments that
+            returns a new scheduler (for instance ``functools.partial(MalleableEasy,
+            gain=0.5)``).
+        replace: Replace a scheduler already registered under ``name`` (else an error).
+
+    Raises:
+        SchedulerRegistryError: The name is malformed or taken, or ``factory`` is neither
+            a :class:`Scheduler` subclass nor a callable.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SchedulerRegistryError(
+            f"register_scheduler({name!r}): a name is lower-case letters, digits and _ . + - "
+            "(starting with a letter or digit)"
+        )
+    if isinstance(factory, type):
+        if not issubclass(factory, Scheduler):
+            raise SchedulerRegistryError(
+                f"register_scheduler({name!r}, {factory.__name__}): not a subclass of "
+                "hpcnb.batchsim.scheduler.Scheduler"
+            )
+    elif isinstance(factory, Scheduler) or not callable(factory):
+        raise SchedulerRegistryError(
+            f"register_scheduler({name!r}, {factory!r}): expected a Scheduler subclass or a "
+            "callable returning a new scheduler, not an instance"
+        )
+    if name in _REGISTRY and not replace:
+        raise SchedulerRegistryError(
+            f"register_scheduler({name!r}): the name is taken by {_REGISTRY[name]!r}; pick "
+            "another name or pass replace=True"
+        )
+    _REGISTRY[name] = factory
+
+
+def unregister_scheduler(name: str) -> None:
+    """Remove a registered scheduler.
+
+    Raises:
+        SchedulerRegistryError: No scheduler has that name.
+    """
+    if _REGISTRY.pop(name, None) is None:
+        raise SchedulerRegistryError(f"unregister_scheduler({name!r}): no such scheduler")
 
 
 def make_scheduler(name: str) -> Scheduler:
-    """Return a new scheduler by name.
+    """Return a new scheduler by its registered name (case-insensitive).
 
-    Names: ``fcfs``, ``sjf``, ``srtf``, ``drf``, ``easy``, ``conservative``, ``malleable``.
+    Built-in names: ``fcfs``, ``sjf``, ``srtf``, ``drf``, ``easy``, ``conservative``,
+    ``malleable``; others are added with :func:`register_scheduler`.
 
     Raises:
-        ValueError: Unknown name (the message lists the known ones).
+        SchedulerRegistryError: Unknown name (the message lists the known ones), or the
+            registered factory returned something that is not a :class:`Scheduler`.
     """
-    try:
-        return SCHEDULERS[name.lower()]()
-    except KeyError:
-        known = sorted(SCHEDULERS)
-        raise ValueError(f"unknown scheduler {name!r}; expected one of {known}") from None
+    factory = _REGISTRY.get(name.lower())
+    if factory is None:
+        known = sorted(_REGISTRY)
+        raise SchedulerRegistryError(f"unknown scheduler {name!r}; expected one of {known}")
+    scheduler = factory()
+    if not isinstance(scheduler, Scheduler):
+        raise SchedulerRegistryError(
+            f"scheduler {name!r}: {factory!r} returned a {type(scheduler).__name__}, "
+            "not a Scheduler"
+        )
+    return scheduler
+
+
+# The built-in policies. A new policy of this package is written above and added here.
+for _builtin in (FCFS, SJF, SRTF, DRF, EasyBackfilling, ConservativeBackfilling, MalleableEasy):
+    register_scheduler(_builtin.name, _builtin)
+del _builtin

@@ -32,15 +32,15 @@ __all__ = [
 class Scheduler:
     """Base class: override :meth:`schedule`.
 
+    A subclass always runs its own :meth:`schedule`: the simulator's compiled rigid-job
+    kernels stand in only for exactly :class:`FCFS` and :class:`EasyBackfilling`, never
+    for their subclasses.
+
     Attributes:
         name: Short name used on the command line and in plots.
-        rigid_kernel: Name of the compiled rigid-only kernel that reproduces this
-            policy exactly (``"fcfs"``, ``"easy"``), or ``None``. The simulator uses it
-            when every job is rigid with a fixed run time.
     """
 
     name = "base"
-    rigid_kernel: str | None = None
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
         """Act on the system; called once per time stamp at which something happened."""
@@ -85,7 +85,6 @@ class FCFS(Scheduler):
     """Strict first-come first-served: no job starts before an earlier-submitted one."""
 
     name = "fcfs"
-    rigid_kernel = "fcfs"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
         """Start jobs in submit order until the first that does not fit."""
@@ -155,7 +154,6 @@ class EasyBackfilling(Scheduler):
     """
 
     name = "easy"
-    rigid_kernel = "easy"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
         """Start in order, reserve for the head, backfill the rest."""

@@ -23,7 +23,7 @@ from hpcnb.batchsim.engine import JobStatus, Simulator
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.rigid import simulate_rigid_arrays
-from hpcnb.batchsim.scheduler import Scheduler
+from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling, Scheduler
 
 __all__ = [
     "JOB_STATISTICS_COLUMNS",
@@ -181,12 +181,19 @@ def _usage(starts: np.ndarray, ends: np.ndarray, sizes: np.ndarray) -> tuple[np.
     return uniq, np.cumsum(sums)
 
 
-def _kernel_applicable(jobs: Sequence[Job], scheduler: Scheduler, interval: float) -> bool:
-    return (
-        scheduler.rigid_kernel is not None
-        and interval <= 0
-        and all(j.type is JobType.RIGID and type(j.work) is FixedWork for j in jobs)
-    )
+#: Compiled rigid-job kernels (:func:`simulate_rigid_arrays` policies) by the EXACT scheduler
+#: type they reproduce: a subclass may change ``schedule()``, so it always runs its own.
+_RIGID_KERNELS: dict[type[Scheduler], str] = {FCFS: "fcfs", EasyBackfilling: "easy"}
+
+
+def _rigid_kernel(jobs: Sequence[Job], scheduler: Scheduler, interval: float) -> str | None:
+    """Return the compiled kernel that reproduces this run exactly, or ``None``."""
+    kernel = _RIGID_KERNELS.get(type(scheduler))
+    if kernel is None or interval > 0:
+        return None
+    if all(j.type is JobType.RIGID and type(j.work) is FixedWork for j in jobs):
+        return kernel
+    return None
 
 
 def simulate(
@@ -210,10 +217,14 @@ def simulate(
             scheduling point (ElastiSim's ``schedule_on_scheduling_point``).
         clip_evolving_requests: Clip evolving requests to the job's size range.
         compiled: Use the compiled rigid kernel when the workload and the scheduler
-            allow it (same schedule as the general engine, much faster).
+            allow it (same schedule as the general engine, much faster): every job rigid
+            with a fixed run time, no periodic invocations, and the scheduler exactly
+            :class:`~hpcnb.batchsim.scheduler.FCFS` or
+            :class:`~hpcnb.batchsim.scheduler.EasyBackfilling` (not a subclass).
     """
     t0 = time.perf_counter()
-    if compiled and _kernel_applicable(jobs, scheduler, scheduling_interval):
+    kernel = _rigid_kernel(jobs, scheduler, scheduling_interval) if compiled else None
+    if kernel is not None:
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
         ordered = [jobs[i] for i in order]
         for job in ordered:
@@ -230,9 +241,7 @@ def simulate(
         estimate = np.array([j.walltime if j.walltime is not None else j.work.runtime
                              for j in ordered])  # type: ignore[attr-defined]  # fmt: skip
         size = np.array([j.num_nodes for j in ordered], dtype=np.int64)
-        start = simulate_rigid_arrays(
-            submit, runtime, estimate, size, platform.num_nodes, scheduler.rigid_kernel or ""
-        )
+        start = simulate_rigid_arrays(submit, runtime, estimate, size, platform.num_nodes, kernel)
         end = start + runtime
         wall = time.perf_counter() - t0
         df = _table({
