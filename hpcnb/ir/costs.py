@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from hpcnb.ir.leaf import is_ir_leaf
+
 __all__ = ["classify", "node_flops"]
 
 Shape = tuple[int, ...]
@@ -193,9 +195,8 @@ def classify(op: str, target: Any, module: nn.Module | None, out_is_tensor: bool
         return "param"
     if op == "call_module":
         assert module is not None
-        kind = getattr(module, "ir_kind", None)
-        if isinstance(kind, str) and hasattr(module, "ir_flops"):
-            return kind
+        if is_ir_leaf(module):
+            return module.ir_kind
         for types, name in _MODULE_KINDS:
             if isinstance(module, types):
                 return name
@@ -269,7 +270,7 @@ def node_flops(
         FLOPs.
     """
     out = _numel(out_shape) if out_shape else 0
-    if module is not None and hasattr(module, "ir_flops") and isinstance(module.ir_kind, str):
+    if is_ir_leaf(module):
         return int(module.ir_flops(list(in_shapes), out_shape))
     if kind == "conv":
         if isinstance(module, nn.modules.conv._ConvTransposeNd):

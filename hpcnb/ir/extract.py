@@ -20,6 +20,7 @@ from torch import nn
 
 from hpcnb.ir.costs import target_name
 from hpcnb.ir.graph import Graph, ParamSlice
+from hpcnb.ir.leaf import is_ir_leaf
 
 __all__ = [
     "Block",
@@ -219,7 +220,7 @@ def _owner(root: nn.Module, name: str) -> tuple[nn.Module, str]:
 
 
 def _refresh(module: nn.Module) -> None:
-    if hasattr(module, "ir_refresh") and isinstance(getattr(module, "ir_kind", None), str):
+    if is_ir_leaf(module):
         module.ir_refresh()
     elif isinstance(module, nn.modules.conv._ConvTransposeNd):
         module.in_channels = module.weight.shape[0]

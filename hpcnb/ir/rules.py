@@ -24,6 +24,7 @@ from hpcnb.ir.costs import (
     target_name,
 )
 from hpcnb.ir.groups import length, slice_segments
+from hpcnb.ir.leaf import is_ir_leaf
 from hpcnb.ir.trace import TensorMeta
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ def _module_rule(a: Analysis, node: fx.Node, m: nn.Module, args: list[Any]) -> A
     path = str(node.target)
     value = a.graph.values.get(node.name)
     x = args[0] if args else None
-    if isinstance(getattr(m, "ir_kind", None), str) and hasattr(m, "ir_channels"):
+    if is_ir_leaf(m):
         out = m.ir_channels(a.with_prefix(f"{path}."), args)
         a.with_prefix("")
         return out

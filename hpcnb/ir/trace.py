@@ -12,14 +12,11 @@ from torch import nn
 
 from hpcnb.ir.costs import classify, node_flops, target_name, tensor_bytes
 from hpcnb.ir.graph import Graph, IRTraceError, Node
+from hpcnb.ir.leaf import is_ir_leaf
 
 __all__ = ["trace"]
 
 LeafSpec = type | str
-
-
-def _is_ir_leaf(module: nn.Module) -> bool:
-    return isinstance(getattr(module, "ir_kind", None), str) and hasattr(module, "ir_channels")
 
 
 class _ScopedTracer(fx.Tracer):
@@ -36,7 +33,7 @@ class _ScopedTracer(fx.Tracer):
             return True
         if self.leaf_types and isinstance(m, self.leaf_types):
             return True
-        if _is_ir_leaf(m):
+        if is_ir_leaf(m):
             return True
         return super().is_leaf_module(m, module_qualified_name)
 

@@ -1,17 +1,9 @@
 """Building blocks shared by the zoo models.
 
-Two of them are *IR leaf operators*: :class:`MultiHeadSelfAttention` and
-:class:`SelectiveScan`. `hpcnb.ir` does not trace into them; instead it asks
-them, through three small methods, for
-
-* ``ir_kind`` - the op kind of the node ("attention", "scan"),
-* ``ir_flops(in_shapes, out_shape)`` - the FLOPs of one call (multiply-add = 2),
-* ``ir_channels(ctx, in_axes)`` - how their parameter axes tie to the channel
-  axes of their inputs and output (see :mod:`hpcnb.ir.groups`),
-* ``ir_refresh()`` - recompute size attributes after `hpcnb.ir.extract` has
-  sliced their parameters.
-
-Any user module that implements the same four members is treated the same way.
+Two of them are *IR leaf operators* (:class:`MultiHeadSelfAttention` and
+:class:`SelectiveScan`): `hpcnb.ir` does not trace into them but asks them for
+their op kind, FLOPs and channel mapping. The protocol they implement is
+:class:`hpcnb.ir.leaf.IRLeaf`, documented in :mod:`hpcnb.ir.leaf`.
 """
 
 from __future__ import annotations
