@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -46,9 +46,6 @@ from hpcnb.batchsim.platform import (
 )
 from hpcnb.errors import HpcnbError
 
-if TYPE_CHECKING:
-    from hpcnb.batchsim.scheduler import Scheduler
-
 __all__ = [
     "Event",
     "InvocationReason",
@@ -56,6 +53,7 @@ __all__ = [
     "JobStatus",
     "SchedulerError",
     "SchedulerView",
+    "SchedulingPolicy",
     "SimulationError",
     "Simulator",
 ]
@@ -308,6 +306,23 @@ class SchedulerView:
         return self.time + self.remaining_time(rec)
 
 
+class SchedulingPolicy(Protocol):
+    """What the simulator needs of a scheduler: a name and :meth:`schedule`.
+
+    Subclass :class:`~hpcnb.batchsim.scheduler.Scheduler`, which satisfies this and adds
+    helpers (start sizes, reservations, evolving requests).
+
+    Attributes:
+        name: Short name used in messages, results and plots.
+    """
+
+    name: str
+
+    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
+        """Act on the system; called once per time stamp at which something happened."""
+        ...
+
+
 @dataclass(frozen=True)
 class SimulationTrace:
     """Raw output of :meth:`Simulator.run`.
@@ -332,7 +347,8 @@ class Simulator:
 
     Args:
         platform: The machine.
-        scheduler: Decides what runs (see :class:`~hpcnb.batchsim.scheduler.Scheduler`).
+        scheduler: Decides what runs (a :class:`SchedulingPolicy`, usually a subclass of
+            :class:`~hpcnb.batchsim.scheduler.Scheduler`).
         scheduling_interval: Periodic invocation interval (s); 0 for none.
         on_scheduling_point: Invoke the scheduler when a resizable job reaches a point.
         clip_evolving_requests: Clip evolving requests to the job's size range.
@@ -341,7 +357,7 @@ class Simulator:
     def __init__(
         self,
         platform: Platform,
-        scheduler: Scheduler,
+        scheduler: SchedulingPolicy,
         scheduling_interval: float = 0.0,
         on_scheduling_point: bool = True,
         clip_evolving_requests: bool = True,
