@@ -10,16 +10,16 @@ import pytest
 
 from hpcnb import commprof
 from hpcnb.commprof import MemoryConfig, Schedule, prange
-from hpcnb.commprof.analysis import PATTERNS, classify, inclusive, loop_tree
+from hpcnb.commprof.analysis import PATTERNS, classify_pattern, inclusive, loop_tree
 from hpcnb.commprof.hooks import sched_iters
 from hpcnb.commprof.shadow import (
-    accuracy,
+    detection_accuracy,
     replay_exact,
     replay_exact_table,
     replay_signature,
     signature_sweep,
 )
-from hpcnb.commprof.suite import SUITE, case, check_result
+from hpcnb.commprof.suite import SUITE, check_result, suite_case
 
 
 @commprof.kernel
@@ -63,7 +63,7 @@ def test_hooks_emit_exact_event_sequence() -> None:
     # each thread reads its right neighbour's value once (repeat read is no new event)
     m = p.exact[r_loop]
     assert m.sum() == 3 and m[1, 0] == m[2, 1] == m[0, 2] == 1
-    assert classify(inclusive(p.regions, p.exact)[0]) == "ring"
+    assert classify_pattern(inclusive(p.regions, p.exact)[0]) == "ring"
     assert p.accesses[r_loop].tolist() == [12, 6]
 
 
@@ -83,11 +83,11 @@ def test_regions_follow_loop_lines_and_nesting() -> None:
 def test_ring_and_nearest_neighbour_matrices() -> None:
     a, b = np.zeros(8), np.zeros(8)
     p = commprof.profile(pass_right, [a, b], nthreads=8, nphases=2)
-    assert classify(inclusive(p.regions, p.exact)[0]) == "ring"
+    assert classify_pattern(inclusive(p.regions, p.exact)[0]) == "ring"
     a = np.arange(34.0)
     p = commprof.profile(neighbours, [a, np.zeros(34)], nthreads=4, nphases=3)
     m = inclusive(p.regions, p.exact)[0]
-    assert classify(m) == "nearest-neighbour"
+    assert classify_pattern(m) == "nearest-neighbour"
     assert np.array_equal(m, m.T) and m[0, 1] > 0 and m[0, 2] == 0 and m[0, 3] == 0
 
 
@@ -147,7 +147,7 @@ def test_signature_with_enough_slots_equals_exact() -> None:
     assert np.array_equal(table, p.exact) and nbytes >= 17 * 80
     # the replay reproduces the online signature; a tiny signature is measurably worse
     assert np.array_equal(replay_signature(p, footprint_words + 1, hash="word"), p.signature)
-    small = accuracy(p.exact, replay_signature(p, 7, 3, hash="discopop"))
+    small = detection_accuracy(p.exact, replay_signature(p, 7, 3, hash="discopop"))
     assert small.f1 < 1.0
     rows = signature_sweep(p, fractions=(1.0, 0.01), read_shares=(0.5,), hashes=("word",))
     assert rows[0]["f1"] == 1.0 and rows[1]["f1"] < 1.0
@@ -156,9 +156,9 @@ def test_signature_with_enough_slots_equals_exact() -> None:
 def test_accuracy_definition() -> None:
     ex = np.array([[[0, 4], [2, 0]]])
     det = np.array([[[0, 3], [3, 0]]])
-    acc = accuracy(ex, det)
+    acc = detection_accuracy(ex, det)
     assert acc.precision == pytest.approx(5 / 6) and acc.recall == pytest.approx(5 / 6)
-    assert accuracy(np.zeros((1, 2, 2)), np.zeros((1, 2, 2))).f1 == 1.0
+    assert detection_accuracy(np.zeros((1, 2, 2)), np.zeros((1, 2, 2))).f1 == 1.0
 
 
 def _star(T: int, hub: int, out: bool, inn: bool) -> np.ndarray:
@@ -197,19 +197,19 @@ def test_classifier_on_synthetic_matrices() -> None:
         "broadcast": _star(T, 0, True, True),
     }
     for want, m in cases.items():
-        assert classify(m) == want, want
-    assert classify(_star(T, 3, False, True)) == "reduction"
-    assert classify(_star(T, 3, True, False)) == "broadcast"
+        assert classify_pattern(m) == want, want
+    assert classify_pattern(_star(T, 3, False, True)) == "reduction"
+    assert classify_pattern(_star(T, 3, True, False)) == "broadcast"
     noisy = nn + 0.01 * dense  # stray collision events below the edge threshold
-    assert classify(noisy) == "nearest-neighbour"
+    assert classify_pattern(noisy) == "nearest-neighbour"
     assert set(cases) <= set(PATTERNS)
     with pytest.raises(ValueError, match="square"):
-        classify(np.zeros((2, 3)))
+        classify_pattern(np.zeros((2, 3)))
 
 
 @pytest.mark.parametrize("name", ["jacobi", "needleman_wunsch", "tree_reduction", "fft"])
 def test_suite_kernels_match_ground_truth(name: str) -> None:
-    c = case(name)
+    c = suite_case(name)
     args, nphases = c.make(16, 8, 0)
     original = copy.deepcopy(args)
     p = commprof.profile(c.kernel, args, nthreads=8, nphases=nphases, schedule=c.schedule)
@@ -225,7 +225,7 @@ def test_suite_is_complete() -> None:
     assert set(SUITE) == want
     assert {c.pattern for c in SUITE.values()} <= set(PATTERNS)
     with pytest.raises(KeyError, match="known"):
-        case("nope")
+        suite_case("nope")
 
 
 def _expect_error(src: str, what: str, line_in_src: int, tmp_path) -> None:
@@ -298,7 +298,7 @@ def test_valgrind_trace_of_c_program_gives_expected_matrices(tmp_path) -> None:
     exe = vg.compile_program(tmp_path, nthreads=4, n=32)
     p = vg.parse_lackey(vg.run_valgrind(exe, 4))
     assert np.array_equal(p.exact, vg.expected_matrices(4, 32))
-    got = [classify(p.exact[r]) for r in range(2, 5)]
+    got = [classify_pattern(p.exact[r]) for r in range(2, 5)]
     assert got == ["nearest-neighbour", "reduction", "broadcast"]
 
 

@@ -129,7 +129,7 @@ def test_signature_slots_are_odd_and_within_budget() -> None:
 
 
 def test_interleaved_variant_samples() -> None:
-    c = commprof.case("jacobi")
+    c = commprof.suite_case("jacobi")
     make = lambda: c.make(12, 4, 0)[0]  # noqa: E731
     variants = ("native", "instrumented", "exact")
     t = commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=3,

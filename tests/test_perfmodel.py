@@ -17,7 +17,7 @@ from hpcnb.perfmodel import (
     GridConfig,
     Measurement,
     NetworkFeatures,
-    Platform,
+    Cluster,
     Roofline,
     TimingConfig,
     TrainingCost,
@@ -196,13 +196,13 @@ def test_dataset_cache_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def test_runtime_vs_nodes_by_hand() -> None:
     cost = TrainingCost(train_flops_per_sample=1e9, gradient_bytes=1e8)
-    plat = Platform(node_flops=1e12, step_overhead_s=0.0, link_gbps=8.0, latency_s=0.0)
+    plat = Cluster(node_flops=1e12, step_overhead_s=0.0, link_gbps=8.0, latency_s=0.0)
     curve = runtime_vs_nodes(cost, 64, plat, nodes=[1, 2, 4])
     assert curve[1] == pytest.approx(64 * 1e-3)
     # p=2: 32 samples of compute + ring 2(p-1)/p * 1e8 bytes at 1 GB/s
     assert curve[2] == pytest.approx(32e-3 + 0.1)
     assert curve[4] == pytest.approx(16e-3 + 1.5 * 0.1)
-    overlapped = runtime_vs_nodes(cost, 64, Platform(link_gbps=8.0, overlap=1.0), nodes=[2])
+    overlapped = runtime_vs_nodes(cost, 64, Cluster(link_gbps=8.0, overlap=1.0), nodes=[2])
     assert overlapped[2] == pytest.approx(max(1e-3 + 32e-3, 0.1 + 2 * 5e-6))
     with pytest.raises(ValueError, match="outside"):
         runtime_vs_nodes(cost, 4, plat, nodes=[8])

@@ -12,7 +12,7 @@ from hpcnb.commprof.advice import RULES, Advice, AdviceThresholds, advise, forma
 from hpcnb.commprof.analysis import (
     PATTERNS,
     LoopNode,
-    classify,
+    classify_pattern,
     inclusive,
     loop_tree,
     render_tree,
@@ -41,10 +41,10 @@ from hpcnb.commprof.runtime import (
     time_variants,
 )
 from hpcnb.commprof.shadow import (
-    Accuracy,
+    DetectionAccuracy,
     HeldOutScore,
     SignatureChoice,
-    accuracy,
+    detection_accuracy,
     choose_signature,
     exact_table_bytes,
     held_out_f1,
@@ -56,7 +56,7 @@ from hpcnb.commprof.shadow import (
     split_kernels,
     trace_events,
 )
-from hpcnb.commprof.suite import SUITE, SuiteCase, case, check_result, profile_case
+from hpcnb.commprof.suite import SUITE, SuiteCase, check_result, profile_case, suite_case
 
 __all__ = [
     "CASE_STUDIES",
@@ -64,7 +64,7 @@ __all__ = [
     "PATTERNS",
     "RULES",
     "SUITE",
-    "Accuracy",
+    "DetectionAccuracy",
     "Advice",
     "AdviceThresholds",
     "CaseStudy",
@@ -81,14 +81,13 @@ __all__ = [
     "SignatureChoice",
     "SuiteCase",
     "Variant",
-    "accuracy",
+    "detection_accuracy",
     "advise",
     "analyse_locality",
     "brute_force_distances",
-    "case",
     "check_result",
     "choose_signature",
-    "classify",
+    "classify_pattern",
     "communication_distances",
     "count_improved",
     "exact_table_bytes",
@@ -114,6 +113,7 @@ __all__ = [
     "signature_slots",
     "signature_sweep",
     "split_kernels",
+    "suite_case",
     "time_variant_samples",
     "time_variants",
     "trace_events",

@@ -36,7 +36,7 @@ from hpcnb.commprof.instrument import Region
 __all__ = [
     "PATTERNS",
     "LoopNode",
-    "classify",
+    "classify_pattern",
     "inclusive",
     "loop_tree",
     "render_tree",
@@ -105,7 +105,7 @@ def _has_cycle(e: np.ndarray) -> bool:
     return False
 
 
-def classify(m: np.ndarray, threshold: float = 0.1) -> str:
+def classify_pattern(m: np.ndarray, threshold: float = 0.1) -> str:
     """Classify a thread×thread matrix into one of :data:`PATTERNS` (rules in module doc)."""
     m = np.asarray(m, dtype=float)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
@@ -184,7 +184,7 @@ def loop_tree(
         acc = int(accesses[r.rid].sum()) if accesses is not None else 0
         out.append(
             LoopNode(r, depth, int(exclusive[r.rid].sum()), int(inc[r.rid].sum()), acc,
-                     classify(inc[r.rid]), inc[r.rid])
+                     classify_pattern(inc[r.rid]), inc[r.rid])
         )  # fmt: skip
         for c in sorted(children.get(r.rid, []), key=lambda x: x.line):
             walk(c, depth + 1)

@@ -40,10 +40,10 @@ from hpcnb.records import mean_interval
 
 __all__ = [
     "HASH_ENTRY_BYTES",
-    "Accuracy",
+    "DetectionAccuracy",
     "HeldOutScore",
     "SignatureChoice",
-    "accuracy",
+    "detection_accuracy",
     "choose_signature",
     "exact_table_bytes",
     "held_out_f1",
@@ -188,7 +188,7 @@ def signature_slots(exact_bytes: int, fraction: float, read_share: float) -> tup
 
 
 @dataclass(frozen=True)
-class Accuracy:
+class DetectionAccuracy:
     """Precision, recall and F1 of detected against exact communication events."""
 
     precision: float
@@ -196,7 +196,7 @@ class Accuracy:
     f1: float
 
 
-def accuracy(exact: np.ndarray, detected: np.ndarray) -> Accuracy:
+def detection_accuracy(exact: np.ndarray, detected: np.ndarray) -> DetectionAccuracy:
     """Compare event-count matrices cell by cell (see module docstring).
 
     Two empty matrices count as perfect agreement.
@@ -206,11 +206,11 @@ def accuracy(exact: np.ndarray, detected: np.ndarray) -> Accuracy:
     tp = float(np.minimum(exact, detected).sum())
     se, sd = float(exact.sum()), float(detected.sum())
     if se == 0 and sd == 0:
-        return Accuracy(1.0, 1.0, 1.0)
+        return DetectionAccuracy(1.0, 1.0, 1.0)
     p = tp / sd if sd else 0.0
     r = tp / se if se else 0.0
     f = 2 * p * r / (p + r) if p + r else 0.0
-    return Accuracy(p, r, f)
+    return DetectionAccuracy(p, r, f)
 
 
 def signature_sweep(
@@ -235,7 +235,7 @@ def signature_sweep(
         for frac in fractions:
             for share in read_shares:
                 sw, sr = signature_slots(full, frac, share)
-                acc = accuracy(ex, replay_signature(p, sw, sr, h))
+                acc = detection_accuracy(ex, replay_signature(p, sw, sr, h))
                 rows.append({
                     "hash": h, "fraction": frac, "read_share": share,
                     "write_slots": sw, "read_slots": sr, "exact_bytes": full,

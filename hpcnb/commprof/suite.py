@@ -31,7 +31,7 @@ from hpcnb.commprof import kernels as K
 from hpcnb.commprof.instrument import Kernel
 from hpcnb.commprof.runtime import MemoryConfig, Profile, Schedule, profile
 
-__all__ = ["SUITE", "SuiteCase", "case", "check_result", "profile_case"]
+__all__ = ["SUITE", "SuiteCase", "check_result", "profile_case", "suite_case"]
 
 Args = list[object]
 
@@ -157,7 +157,7 @@ SUITE: dict[str, SuiteCase] = {
 }
 
 
-def case(name: str) -> SuiteCase:
+def suite_case(name: str) -> SuiteCase:
     """Return the suite case ``name`` (error lists the known names)."""
     if name not in SUITE:
         raise KeyError(f"unknown suite kernel {name!r}; known: {sorted(SUITE)}")
@@ -217,7 +217,7 @@ def profile_case(
     Returns:
         The profile and whether the kernel's output matched its NumPy reference.
     """
-    c = case(name)
+    c = suite_case(name)
     args, nphases = c.make(size, nthreads, seed)
     original = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     p = profile(

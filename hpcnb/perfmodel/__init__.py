@@ -47,8 +47,8 @@ from hpcnb.perfmodel.estimator import (
     leave_one_family_out,
     mape,
     mape_interval,
+    measured_seconds,
     step_time_function,
-    targets,
 )
 from hpcnb.perfmodel.features import (
     NetworkFeatures,
@@ -56,7 +56,7 @@ from hpcnb.perfmodel.features import (
     network_features,
     training_flops,
 )
-from hpcnb.perfmodel.multinode import Platform, TrainingCost, runtime_vs_nodes, training_cost
+from hpcnb.perfmodel.multinode import Cluster, TrainingCost, runtime_vs_nodes, training_cost
 from hpcnb.perfmodel.scaling import (
     ScalingDataError,
     ScalingModel,
@@ -81,6 +81,7 @@ __all__ = [
     "FAMILIES",
     "MODES",
     "AlphaBeta",
+    "Cluster",
     "ConvMeter",
     "DistributedConfig",
     "DistributedReport",
@@ -89,7 +90,6 @@ __all__ = [
     "GridConfig",
     "Measurement",
     "NetworkFeatures",
-    "Platform",
     "Roofline",
     "ScalingDataError",
     "ScalingModel",
@@ -111,6 +111,7 @@ __all__ = [
     "leave_one_family_out",
     "mape",
     "mape_interval",
+    "measured_seconds",
     "memory_bandwidth",
     "message_terms",
     "network_features",
@@ -122,7 +123,6 @@ __all__ = [
     "runtime_vs_nodes",
     "small_convnet",
     "step_time_function",
-    "targets",
     "time_inference",
     "time_training",
     "training_cost",

@@ -57,8 +57,8 @@ __all__ = [
     "leave_one_family_out",
     "mape",
     "mape_interval",
+    "measured_seconds",
     "step_time_function",
-    "targets",
 ]
 
 
@@ -134,7 +134,7 @@ def design_matrix(
     return np.asarray(out, dtype=float)
 
 
-def targets(rows: Sequence[Measurement], mode: str) -> np.ndarray:
+def measured_seconds(rows: Sequence[Measurement], mode: str) -> np.ndarray:
     """Return the measured seconds of each row for ``mode``."""
     _check_mode(mode)
     return np.array([r.inference_s if mode == "inference" else r.training_s for r in rows])

@@ -7,7 +7,7 @@ A job trains a network with a fixed *global* batch ``B``; on ``p`` nodes each no
 
 with ``T_compute(b) = overhead + b · training FLOPs per sample / node FLOP/s`` unless the
 caller supplies a measured compute model (e.g. a fitted ConvMeter on this machine), and the
-ring (or tree) α–β all-reduce of :mod:`hpcnb.perfmodel.allreduce` over the platform's links.
+ring (or tree) α–β all-reduce of :mod:`hpcnb.perfmodel.allreduce` over the cluster's links.
 This is the function the batch-system simulator (notebook 05) calls to get the scaling
 curve of a deep-learning job.
 """
@@ -23,11 +23,11 @@ from torch import nn
 from hpcnb.perfmodel.allreduce import allreduce_time, overlapped_step
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
 
-__all__ = ["Platform", "TrainingCost", "runtime_vs_nodes", "training_cost"]
+__all__ = ["Cluster", "TrainingCost", "runtime_vs_nodes", "training_cost"]
 
 
 @dataclass(frozen=True)
-class Platform:
+class Cluster:
     """A homogeneous cluster of nodes joined by links.
 
     Attributes:
@@ -51,13 +51,13 @@ class Platform:
     def __post_init__(self) -> None:
         if self.node_flops <= 0 or self.link_gbps <= 0:
             raise ValueError(
-                f"Platform {self.name!r}: node_flops={self.node_flops} and "
+                f"Cluster {self.name!r}: node_flops={self.node_flops} and "
                 f"link_gbps={self.link_gbps} must be positive"
             )
         if self.step_overhead_s < 0 or self.latency_s < 0:
-            raise ValueError(f"Platform {self.name!r}: overhead and latency must be >= 0")
+            raise ValueError(f"Cluster {self.name!r}: overhead and latency must be >= 0")
         if not 0.0 <= self.overlap <= 1.0:
-            raise ValueError(f"Platform {self.name!r}: overlap={self.overlap} not in [0, 1]")
+            raise ValueError(f"Cluster {self.name!r}: overlap={self.overlap} not in [0, 1]")
 
     @property
     def beta(self) -> float:
@@ -100,7 +100,7 @@ def training_cost(
 def runtime_vs_nodes(
     model: nn.Module | NetworkFeatures | TrainingCost,
     batch: int,
-    platform: Platform,
+    cluster: Cluster,
     nodes: Iterable[int] = range(1, 65),
     *,
     input_shape: tuple[int, ...] = (3, 32, 32),
@@ -111,7 +111,7 @@ def runtime_vs_nodes(
     Args:
         model: Network, its features, or a :class:`TrainingCost`.
         batch: Global batch size (split evenly; each node gets ``⌈batch / p⌉``).
-        platform: Nodes and links.
+        cluster: Nodes and links.
         nodes: Node counts to evaluate.
         input_shape: One sample's shape when ``model`` is a network.
         compute_time: Measured compute model ``local_batch -> seconds`` replacing the
@@ -134,13 +134,13 @@ def runtime_vs_nodes(
         if compute_time is not None:
             compute = float(compute_time(local))
         else:
-            compute = platform.step_overhead_s + local * cost.train_flops_per_sample / (
-                platform.node_flops
+            compute = cluster.step_overhead_s + local * cost.train_flops_per_sample / (
+                cluster.node_flops
             )
         comm = float(
             allreduce_time(
-                p, cost.gradient_bytes, platform.latency_s, platform.beta, platform.algorithm
+                p, cost.gradient_bytes, cluster.latency_s, cluster.beta, cluster.algorithm
             )
         )
-        out[int(p)] = float(overlapped_step(compute, comm, platform.overlap))
+        out[int(p)] = float(overlapped_step(compute, comm, cluster.overlap))
     return out
