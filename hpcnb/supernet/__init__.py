@@ -34,15 +34,14 @@ from hpcnb.supernet.mpi import (
     variant_name,
     write_job,
 )
+from hpcnb.supernet.pareto import crowding_distance, pareto_ranks
 from hpcnb.supernet.samplers import PrioritizedSampler, Sampler, SandwichSampler, UniformSampler
 from hpcnb.supernet.search import (
     Candidate,
     SubnetSearchResult,
-    crowding_distance,
     evolutionary_search,
     exhaustive_search,
     pareto_front,
-    pareto_ranks,
     search_supernet,
 )
 from hpcnb.supernet.sharing import FlatParameters, SubnetBinding, bind_subnet

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .search import pareto_ranks
+from .pareto import pareto_ranks
 from .space import SearchSpace, SubnetConfig
 
 if TYPE_CHECKING:  # pragma: no cover

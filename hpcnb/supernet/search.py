@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from .pareto import crowding_distance, pareto_ranks
 from .space import SearchSpace, SubnetConfig
+from .training import subnet_accuracy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .supernet import Supernet
@@ -25,11 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Candidate",
     "SubnetSearchResult",
-    "crowding_distance",
     "evolutionary_search",
     "exhaustive_search",
     "pareto_front",
-    "pareto_ranks",
     "search_supernet",
 ]
 
@@ -116,7 +116,6 @@ def search_supernet(
         seed: Random seed.
         exhaustive_limit: Largest space searched exhaustively.
     """
-    from .training import subnet_accuracy
 
     def evaluate(config: SubnetConfig) -> float:
         return subnet_accuracy(supernet, config, x_val, y_val, calib_x)
@@ -135,50 +134,6 @@ def search_supernet(
         generations=generations,
         seed=seed,
     )
-
-
-def pareto_ranks(points: np.ndarray) -> np.ndarray:
-    """Return the non-dominated-sorting rank of each point (0 = Pareto front).
-
-    Args:
-        points: ``(n, m)`` array; every column is minimised.
-    """
-    pts = np.asarray(points, dtype=float)
-    if pts.ndim != 2:
-        raise ValueError(f"points has shape {pts.shape}; expected (n, m)")
-    n = len(pts)
-    le = (pts[:, None, :] <= pts[None, :, :]).all(-1)
-    lt = (pts[:, None, :] < pts[None, :, :]).any(-1)
-    dominates = le & lt  # dominates[i, j]: i dominates j
-    dominated_by = dominates.sum(0)
-    ranks = np.full(n, -1, dtype=int)
-    rank = 0
-    remaining = dominated_by.copy()
-    current = np.where(remaining == 0)[0]
-    while len(current):
-        ranks[current] = rank
-        remaining[current] = -1
-        for i in current:
-            remaining[dominates[i]] -= 1
-        current = np.where(remaining == 0)[0]
-        rank += 1
-    return ranks
-
-
-def crowding_distance(points: np.ndarray) -> np.ndarray:
-    """Return NSGA-II crowding distances of points on one front (larger = more isolated)."""
-    pts = np.asarray(points, dtype=float)
-    n = len(pts)
-    dist = np.zeros(n)
-    if n <= 2:
-        return np.full(n, np.inf)
-    for j in range(pts.shape[1]):
-        order = np.argsort(pts[:, j], kind="stable")
-        span = pts[order[-1], j] - pts[order[0], j]
-        dist[order[0]] = dist[order[-1]] = np.inf
-        if span > 0:
-            dist[order[1:-1]] += (pts[order[2:], j] - pts[order[:-2], j]) / span
-    return dist
 
 
 def pareto_front(candidates: Sequence[Candidate]) -> list[Candidate]:
