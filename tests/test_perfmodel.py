@@ -12,12 +12,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from hpcnb.perfmodel import (
     FAMILIES,
+    Cluster,
     ConvMeter,
     FlopsOnly,
     GridConfig,
     Measurement,
     NetworkFeatures,
-    Cluster,
     Roofline,
     TimingConfig,
     TrainingCost,
