@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hpcnb.commprof import kernels as K
+import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel, kernel, prange
 from hpcnb.commprof.runtime import Schedule, run_native
 from hpcnb.records import median_interval

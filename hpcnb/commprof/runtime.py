@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hpcnb.commprof import hooks
+import hpcnb.commprof.hooks as hooks
 from hpcnb.commprof.instrument import Kernel, Region
 from hpcnb.timing import Timing
 

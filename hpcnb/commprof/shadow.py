@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from hpcnb.commprof import hooks
+import hpcnb.commprof.hooks as hooks
 from hpcnb.commprof.runtime import Profile, make_state, signature_bytes
 from hpcnb.records import mean_interval
 

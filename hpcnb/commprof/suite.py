@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcnb.commprof import kernels as K
+import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel
 from hpcnb.commprof.runtime import MemoryConfig, Profile, Schedule, profile
 
