@@ -179,7 +179,8 @@ def test_deprecated_cache_env(monkeypatch, tmp_path):
 
 def test_cache_folders_live_under_the_cache_root(monkeypatch, tmp_path):
     from hpcnb.commprof.instrument import _cache_dir
-    from hpcnb.winograd import cache_dir, wisdom_path
+    from hpcnb.winograd.codegen import cache_dir
+    from hpcnb.winograd.wisdom import wisdom_path
 
     monkeypatch.setenv("HPCNB_CACHE", str(tmp_path))
     monkeypatch.delenv("HPCNB_WISDOM", raising=False)
@@ -190,7 +191,7 @@ def test_cache_folders_live_under_the_cache_root(monkeypatch, tmp_path):
 
 
 def test_hpcnb_cache_dir_is_a_deprecated_alias(monkeypatch, tmp_path):
-    from hpcnb.winograd import cache_dir
+    from hpcnb.winograd.codegen import cache_dir
 
     monkeypatch.setattr(codecache, "_WARNED_ENV", set())
     monkeypatch.delenv("HPCNB_CACHE", raising=False)

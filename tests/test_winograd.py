@@ -25,7 +25,6 @@ from hpcnb.winograd import (
     cuda_source,
     direct_fp64,
     error_bound,
-    lookup,
     op_count_row,
     prove_equivalence,
     relative_error,
@@ -34,6 +33,7 @@ from hpcnb.winograd import (
     winograd_reference,
 )
 from hpcnb.winograd.codegen import input_body
+from hpcnb.winograd.wisdom import lookup_wisdom
 
 TABLE_CASES = [(m, 3) for m in range(2, 9)] + [(m, 5) for m in range(2, 7)]
 TABLE_CASES += [(m, 7) for m in range(2, 5)]
@@ -209,7 +209,7 @@ def test_wisdom_round_trip(tmp_path):
     path = tmp_path / "wisdom.json"
     xs, ws = (1, 3, 10, 10), (2, 3, 3, 3)
     space = [WinogradConfig(m=2), WinogradConfig(m=4, block_tiles=8, channel_major=False)]
-    assert lookup(xs, ws, 1, path=path) is None
+    assert lookup_wisdom(xs, ws, 1, path=path) is None
     res = autotune(xs, ws, 1, space=space, reps=1, path=path)
     assert not res.from_wisdom and res.best in [*space, WinogradConfig(m=4)]
     assert len(res.trials) == 3 and res.gain >= 1.0
@@ -221,21 +221,25 @@ def test_wisdom_round_trip(tmp_path):
     data = json.loads(path.read_text())
     (entries,) = data["machines"].values()
     assert "N1_C3_H10_W10_K2_r3_p1" in entries
-    assert lookup(xs, ws, 1, path=path) == res.best
+    assert lookup_wisdom(xs, ws, 1, path=path) == res.best
     again = autotune(xs, ws, 1, space=space, reps=1, path=path)
     assert again.from_wisdom and again.best == res.best
     x = np.random.default_rng(0).standard_normal(xs, dtype=np.float32)
     w = np.random.default_rng(1).standard_normal(ws, dtype=np.float32)
     np.testing.assert_allclose(
-        conv2d_winograd(x, w, padding=1, wisdom=str(path)), _ref(x, w, 1), atol=1e-4
+        conv2d_winograd(x, w, padding=1, config="wisdom", wisdom=str(path)),
+        _ref(x, w, 1),
+        atol=1e-4,
     )
     path.write_text("{not json")  # a broken wisdom file is ignored with a warning
     with pytest.warns(WisdomWarning, match="not valid JSON"):
-        assert lookup(xs, ws, 1, path=path) is None
+        assert lookup_wisdom(xs, ws, 1, path=path) is None
 
 
 def test_default_is_always_a_candidate_and_never_beaten_by_a_slower_choice(tmp_path):
-    from hpcnb.winograd import Layer, default_config, search_space, tuned_gain
+    from hpcnb.winograd.autotune import search_space
+    from hpcnb.winograd.bench import Layer, measure_gain
+    from hpcnb.winograd.config import default_config
 
     for r in (3, 5):
         assert default_config(r) in search_space(r)
@@ -253,8 +257,8 @@ def test_default_is_always_a_candidate_and_never_beaten_by_a_slower_choice(tmp_p
         autotune(xs, ws, 1, finalists=0, path=path, reuse=False)
     # identical configurations: the gain is 1.0 by definition, nothing is timed
     layer = Layer(N=1, C=2, H=6)
-    t_d, t_t, g = tuned_gain(layer, WinogradConfig(m=4), WinogradConfig(m=4, threads=2), threads=2)
-    assert g == 1.0 and np.isnan(t_d) and np.isnan(t_t)
+    same = measure_gain(layer, WinogradConfig(m=4), WinogradConfig(m=4, threads=2), threads=2)
+    assert same.gain == 1.0 and np.isnan(same.default_s) and np.isnan(same.tuned_s)
 
 
 def test_cuda_kernels_in_simulator():
@@ -268,15 +272,17 @@ def test_cuda_kernels_in_simulator():
 
 
 def test_interleaved_rounds_are_kept_for_per_round_ratios():
-    from hpcnb.winograd.autotune import time_interleaved, time_rounds
+    # the tuner and the benchmarks time through the shared layer hpcnb.timing
+    from hpcnb.timing import interleaved
 
     calls: list[str] = []
-    rounds = time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], reps=4, warmup=1)
+    timings = interleaved([lambda: calls.append("a"), lambda: calls.append("b")], repeats=4)
     assert calls == ["a", "b"] * 5  # one warm-up round, then interleaved rounds
+    rounds = [t.samples for t in timings]
     assert len(rounds) == 2 and all(len(r) == 4 and min(r) >= 0 for r in rounds)
-    assert len(time_interleaved([lambda: None], reps=3)) == 1
-    with pytest.raises(ValueError, match="reps"):
-        time_rounds([lambda: None], reps=0)
+    assert len(interleaved([lambda: None], repeats=3)) == 1
+    with pytest.raises(ValueError, match="repeats"):
+        interleaved([lambda: None], repeats=0)
 
 
 def test_round_geometric_means():

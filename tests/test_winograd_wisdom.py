@@ -14,17 +14,18 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from hpcnb.winograd import (
-    WinogradConfig,
+from hpcnb.paths import machine_key
+from hpcnb.winograd.autotune import autotune
+from hpcnb.winograd.config import WinogradConfig
+from hpcnb.winograd.conv import conv2d_winograd
+from hpcnb.winograd.wisdom import (
+    MAX_WISDOM_BYTES,
     WisdomWarning,
-    autotune,
-    conv2d_winograd,
-    lookup,
-    machine_key,
+    lookup_wisdom,
     read_wisdom,
+    shape_key,
     write_wisdom,
 )
-from hpcnb.winograd.autotune import MAX_WISDOM_BYTES, shape_key
 
 XS, WS = (1, 2, 8, 8), (2, 2, 3, 3)
 KEY = shape_key(XS, WS, 1)
@@ -66,12 +67,12 @@ def test_valid_wisdom_round_trip(tmp_path):
         assert read_wisdom(path) == {"format": 1, "machines": {}}  # missing: empty, silent
         assert write_wisdom(_wisdom(), path) == path
         assert read_wisdom(path) == _wisdom()
-        assert lookup(XS, WS, 1, path=path) == WinogradConfig(m=2)
+        assert lookup_wisdom(XS, WS, 1, path=path) == WinogradConfig(m=2)
         # optional fields may be absent
         entry = _entry()
         del entry["final"], entry["measured_at"]
         write_wisdom(_wisdom(entry), path)
-        assert lookup(XS, WS, 1, path=path) == WinogradConfig(m=2)
+        assert lookup_wisdom(XS, WS, 1, path=path) == WinogradConfig(m=2)
     assert [p.name for p in tmp_path.iterdir()] == ["w.json"]  # no temporary file left
 
 
@@ -161,7 +162,7 @@ def test_malformed_wisdom_is_ignored_with_a_warning(tmp_path, case):
     path = tmp_path / "wisdom.json"
     path.write_text(text)
     with pytest.warns(WisdomWarning) as rec:
-        assert lookup(XS, WS, 1, path=path) is None
+        assert lookup_wisdom(XS, WS, 1, path=path) is None
     (w,) = [r for r in rec if issubclass(r.category, WisdomWarning)]
     message = str(w.message)
     assert str(path) in message and "ignored" in message
@@ -174,11 +175,11 @@ def test_non_utf8_and_directory_are_ignored(tmp_path):
     path = tmp_path / "w.json"
     path.write_bytes(b'{"format": 1, "machines": {"\xff\xfe": {}}}')
     with pytest.warns(WisdomWarning, match="not UTF-8"):
-        assert lookup(XS, WS, 1, path=path) is None
+        assert lookup_wisdom(XS, WS, 1, path=path) is None
     folder = tmp_path / "adir.json"
     folder.mkdir()
     with pytest.warns(WisdomWarning, match="unreadable"):
-        assert lookup(XS, WS, 1, path=folder) is None
+        assert lookup_wisdom(XS, WS, 1, path=folder) is None
 
 
 def test_size_limit_is_documented_and_overridable(tmp_path, monkeypatch):
@@ -191,10 +192,10 @@ def test_size_limit_is_documented_and_overridable(tmp_path, monkeypatch):
     assert read_wisdom(path, max_bytes=size) == _wisdom()
     monkeypatch.setenv("HPCNB_WISDOM_MAX_BYTES", str(size - 1))  # the process default
     with pytest.warns(WisdomWarning, match="larger than the limit"):
-        assert lookup(XS, WS, 1, path=path) is None
+        assert lookup_wisdom(XS, WS, 1, path=path) is None
     monkeypatch.setenv("HPCNB_WISDOM_MAX_BYTES", "lots")
     with pytest.warns(WisdomWarning, match="not a positive integer"):
-        assert lookup(XS, WS, 1, path=path) == WinogradConfig(m=2)
+        assert lookup_wisdom(XS, WS, 1, path=path) == WinogradConfig(m=2)
 
 
 def test_huge_file_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
@@ -203,7 +204,7 @@ def test_huge_file_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
         fh.truncate(20 * 10**9)
     monkeypatch.setenv("HPCNB_WISDOM_MAX_BYTES", str(1 << 20))
     with pytest.warns(WisdomWarning, match="larger than the limit of 1048576 bytes"):
-        assert lookup(XS, WS, 1, path=path) is None
+        assert lookup_wisdom(XS, WS, 1, path=path) is None
 
 
 def test_convolution_ignores_broken_wisdom(tmp_path):
@@ -213,9 +214,46 @@ def test_convolution_ignores_broken_wisdom(tmp_path):
     x = rng.standard_normal(XS, dtype=np.float32)
     w = rng.standard_normal(WS, dtype=np.float32)
     with pytest.warns(WisdomWarning, match="machines"):
-        y = conv2d_winograd(x, w, padding=1, wisdom=str(path))
+        y = conv2d_winograd(x, w, padding=1, config="wisdom", wisdom=str(path))
     ref = conv2d_winograd(x, w, padding=1, m=4)
     np.testing.assert_allclose(y, ref, atol=1e-5)
+
+
+def test_convolution_reads_wisdom_only_when_asked(tmp_path, monkeypatch):
+    path = tmp_path / "w.json"
+    monkeypatch.setenv("HPCNB_WISDOM", str(path))
+    write_wisdom(_wisdom(), path)  # tuned here: m=2 for this shape
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(XS, dtype=np.float32)
+    w = rng.standard_normal(WS, dtype=np.float32)
+    seen: list[object] = []
+    monkeypatch.setattr(
+        "hpcnb.winograd.conv.lookup_wisdom",
+        lambda *a, **k: seen.append(a) or lookup_wisdom(*a, **k),
+    )
+    conv2d_winograd(x, w, padding=1)  # the default configuration, no file read
+    assert seen == []
+    path.write_text("{broken")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        conv2d_winograd(x, w, padding=1)  # a broken file is not even looked at
+    with pytest.warns(WisdomWarning, match="not valid JSON"):
+        conv2d_winograd(x, w, padding=1, config="wisdom")
+    assert len(seen) == 1
+    with pytest.raises(ValueError, match="config='wisdom'"):
+        conv2d_winograd(x, w, padding=1, wisdom=str(path))
+    with pytest.raises(ValueError, match="config must be"):
+        conv2d_winograd(x, w, padding=1, config="fastest")
+
+
+def test_wisdom_of_the_old_machine_key_format_does_not_match(tmp_path):
+    path = tmp_path / "w.json"
+    old_key = "Some CPU @ 2.0GHz|cpus=2|numba_threads=2"  # format of older versions
+    write_wisdom({"format": 1, "machines": {old_key: {KEY: _entry()}}}, path)
+    assert machine_key() != old_key and " | " in machine_key()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lookup_wisdom(XS, WS, 1, path=path) is None
 
 
 def test_autotune_replaces_broken_wisdom(tmp_path):

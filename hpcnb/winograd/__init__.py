@@ -8,17 +8,7 @@ generation into Numba CPU and ``numba.cuda`` kernels (:mod:`~hpcnb.winograd.code
 (:mod:`~hpcnb.winograd.autotune`), numerics and benchmarks.
 """
 
-from hpcnb.winograd.autotune import (
-    TuneResult,
-    WisdomWarning,
-    autotune,
-    lookup,
-    machine_key,
-    read_wisdom,
-    search_space,
-    wisdom_path,
-    write_wisdom,
-)
+from hpcnb.winograd.autotune import TuneResult, autotune, search_space
 from hpcnb.winograd.bench import (
     GainMeasurement,
     Layer,
@@ -28,15 +18,13 @@ from hpcnb.winograd.bench import (
     measure_gain,
     round_geometric_means,
     time_configs,
-    tuned_gain,
 )
 from hpcnb.winograd.codegen import cache_dir, cpu_kernels, cpu_source, cuda_source
+from hpcnb.winograd.config import WinogradConfig, default_config
 from hpcnb.winograd.conv import (
-    WinogradConfig,
     conv2d_direct,
     conv2d_im2col,
     conv2d_winograd,
-    default_config,
     filter_transform,
     winograd_numpy,
 )
@@ -52,6 +40,13 @@ from hpcnb.winograd.transforms import (
     default_points,
     error_bound,
     prove_equivalence,
+)
+from hpcnb.winograd.wisdom import (
+    WisdomWarning,
+    lookup_wisdom,
+    read_wisdom,
+    wisdom_path,
+    write_wisdom,
 )
 
 __all__ = [
@@ -83,8 +78,7 @@ __all__ = [
     "filter_transform",
     "geometric_mean",
     "layer_set",
-    "lookup",
-    "machine_key",
+    "lookup_wisdom",
     "measure_gain",
     "op_count_row",
     "op_count_table",
@@ -96,7 +90,6 @@ __all__ = [
     "search_space",
     "time_configs",
     "transform_programs",
-    "tuned_gain",
     "validate_in_simulator",
     "winograd_numpy",
     "winograd_reference",

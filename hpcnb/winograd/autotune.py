@@ -1,380 +1,31 @@
-"""Auto-tuning of Winograd convolutions with a JSON wisdom file.
+"""Auto-tuning of Winograd convolutions, stored as wisdom.
 
 For one layer shape the tuner times every configuration of a search space (tile size
 ``m``, tile blocking, loop order, thread count, GEMM back end) on random data, then times
 the few fastest again together with the default configuration (interleaved rounds, more
-repetitions), keeps the fastest of that final measurement, and stores the measurements in
-a *wisdom* file keyed by machine and shape, like FFTW's wisdom. The default configuration
-is always a finalist, so the tuner never picks a configuration it measured as slower than
-the default. :func:`~hpcnb.winograd.conv.conv2d_winograd` with ``m=None`` reads it.
-
-The wisdom file lives under the hpcnb cache root (:func:`hpcnb.paths.cache_root`, e.g.
-``~/.cache/hpcnb/winograd_wisdom.json``), never in the repository; ``$HPCNB_WISDOM`` or the
-``path`` argument override it.
-
-The file is a cache, so a broken one never stops a computation: :func:`read_wisdom`
-validates it (the schema below, finite positive times, no unknown fields, at most
-:data:`MAX_WISDOM_BYTES` = 16 MiB or ``$HPCNB_WISDOM_MAX_BYTES``) and ignores a file that
-does not validate with a :class:`WisdomWarning` naming the file and the first problem;
-the next :func:`autotune` replaces it. :func:`write_wisdom` writes atomically (a
-temporary file, then ``os.replace``), so a concurrent reader sees the old or the new
-file, never half of one; of two processes tuning at once, the later write wins.
-
-Schema (format 1)::
-
-    {"format": 1,
-     "machines": {"<machine key>": {"<shape key>": {
-         "best": <config>, "best_s": <s>, "default_s": <s>,
-         "trials": [{"config": <config>, "seconds": <s>}, ...],
-         "final": [{"config": <config>, "seconds": <s>}, ...],   # optional
-         "measured_at": "<ISO 8601 time>"}}}}                    # optional
-
-where the shape key is :func:`shape_key`'s, ``<config>`` holds fields of
-:class:`~hpcnb.winograd.conv.WinogradConfig` (with an ``m`` valid for the key's ``r``) and
-``<s>`` is a finite number of seconds > 0.
+repetitions, :func:`hpcnb.timing.interleaved`), keeps the fastest of that final
+measurement, and stores the measurements in the wisdom file
+(:mod:`~hpcnb.winograd.wisdom`) keyed by machine and shape, like FFTW's wisdom. The
+default configuration is always a finalist, so the tuner never picks a configuration it
+measured as slower than the default. The convolution uses the stored choice only when
+asked: ``conv2d_winograd(x, w, config="wisdom")``.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import math
 import os
-import platform
-import re
 import time
-import warnings
-from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, replace
 
-import numba
 import numpy as np
 
-from hpcnb.codecache import atomic_write
-from hpcnb.winograd.codegen import cache_dir
-from hpcnb.winograd.conv import (
-    WinogradConfig,
-    check_conv_args,
-    default_config,
-    filter_transform,
-    winograd_numpy,
-)
-from hpcnb.winograd.transforms import POINT_SETS, validate_mr
+from hpcnb.timing import interleaved, median_time
+from hpcnb.winograd.config import WinogradConfig, default_config
+from hpcnb.winograd.conv import check_conv_args, filter_transform, winograd_numpy
+from hpcnb.winograd.wisdom import read_wisdom, shape_key, store_entry, stored_entry
 
-__all__ = [
-    "MAX_WISDOM_BYTES",
-    "TuneResult",
-    "WisdomWarning",
-    "autotune",
-    "lookup",
-    "machine_key",
-    "read_wisdom",
-    "search_space",
-    "shape_key",
-    "time_call",
-    "time_interleaved",
-    "time_rounds",
-    "wisdom_path",
-    "write_wisdom",
-]
-
-_FORMAT = 1
-
-
-def wisdom_path(path: str | os.PathLike | None = None) -> Path:
-    """Return the wisdom file: ``path``, else ``$HPCNB_WISDOM``, else the user cache folder."""
-    if path is not None:
-        return Path(path)
-    env = os.environ.get("HPCNB_WISDOM")
-    if env:
-        return Path(env)
-    return cache_dir() / "winograd_wisdom.json"
-
-
-def machine_key() -> str:
-    """Identify the machine: CPU model, logical CPUs, Numba threads, architecture."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model}|cpus={os.cpu_count()}|numba_threads={numba.config.NUMBA_NUM_THREADS}"
-
-
-def shape_key(x_shape: tuple, w_shape: tuple, padding: int) -> str:
-    """Key of a layer: ``N{N}_C{C}_H{H}_W{W}_K{K}_r{r}_p{padding}``."""
-    N, C, H, W = (int(v) for v in x_shape)
-    K, _, r, _ = (int(v) for v in w_shape)
-    return f"N{N}_C{C}_H{H}_W{W}_K{K}_r{r}_p{int(padding)}"
-
-
-MAX_WISDOM_BYTES = 16 * 2**20
-"""Default largest wisdom file read (bytes); a larger one is ignored with a warning.
-
-A tuned shape takes a few kilobytes, so 16 MiB holds thousands of them. Override it for
-the process with ``$HPCNB_WISDOM_MAX_BYTES`` or per call with ``read_wisdom(max_bytes=...)``.
-"""
-
-
-def _max_bytes() -> int:
-    value = os.environ.get("HPCNB_WISDOM_MAX_BYTES")
-    if value:
-        try:
-            limit = int(value)
-            if limit > 0:
-                return limit
-        except ValueError:
-            pass
-        warnings.warn(
-            f"$HPCNB_WISDOM_MAX_BYTES={value[:40]!r} is not a positive integer: "
-            f"using {MAX_WISDOM_BYTES}",
-            WisdomWarning,
-            stacklevel=3,
-        )
-    return MAX_WISDOM_BYTES
-
-
-class WisdomWarning(UserWarning):
-    """A wisdom file was ignored (it does not validate) or could not be written."""
-
-
-class _WisdomError(Exception):
-    """Internal: the wisdom file does not validate; the message says where and why."""
-
-
-def _empty() -> dict:
-    return {"format": _FORMAT, "machines": {}}
-
-
-def _reject_constant(name: str) -> float:
-    raise _WisdomError(f"non-finite number {name} (JSON allows finite numbers only)")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _WisdomError(f"number {text[:40]} is out of range (not finite as a float)")
-    return value
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for k, v in pairs:
-        if k in out:
-            raise _WisdomError(f"duplicate key {k[:80]!r}")
-        out[k] = v
-    return out
-
-
-def _where(path: str, key: str) -> str:
-    return f"{path}[{key[:80]!r}]"
-
-
-def _check_keys(obj: object, path: str, required: set[str], optional: set[str]) -> dict:
-    if not isinstance(obj, dict):
-        raise _WisdomError(f"{path}: expected an object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - required - optional)
-    if unknown:
-        raise _WisdomError(f"{path}: unknown field {unknown[0][:80]!r}")
-    missing = sorted(required - set(obj))
-    if missing:
-        raise _WisdomError(f"{path}: missing field {missing[0]!r}")
-    return obj
-
-
-def _check_seconds(value: object, path: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _WisdomError(f"{path}: expected a number of seconds, got {type(value).__name__}")
-    try:
-        ok = math.isfinite(value) and value > 0
-    except OverflowError:  # an integer beyond the float range
-        ok = False
-    if not ok:
-        raise _WisdomError(f"{path}: expected a finite number of seconds > 0, got {value!r:.40}")
-
-
-_CONFIG_TYPES = {
-    f.name: {"int": int, "bool": bool, "str": str}[getattr(f.type, "__name__", f.type)]
-    for f in fields(WinogradConfig)
-}
-
-
-def _check_config(obj: object, path: str, r: int) -> None:
-    cfg = _check_keys(obj, path, set(), set(_CONFIG_TYPES))
-    for k, v in cfg.items():
-        want = _CONFIG_TYPES[k]
-        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
-            got = type(v).__name__
-            raise _WisdomError(f"{_where(path, k)}: expected {want.__name__}, got {got}")
-    if cfg.get("points", "default") not in POINT_SETS:
-        raise _WisdomError(f"{_where(path, 'points')}: expected one of {POINT_SETS}")
-    try:
-        validate_mr(WinogradConfig(**cfg).m, r)
-    except (ValueError, TypeError) as exc:
-        raise _WisdomError(f"{path}: {exc}") from None
-
-
-def _check_timings(obj: object, path: str, r: int) -> None:
-    if not isinstance(obj, list):
-        raise _WisdomError(f"{path}: expected a list, got {type(obj).__name__}")
-    for i, t in enumerate(obj):
-        item = _check_keys(t, f"{path}[{i}]", {"config", "seconds"}, set())
-        _check_config(item["config"], f"{path}[{i}]['config']", r)
-        _check_seconds(item["seconds"], f"{path}[{i}]['seconds']")
-
-
-_SHAPE_KEY = re.compile(
-    r"N[0-9]{1,9}_C[0-9]{1,9}_H[0-9]{1,9}_W[0-9]{1,9}_K[0-9]{1,9}_r([0-9]{1,2})_p[0-9]{1,9}"
-)
-
-
-def _validate(data: object) -> dict:
-    top = _check_keys(data, "top level", {"format", "machines"}, set())
-    if top["format"] != _FORMAT or isinstance(top["format"], bool):
-        raise _WisdomError(f"format {top['format']!r:.40}: this version reads format {_FORMAT}")
-    machines = top["machines"]
-    if not isinstance(machines, dict):
-        raise _WisdomError(f"'machines': expected an object, got {type(machines).__name__}")
-    for mk, shapes in machines.items():
-        mpath = _where("machines", mk)
-        if not isinstance(shapes, dict):
-            raise _WisdomError(f"{mpath}: expected an object, got {type(shapes).__name__}")
-        for sk, entry in shapes.items():
-            epath = _where(mpath, sk)
-            match = _SHAPE_KEY.fullmatch(sk)
-            if match is None:
-                raise _WisdomError(f"{epath}: not a shape key like 'N1_C64_H56_W56_K64_r3_p1'")
-            r = int(match.group(1))
-            e = _check_keys(
-                entry,
-                epath,
-                {"best", "best_s", "default_s", "trials"},
-                {"final", "measured_at"},
-            )
-            _check_config(e["best"], _where(epath, "best"), r)
-            _check_seconds(e["best_s"], _where(epath, "best_s"))
-            _check_seconds(e["default_s"], _where(epath, "default_s"))
-            _check_timings(e["trials"], _where(epath, "trials"), r)
-            _check_timings(e.get("final", []), _where(epath, "final"), r)
-            if not isinstance(e.get("measured_at", ""), str):
-                raise _WisdomError(f"{_where(epath, 'measured_at')}: expected a string")
-    return top
-
-
-def _parse(path: Path, max_bytes: int) -> dict:
-    """Read and validate ``path``; raise :class:`_WisdomError` saying what is wrong."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise _WisdomError(f"unreadable ({exc.strerror or exc})") from None
-    if len(raw) > max_bytes:
-        raise _WisdomError(
-            f"larger than the limit of {max_bytes} bytes (see $HPCNB_WISDOM_MAX_BYTES)"
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _WisdomError(f"not UTF-8 text (byte {exc.start})") from None
-    try:
-        data = json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-            object_pairs_hook=_unique_keys,
-        )
-    except json.JSONDecodeError as exc:
-        where = f"line {exc.lineno}, column {exc.colno}"
-        raise _WisdomError(f"not valid JSON ({where}): {exc.msg}") from None
-    except RecursionError:
-        raise _WisdomError("JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise _WisdomError(f"not valid JSON: {exc}") from None
-    return _validate(data)
-
-
-def read_wisdom(path: str | os.PathLike | None = None, *, max_bytes: int | None = None) -> dict:
-    """Return the validated content of the wisdom file, or an empty wisdom.
-
-    A missing file is an empty wisdom. A file that does not validate (not JSON, truncated,
-    unknown or missing fields, ``machines`` not an object, wrong types, non-finite or
-    non-positive times, larger than ``max_bytes``, unreadable) is ignored: the result is
-    an empty wisdom and a :class:`WisdomWarning` names the file and the first problem.
-    This function never raises for the file's content.
-
-    Args:
-        path: Wisdom file (default :func:`wisdom_path`).
-        max_bytes: Largest file read (default ``$HPCNB_WISDOM_MAX_BYTES``, else
-            :data:`MAX_WISDOM_BYTES`).
-
-    Returns:
-        ``{"format": 1, "machines": {machine key: {shape key: entry}}}`` (see the module
-        docstring for the schema).
-    """
-    wp = wisdom_path(path)
-    limit = _max_bytes() if max_bytes is None else int(max_bytes)
-    if not wp.exists() and not wp.is_symlink():
-        return _empty()
-    try:
-        return _parse(wp, limit)
-    except _WisdomError as exc:
-        warnings.warn(
-            f"wisdom file {wp}: ignored, {exc}; the next autotune() replaces it",
-            WisdomWarning,
-            stacklevel=2,
-        )
-        return _empty()
-
-
-def write_wisdom(data: dict, path: str | os.PathLike | None = None) -> Path:
-    """Write a wisdom (as returned by :func:`read_wisdom`) atomically.
-
-    The JSON goes to a temporary file next to the wisdom file, which then replaces it
-    (``os.replace``): a concurrent reader sees the old or the new file, never a part.
-
-    Args:
-        data: The wisdom; it must validate (the schema of the module docstring).
-        path: Wisdom file (default :func:`wisdom_path`).
-
-    Returns:
-        The path written.
-
-    Raises:
-        ValueError: ``data`` does not validate (nothing is written).
-        OSError: The file cannot be written.
-    """
-    wp = wisdom_path(path)
-    try:
-        _validate(data)
-    except _WisdomError as exc:
-        raise ValueError(f"wisdom for {wp} does not validate: {exc}") from None
-    atomic_write(wp, json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    return wp
-
-
-def lookup(
-    x_shape: tuple, w_shape: tuple, padding: int, path: str | os.PathLike | None = None
-) -> WinogradConfig | None:
-    """Return the tuned configuration for this machine and shape, or None.
-
-    Args:
-        x_shape: Input shape.
-        w_shape: Filter shape.
-        padding: Zero padding.
-        path: Wisdom file (default :func:`wisdom_path`).
-
-    Returns:
-        The stored best configuration, or None when the shape was not tuned here.
-    """
-    data = read_wisdom(path)
-    entry = data["machines"].get(machine_key(), {}).get(shape_key(x_shape, w_shape, padding))
-    if entry is None:
-        return None
-    return WinogradConfig(**entry["best"])
+__all__ = ["TuneResult", "autotune", "search_space"]
 
 
 @dataclass(frozen=True)
@@ -421,72 +72,6 @@ def search_space(
     ]
     d = default_config(r)
     return space if d in space else [d, *space]
-
-
-def time_call(fn, reps: int = 3, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` in seconds after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def time_rounds(fns: list, reps: int = 5, warmup: int = 1) -> list[tuple[float, ...]]:
-    """Wall times of several callables, every round of an interleaved measurement kept.
-
-    Each round calls every function once, in order, so that changes in machine load
-    affect all of them alike; ``warmup`` untimed rounds come first. Round ``i`` of one
-    callable and round ``i`` of another ran back to back, so their ratio is a per-round
-    sample robust to slow drifts of load (pass such ratios as ``samples`` to
-    :func:`hpcnb.records.record`).
-
-    Args:
-        fns: Callables without arguments.
-        reps: Timed rounds.
-        warmup: Untimed rounds before.
-
-    Returns:
-        Per callable, in order, its ``reps`` durations in seconds (round order).
-
-    Raises:
-        ValueError: ``reps`` < 1 or ``warmup`` < 0.
-    """
-    if reps < 1 or warmup < 0:
-        raise ValueError(f"time_rounds: reps must be >= 1 and warmup >= 0, got {reps}, {warmup}")
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, acc in zip(fns, times, strict=True):
-            t0 = time.perf_counter()
-            fn()
-            acc.append(time.perf_counter() - t0)
-    return [tuple(t) for t in times]
-
-
-def time_interleaved(fns: list, reps: int = 5, warmup: int = 1) -> list[float]:
-    """Median wall times of several callables timed in interleaved rounds.
-
-    Each round calls every function once, in order, so that changes in machine load
-    affect all of them alike; ``warmup`` untimed rounds come first (:func:`time_rounds`).
-
-    Args:
-        fns: Callables without arguments.
-        reps: Timed rounds (median).
-        warmup: Untimed rounds before.
-
-    Returns:
-        Median seconds per callable, in order.
-
-    Raises:
-        ValueError: ``reps`` < 1 or ``warmup`` < 0.
-    """
-    return [float(np.median(t)) for t in time_rounds(fns, reps=reps, warmup=warmup)]
 
 
 def autotune(
@@ -545,10 +130,8 @@ def autotune(
             f"autotune: finalists and final_reps must be >= 1, got {finalists}, {final_reps}"
         )
     r = int(w_shape[2])
-    wp = wisdom_path(path)
     key = shape_key(x_shape, w_shape, padding)
-    data = read_wisdom(wp)
-    stored = data["machines"].get(machine_key(), {}).get(key)
+    stored = stored_entry(read_wisdom(path), key)
     if reuse and stored is not None:
         return TuneResult(
             shape=key,
@@ -575,7 +158,7 @@ def autotune(
 
     def measure(cfg: WinogradConfig) -> float:
         if cfg not in measured:
-            measured[cfg] = time_call(runner(cfg), reps=reps)
+            measured[cfg] = median_time(runner(cfg), repeats=reps, warmup=1).median
         return measured[cfg]
 
     measure(default)
@@ -603,13 +186,13 @@ def autotune(
     # final measurement: the default and the fastest few of the sweep, interleaved
     ranked = [c for c, _ in sorted(measured.items(), key=lambda kv: kv[1]) if c != default]
     finals = [default, *ranked[:finalists]]
-    final_s = time_interleaved([runner(c) for c in finals], reps=final_reps, warmup=1)
+    timings = interleaved([runner(c) for c in finals], repeats=final_reps, warmup=1)
+    final_s = [t.median for t in timings]
     i_best = min(range(len(finals)), key=lambda i: (final_s[i], i))  # ties: the default
     best, best_s, default_s = finals[i_best], final_s[i_best], final_s[0]
     final = [(asdict(c), t) for c, t in zip(finals, final_s, strict=True)]
     result = TuneResult(key, best, best_s, default_s, tuple(trials), tuple(final))
-    data = read_wisdom(wp)  # re-read: another process may have written meanwhile
-    data["machines"].setdefault(machine_key(), {})[key] = {
+    entry = {
         "best": asdict(best),
         "best_s": best_s,
         "default_s": default_s,
@@ -617,12 +200,5 @@ def autotune(
         "final": [{"config": c, "seconds": s} for c, s in final],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    try:
-        write_wisdom(data, wp)
-    except (OSError, ValueError) as exc:
-        warnings.warn(
-            f"wisdom file {wp}: not written ({exc}); the result is returned but not stored",
-            WisdomWarning,
-            stacklevel=2,
-        )
+    store_entry(key, entry, path)
     return result

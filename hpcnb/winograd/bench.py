@@ -15,14 +15,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hpcnb.winograd.autotune import time_rounds
+from hpcnb.timing import Timing, interleaved, pinned_threads, ratios
+from hpcnb.winograd.config import WinogradConfig, default_config
 from hpcnb.winograd.conv import (
-    WinogradConfig,
     conv2d_direct,
     conv2d_im2col,
-    default_config,
     filter_transform,
-    thread_limit,
     winograd_numpy,
 )
 
@@ -36,7 +34,6 @@ __all__ = [
     "measure_gain",
     "round_geometric_means",
     "time_configs",
-    "tuned_gain",
 ]
 
 # (channels, image side) of the ResNet/VGG 3x3 stages
@@ -189,20 +186,15 @@ def benchmark_layer(
         methods["im2col"] = lambda: conv2d_im2col(x, w, pad)
     if direct:
         methods["direct"] = lambda: conv2d_direct(x, w, pad)
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with pinned_threads(threads):
         with torch.no_grad():
             ref = F.conv2d(xt, wt, padding=pad).numpy()
         y = winograd_numpy(x, w, pad, cfg, U=U)
-        with thread_limit(threads):
-            # one warm-up round (and compile), then interleaved rounds: a change of machine
-            # load hits every method alike
-            rounds = time_rounds(list(methods.values()), reps=reps, warmup=1)
-    finally:
-        torch.set_num_threads(old)
-    times = dict(zip(methods, rounds, strict=True))
-    med = {k: float(np.median(v)) for k, v in times.items()}
+        # one warm-up round (and compile), then interleaved rounds: a change of machine
+        # load hits every method alike
+        timings = interleaved(methods, repeats=reps, warmup=1)
+    times = {k: t.samples for k, t in timings.items()}
+    med = {k: t.median for k, t in timings.items()}
     t_wino = med["winograd"]
     out = {
         "layer": layer.name,
@@ -221,9 +213,9 @@ def benchmark_layer(
             out[f"speedup_vs_{k}"] = med[k] / t_wino
     out["round_times"] = times
     out["round_speedups"] = {
-        k: tuple(a / b for a, b in zip(times[k], times["winograd"], strict=True))
+        k: ratios(timings[k], timings["winograd"])
         for k in ("torch", "direct", "im2col")
-        if k in times
+        if k in timings
     }
     return out
 
@@ -247,14 +239,14 @@ def time_configs(
     Returns:
         Median seconds per configuration, in order.
     """
-    rounds = _config_rounds(layer, configs, threads=threads, reps=reps, seed=seed)
-    return [float(np.median(t)) for t in rounds]
+    timings = _config_timings(layer, configs, threads=threads, reps=reps, seed=seed)
+    return [t.median for t in timings]
 
 
-def _config_rounds(
+def _config_timings(
     layer: Layer, configs: list[WinogradConfig], *, threads: int, reps: int, seed: int
-) -> list[tuple[float, ...]]:
-    """Every round of an interleaved timing of several configurations on one layer."""
+) -> list[Timing]:
+    """Interleaved timing (every round kept) of several configurations on one layer."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(layer.x_shape, dtype=np.float32)
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
@@ -265,7 +257,7 @@ def _config_rounds(
         lambda c=c, U=U: winograd_numpy(x, w, pad, c, U=U)
         for c, U in zip(cfgs, filters, strict=True)
     ]
-    return time_rounds(fns, reps=reps, warmup=1)  # one warm-up round (and compile)
+    return interleaved(fns, repeats=reps, warmup=1)  # one warm-up round (and compile)
 
 
 def _effective(config: WinogradConfig, threads: int) -> WinogradConfig:
@@ -323,36 +315,6 @@ def measure_gain(
     if _effective(default, threads) == _effective(tuned, threads):
         nan = float("nan")
         return GainMeasurement(nan, nan, 1.0, (1.0,) * reps, True)
-    t_def, t_tuned = _config_rounds(layer, [default, tuned], threads=threads, reps=reps, seed=seed)
-    d, t = float(np.median(t_def)), float(np.median(t_tuned))
-    ratios = tuple(a / b for a, b in zip(t_def, t_tuned, strict=True))
-    return GainMeasurement(d, t, d / t, ratios, False)
-
-
-def tuned_gain(
-    layer: Layer,
-    default: WinogradConfig,
-    tuned: WinogradConfig,
-    *,
-    threads: int,
-    reps: int = 5,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """Measure tuned against default configuration on one layer, after tuning.
-
-    The medians of :func:`measure_gain` (which also keeps the per-round ratios).
-
-    Args:
-        layer: The layer.
-        default: The untuned configuration.
-        tuned: The tuner's choice.
-        threads: Maximum thread count.
-        reps: Interleaved rounds (median).
-        seed: Seed of the data.
-
-    Returns:
-        ``(default seconds, tuned seconds, default / tuned)``; the times are NaN when the
-        configurations are the same.
-    """
-    g = measure_gain(layer, default, tuned, threads=threads, reps=reps, seed=seed)
-    return g.default_s, g.tuned_s, g.gain
+    t_def, t_tuned = _config_timings(layer, [default, tuned], threads=threads, reps=reps, seed=seed)
+    d, t = t_def.median, t_tuned.median
+    return GainMeasurement(d, t, d / t, ratios(t_def, t_tuned), False)

@@ -12,103 +12,32 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+import os
+from dataclasses import replace
 
 import numba
 import numpy as np
 
+from hpcnb.timing import pinned_threads
 from hpcnb.winograd.codegen import cpu_kernels
+from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
 from hpcnb.winograd.opcount import transform_programs
 from hpcnb.winograd.transforms import validate_mr
+from hpcnb.winograd.wisdom import lookup_wisdom
 
 __all__ = [
-    "WinogradConfig",
     "batched_gemm",
     "check_conv_args",
     "conv2d_direct",
     "conv2d_im2col",
     "conv2d_winograd",
-    "default_config",
     "filter_transform",
-    "thread_limit",
     "winograd_numpy",
 ]
 
-_GEMMS = ("blas", "numba")
-_CONTROLLER = None
-_STORAGE = ("fp32", "fp16")
-
-
-@dataclass(frozen=True)
-class WinogradConfig:
-    """How one convolution is run.
-
-    Attributes:
-        m: Outputs per tile side (``F(m x m, r x r)``).
-        block_tiles: Tiles transformed and multiplied per block (0: all at once).
-        channel_major: Loop order of the transforms (channel outer vs tile outer).
-        threads: Numba and BLAS threads (0: leave the current settings).
-        gemm: ``"blas"`` (``numpy.matmul``, OpenBLAS sgemm) or ``"numba"`` (generated loop).
-        points: Point set of the transforms.
-        storage: ``"fp32"`` or ``"fp16"`` (transformed tensors rounded to half precision).
-    """
-
-    m: int = 4
-    block_tiles: int = 0
-    channel_major: bool = True
-    threads: int = 0
-    gemm: str = "blas"
-    points: str = "default"
-    storage: str = "fp32"
-
-    def __post_init__(self) -> None:
-        validate_mr(self.m, 1)
-        if not isinstance(self.block_tiles, int) or self.block_tiles < 0:
-            raise ValueError(
-                f"WinogradConfig.block_tiles must be an int >= 0, got {self.block_tiles!r}"
-            )
-        if not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"WinogradConfig.threads must be an int >= 0, got {self.threads!r}")
-        if self.gemm not in _GEMMS:
-            raise ValueError(f"WinogradConfig.gemm must be one of {_GEMMS}, got {self.gemm!r}")
-        if self.storage not in _STORAGE:
-            raise ValueError(
-                f"WinogradConfig.storage must be one of {_STORAGE}, got {self.storage!r}"
-            )
-
-
-def default_config(r: int) -> WinogradConfig:
-    """Untuned default: ``m = 4`` for ``r <= 3`` (else 2), all tiles in one block."""
-    return WinogradConfig(m=4 if r <= 3 else 2)
-
-
-@contextlib.contextmanager
-def thread_limit(threads: int) -> Iterator[None]:
-    """Set Numba and BLAS thread counts for a block (0: leave them as they are).
-
-    Args:
-        threads: Number of threads.
-
-    Yields:
-        Nothing; the previous Numba setting is restored afterwards.
-    """
-    if threads <= 0:
-        yield
-        return
-    global _CONTROLLER
-    if _CONTROLLER is None:  # inspecting the loaded BLAS libraries is slow: do it once
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER = ThreadpoolController()
-    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
-    old = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
-        with _CONTROLLER.limit(limits=threads, user_api="blas"):
-            yield
-    finally:
-        numba.set_num_threads(old)
+def _pinned(threads: int) -> contextlib.AbstractContextManager:
+    """Numba and BLAS pools pinned to ``threads`` in a block (torch untouched; 0: as they are)."""
+    return pinned_threads(threads, torch=False) if threads > 0 else contextlib.nullcontext()
 
 
 def check_conv_args(x_shape: tuple, w_shape: tuple, padding: int) -> tuple[int, int]:
@@ -247,7 +176,7 @@ def winograd_numpy(
     out = np.empty((N, K, Ho, Wo), dtype=np_dtype)
     V = np.empty((n * n, C, B), dtype=np_dtype)
     Mt = np.empty((n * n, K, B), dtype=np_dtype)
-    with thread_limit(config.threads):
+    with _pinned(config.threads):
         for p0 in range(0, P, B):
             p1 = min(p0 + B, P)
             Vb, Mb = (
@@ -270,25 +199,33 @@ def conv2d_winograd(
     *,
     m: int | None = None,
     padding: int = 0,
-    config: WinogradConfig | None = None,
-    wisdom: str | None = None,
+    config: WinogradConfig | str | None = None,
+    wisdom: str | os.PathLike | None = None,
 ):
     """Stride-1 2-D convolution by Winograd's minimal filtering, like ``F.conv2d``.
+
+    The configuration is explicit: the default configuration unless ``config`` says
+    otherwise. The per-machine wisdom (:mod:`~hpcnb.winograd.wisdom`) is read only when
+    asked with ``config="wisdom"``.
 
     Args:
         x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (computed in float32).
         w: Filters ``(K, C, r, r)``.
-        m: Outputs per tile side. ``None``: the auto-tuned choice for this machine and
-            shape from the wisdom file, else the default configuration.
+        m: Outputs per tile side; overrides the configuration's ``m``.
         padding: Zero padding on every side.
-        config: A full configuration (overrides the wisdom; ``m`` still overrides its m).
-        wisdom: Path of the wisdom file (default: see :func:`hpcnb.winograd.autotune.wisdom_path`).
+        config: A :class:`~hpcnb.winograd.config.WinogradConfig`; ``None``: the default
+            configuration (:func:`~hpcnb.winograd.config.default_config`); ``"wisdom"``: the
+            configuration tuned for this machine and shape
+            (:func:`~hpcnb.winograd.wisdom.lookup_wisdom`), else the default.
+        wisdom: Wisdom file read with ``config="wisdom"`` (default: see
+            :func:`~hpcnb.winograd.wisdom.wisdom_path`).
 
     Returns:
         Output ``(N, K, Ho, Wo)`` of the same kind as ``x`` (tensor or array), float32.
 
     Raises:
-        ValueError: For invalid shapes, padding or m.
+        ValueError: For invalid shapes, padding, m or config, or a ``wisdom`` file without
+            ``config="wisdom"``.
     """
     is_torch = type(x).__module__.startswith("torch")
     xa = x.detach().cpu().numpy() if is_torch else np.asarray(x)
@@ -296,13 +233,18 @@ def conv2d_winograd(
     check_conv_args(xa.shape, wa.shape, padding)
     if m is not None:
         validate_mr(m, wa.shape[2])
-    if config is None:
-        if m is None:
-            from hpcnb.winograd.autotune import lookup
-
-            config = lookup(xa.shape, wa.shape, padding, path=wisdom) or default_config(wa.shape[2])
-        else:
-            config = default_config(wa.shape[2])
+    if wisdom is not None and config != "wisdom":
+        raise WinogradError(
+            "conv2d_winograd: wisdom= names the file read by config='wisdom'; "
+            f"pass config='wisdom' to use it (config is {config!r})"
+        )
+    if config == "wisdom":
+        config = lookup_wisdom(xa.shape, wa.shape, padding, path=wisdom)
+    elif config is not None and not isinstance(config, WinogradConfig):
+        raise WinogradError(
+            f"conv2d_winograd: config must be a WinogradConfig, 'wisdom' or None, got {config!r}"
+        )
+    config = config or default_config(wa.shape[2])
     if m is not None:
         config = replace(config, m=m)
     out = winograd_numpy(xa.astype(np.float32, copy=False), wa, padding, config)
@@ -368,7 +310,7 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int =
     """
     Ho, Wo = check_conv_args(x.shape, w.shape, padding)
     out = np.empty((x.shape[0], w.shape[0], Ho, Wo), dtype=np.float32)
-    with thread_limit(threads):
+    with _pinned(threads):
         _direct_kernel(
             np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32), out, padding
         )
@@ -411,7 +353,7 @@ def conv2d_im2col(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int =
     wm = np.ascontiguousarray(w, np.float32).reshape(K, C * r * r)
     cols = np.empty((C * r * r, Ho * Wo), dtype=np.float32)
     out = np.empty((N, K, Ho * Wo), dtype=np.float32)
-    with thread_limit(threads):
+    with _pinned(threads):
         for b in range(N):
             _im2col_kernel(x, cols, b, r, padding, Ho, Wo)
             np.matmul(wm, cols, out=out[b])

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcnb.timing import interleaved, ratios
 from hpcnb.winograd.codegen import _const_name, cpu_kernels, cpu_source, cuda_source, input_body
-from hpcnb.winograd.conv import WinogradConfig, filter_transform, winograd_numpy
+from hpcnb.winograd.config import WinogradConfig
+from hpcnb.winograd.conv import filter_transform, winograd_numpy
 from hpcnb.winograd.numerics import relative_error
 from hpcnb.winograd.opcount import transform_programs
 from hpcnb.winograd.opencl import OpenCLWinograd, cl_constant, opencl_device, opencl_source
@@ -94,7 +96,6 @@ def portability_table(
     import torch
     import torch.nn.functional as F
 
-    from hpcnb.winograd.autotune import time_rounds
     from hpcnb.winograd.ptx import (
         ARCHS,
         _model_time,
@@ -120,8 +121,8 @@ def portability_table(
         plan = OpenCLWinograd(x.shape, w, m, pad, device=dev)
         fns.append(lambda: plan(x))
     # Numba CPU and OpenCL timed in interleaved rounds after a warm-up round
-    rounds = time_rounds(fns, reps=reps, warmup=1)
-    t_numba = float(np.median(rounds[0]))
+    timings = interleaved(fns, repeats=reps, warmup=1)
+    t_numba = timings[0].median
     rows.append({"target": "Numba CPU", "compiled": True, "max_rel_error": relative_error(y, ref),
                  "time_ms": 1e3 * t_numba, "time_kind": "measured"})  # fmt: skip
     ratio_rounds: tuple[float, ...] = ()
@@ -130,8 +131,8 @@ def portability_table(
     else:
         name = f"OpenCL {dev[0].devices[0].name.strip()[:30]}"
         err = relative_error(plan(x), ref)
-        ratio_rounds = tuple(a / b for a, b in zip(rounds[1], rounds[0], strict=True))
-        t_ocl = float(np.median(rounds[1]))
+        ratio_rounds = ratios(timings[1], timings[0])
+        t_ocl = timings[1].median
         rows.append({"target": name, "compiled": True, "max_rel_error": err,
                      "time_ms": 1e3 * t_ocl, "time_kind": "measured"})  # fmt: skip
     have_toolkit = cuda_toolkit() is not None

@@ -1,0 +1,77 @@
+"""How one Winograd convolution is run: :class:`WinogradConfig` and the default configuration.
+
+The configuration is plain data shared by every back-end (:mod:`~hpcnb.winograd.backend`),
+the tuner (:mod:`~hpcnb.winograd.autotune`) and the wisdom store
+(:mod:`~hpcnb.winograd.wisdom`); it imports none of them.
+
+Example:
+    >>> from hpcnb.winograd.config import WinogradConfig, default_config
+    >>> default_config(3) == WinogradConfig(m=4)
+    True
+    >>> WinogradConfig(m=2, threads=1).block_tiles  # 0: all tiles in one block
+    0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcnb.errors import HpcnbError
+from hpcnb.winograd.transforms import validate_mr
+
+__all__ = ["GEMMS", "STORAGE", "WinogradConfig", "WinogradError", "default_config"]
+
+GEMMS: tuple[str, ...] = ("blas", "numba")
+STORAGE: tuple[str, ...] = ("fp32", "fp16")
+
+
+class WinogradError(HpcnbError, ValueError):
+    """Bad arguments of a Winograd convolution (configuration, shapes, target)."""
+
+
+@dataclass(frozen=True)
+class WinogradConfig:
+    """How one convolution is run.
+
+    Attributes:
+        m: Outputs per tile side (``F(m x m, r x r)``).
+        block_tiles: Tiles transformed and multiplied per block (0: all at once).
+        channel_major: Loop order of the transforms (channel outer vs tile outer).
+        threads: Numba and BLAS threads (0: leave the current settings).
+        gemm: ``"blas"`` (``numpy.matmul``, OpenBLAS sgemm) or ``"numba"`` (generated loop).
+        points: Point set of the transforms.
+        storage: ``"fp32"`` or ``"fp16"`` (transformed tensors rounded to half precision).
+    """
+
+    m: int = 4
+    block_tiles: int = 0
+    channel_major: bool = True
+    threads: int = 0
+    gemm: str = "blas"
+    points: str = "default"
+    storage: str = "fp32"
+
+    def __post_init__(self) -> None:
+        """Check every field.
+
+        Raises:
+            ValueError: A field out of range, with its name.
+        """
+        validate_mr(self.m, 1)
+        if not isinstance(self.block_tiles, int) or self.block_tiles < 0:
+            raise WinogradError(
+                f"WinogradConfig.block_tiles must be an int >= 0, got {self.block_tiles!r}"
+            )
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise WinogradError(f"WinogradConfig.threads must be an int >= 0, got {self.threads!r}")
+        if self.gemm not in GEMMS:
+            raise WinogradError(f"WinogradConfig.gemm must be one of {GEMMS}, got {self.gemm!r}")
+        if self.storage not in STORAGE:
+            raise WinogradError(
+                f"WinogradConfig.storage must be one of {STORAGE}, got {self.storage!r}"
+            )
+
+
+def default_config(r: int) -> WinogradConfig:
+    """Untuned default: ``m = 4`` for ``r <= 3`` (else 2), all tiles in one block."""
+    return WinogradConfig(m=4 if r <= 3 else 2)
