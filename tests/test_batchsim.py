@@ -6,33 +6,25 @@ import numpy as np
 import pytest
 
 from hpcnb.batchsim import (
-    DRF,
-    FCFS,
     SCHEDULERS,
-    SJF,
-    SRTF,
-    ConservativeBackfilling,
-    EasyBackfilling,
     FixedWork,
-    InvocationReason,
     Job,
     JobType,
-    MalleableEasy,
     MalleablePolicy,
     Platform,
     ScaledWork,
     Scheduler,
-    SchedulerError,
-    SchedulerView,
-    SimulationError,
     WorkModel,
     check_invariants,
     jobs_from_swf,
     lublin_feitelson,
     make_scheduler,
     simulate,
-    simulate_rigid_arrays,
 )
+from hpcnb.batchsim.engine import InvocationReason, SchedulerError, SchedulerView, SimulationError
+from hpcnb.batchsim.policies import DRF, SRTF, MalleableEasy
+from hpcnb.batchsim.rigid import simulate_rigid_arrays
+from hpcnb.batchsim.scheduler import FCFS, SJF, ConservativeBackfilling, EasyBackfilling
 
 
 def rigid(jid: int, submit: float, nodes: int, runtime: float, user: int = 0) -> Job:
@@ -356,3 +348,19 @@ def test_subclass_of_a_compiled_policy_runs_its_own_schedule():
     same = run(SMALL, SameEasy(), compiled=True)
     assert not same.compiled
     assert starts(same) == starts(run(SMALL, EasyBackfilling(), compiled=True))
+
+
+def test_package_face_is_narrow_and_light():
+    import subprocess
+    import sys
+
+    import hpcnb.batchsim as face
+
+    assert len(face.__all__) < 20 and set(face.__all__) == set(face._EXPORTS)
+    assert all(getattr(face, name) is not None for name in face.__all__)
+    code = (
+        "import sys, hpcnb.batchsim\n"
+        "print(sorted(m for m in ('matplotlib', 'numba', 'pandas') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -28,8 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcnb.batchsim import FCFS, RunContext, SimulationError, check_invariants, simulate
+from hpcnb.batchsim import check_invariants, simulate
 from hpcnb.batchsim.elastisim import ElastiSimLimits, WorkloadError, read_elastisim
+from hpcnb.batchsim.engine import SimulationError
 from hpcnb.batchsim.expressions import (
     ExpressionError,
     ExpressionLimits,
@@ -37,6 +38,8 @@ from hpcnb.batchsim.expressions import (
     parse_expression,
 )
 from hpcnb.batchsim.inputs import json_depth
+from hpcnb.batchsim.jobs import RunContext
+from hpcnb.batchsim.scheduler import FCFS
 from hpcnb.errors import HpcnbError
 
 TIME_BOUND_S = 10.0  # per input, under tracemalloc; the inputs take milliseconds to ~1 s
@@ -623,7 +626,8 @@ def test_fuzz_elastisim_mutations(in_model, index, action, replacement):
 
 def test_elastisim_work_estimates_without_a_context(tmp_path):
     # make_malleable (CLI --malleable-fraction) asks for estimates with ctx=None
-    from hpcnb.batchsim import MalleablePolicy, make_malleable
+    from hpcnb.batchsim import MalleablePolicy
+    from hpcnb.batchsim.workloads import make_malleable
 
     path = _project(tmp_path, [_job(), _job(num_nodes=4)], _MODEL)
     data = read_elastisim(path)

@@ -11,28 +11,23 @@ import pandas as pd
 import pytest
 
 from hpcnb.batchsim import (
-    FCFS,
-    JOB_STATISTICS_COLUMNS,
-    SWF_FIELDS,
-    EasyBackfilling,
-    ExpressionError,
-    MalleableEasy,
     Platform,
-    SWFError,
     check_invariants,
-    evaluate,
     jobs_from_swf,
     lublin_feitelson,
     make_scheduler,
-    parse_expression,
     read_elastisim,
-    read_platform_xml,
     read_swf,
-    scaling_validation,
     simulate,
-    write_swf,
 )
 from hpcnb.batchsim.cli import register
+from hpcnb.batchsim.dl import scaling_validation
+from hpcnb.batchsim.expressions import ExpressionError, evaluate, parse_expression
+from hpcnb.batchsim.platform import read_platform_xml
+from hpcnb.batchsim.policies import MalleableEasy
+from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling
+from hpcnb.batchsim.simulation import JOB_STATISTICS_COLUMNS
+from hpcnb.batchsim.swf import SWF_FIELDS, SWFError, write_swf
 
 SWF_TEXT = """; Version: 2.2
 ; MaxNodes: 8
@@ -297,7 +292,7 @@ def test_cli_schedulers_and_validate_dl(tmp_path, capsys):
     assert run_cli(["batchsim", "schedulers"]) == 0
     listed = capsys.readouterr().out
     assert "easy" in listed and "malleable" in listed and "drf" in listed
-    from hpcnb.batchsim import synthetic_dl_table
+    from hpcnb.batchsim.experiments import synthetic_dl_table
 
     folder = tmp_path / "model"
     folder.mkdir()
@@ -330,9 +325,8 @@ def test_platform_validation():
 
 
 def test_experiment_helpers_without_data(tmp_path, monkeypatch):
-    from hpcnb.batchsim import (
-        StepTimeModel,
-        dl_jobs,
+    from hpcnb.batchsim.dl import StepTimeModel, dl_jobs
+    from hpcnb.batchsim.experiments import (
         load_trace,
         policy_sweep,
         speed_vs_jobs,
@@ -368,7 +362,8 @@ def test_experiment_helpers_without_data(tmp_path, monkeypatch):
 
 
 def test_predictor_adapter_for_convmeter_style_models():
-    from hpcnb.batchsim import DLWork, PredictorStepTime, RunContext
+    from hpcnb.batchsim.dl import DLWork, PredictorStepTime
+    from hpcnb.batchsim.jobs import RunContext
 
     class Linear:
         def predict(self, num_nodes, num_replicas, local_bsz):
@@ -381,7 +376,7 @@ def test_predictor_adapter_for_convmeter_style_models():
 
 
 def test_loaders_label_synthetic_stand_ins(tmp_path, monkeypatch):
-    from hpcnb.batchsim import (
+    from hpcnb.batchsim.experiments import (
         load_dl_tables,
         load_dl_workload,
         load_elastisim_example,
@@ -407,7 +402,12 @@ def test_loaders_label_synthetic_stand_ins(tmp_path, monkeypatch):
 
 
 def test_loaders_read_real_data(shared_data):
-    from hpcnb.batchsim import load_dl_tables, load_dl_workload, load_elastisim_example, load_trace
+    from hpcnb.batchsim.experiments import (
+        load_dl_tables,
+        load_dl_workload,
+        load_elastisim_example,
+        load_trace,
+    )
 
     trace = load_trace("swf/hpc2n-seth-first3170.swf", 32, 50, seed=0, name="HPC2N")
     assert trace.source == "real" and trace.label == "HPC2N" and len(trace.value) == 3170
@@ -420,7 +420,7 @@ def test_loaders_read_real_data(shared_data):
 
 
 def test_malleability_gains_per_scheduler_and_seed():
-    from hpcnb.batchsim import malleability_gains
+    from hpcnb.batchsim.experiments import malleability_gains
 
     trace = lublin_feitelson(80, 32, seed=3)
     gains = malleability_gains(trace, 32, ("fcfs", "malleable"), 0.5, (0, 1), 5.0, "t")
@@ -435,7 +435,7 @@ def test_malleability_gains_per_scheduler_and_seed():
 
 
 def test_mape_interval_stratified_bootstrap():
-    from hpcnb.batchsim import mape_interval
+    from hpcnb.batchsim.dl import mape_interval
 
     a = pd.DataFrame({"step_time": [1.0, 1.0, 1.0, 1.0], "predicted": [1.1, 0.9, 1.2, 1.0]})
     b = pd.DataFrame({"step_time": [2.0, 2.0], "predicted": [2.0, 2.0]})

@@ -1,14 +1,26 @@
 """ElastiSim-style batch-system simulation of rigid, moldable, malleable and evolving jobs.
 
-The public API: a discrete-event :class:`Simulator` with an ElastiSim-like scheduler
-protocol (:class:`Scheduler`, :class:`SchedulerView`, :class:`InvocationReason`),
-:func:`simulate` returning a :class:`SimulationResult`, jobs and work models, the safe
-expression evaluator, SWF and ElastiSim readers, workload generators, DL jobs from
-measured throughput tables, schedulers and plots.
+The face of the package is its core model: a platform, jobs and their work models,
+workload readers and generators, schedulers (with the registry that names them) and
+:func:`simulate` with its :class:`SimulationResult` metrics. Everything else is imported
+from its module: the engine and the scheduler protocol (:mod:`~hpcnb.batchsim.engine`),
+more policies (:mod:`~hpcnb.batchsim.policies`), SWF details and limits
+(:mod:`~hpcnb.batchsim.swf`), expressions (:mod:`~hpcnb.batchsim.expressions`), DL jobs
+(:mod:`~hpcnb.batchsim.dl`), experiment drivers (:mod:`~hpcnb.batchsim.experiments`) and
+plots (:mod:`~hpcnb.batchsim.plots`).
 
-Names are imported on first use (PEP 562 ``__getattr__``): importing one module such as
-``hpcnb.batchsim.swf`` or running ``hpcnb batchsim simulate`` does not load Matplotlib,
-SciPy or Numba, so a bad input is reported within a fraction of the full start-up time.
+Names are imported on first use (PEP 562 ``__getattr__``): ``import hpcnb.batchsim``, or
+importing one module such as ``hpcnb.batchsim.swf``, does not load Matplotlib, pandas,
+SciPy or Numba, so ``hpcnb batchsim simulate`` reports a bad input within a fraction of
+the full start-up time.
+
+Example:
+    >>> from hpcnb.batchsim import FixedWork, Job, JobType, Platform, make_scheduler, simulate
+    >>> jobs = [Job(1, 0.0, JobType.RIGID, 2, FixedWork(10.0)),
+    ...         Job(2, 0.0, JobType.RIGID, 4, FixedWork(5.0))]
+    >>> result = simulate(jobs, Platform(4), make_scheduler("fcfs"))
+    >>> result.jobs["start"].tolist(), result.metrics()["makespan"]
+    ([0.0, 10.0], 15.0)
 """
 
 from __future__ import annotations
@@ -17,293 +29,49 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpcnb.batchsim.dl import (
-        DLWork,
-        PredictorStepTime,
-        StepTimeFunction,
-        StepTimeModel,
-        dl_jobs,
-        mape_interval,
-        read_dl_tables,
-        scaling_validation,
-    )
-    from hpcnb.batchsim.elastisim import (
-        ApplicationModel,
-        ApplicationWork,
-        ElastiSimInput,
-        ElastiSimLimits,
-        WorkloadError,
-        read_application_model,
-        read_elastisim,
-    )
-    from hpcnb.batchsim.engine import (
-        InvocationReason,
-        JobRecord,
-        JobStatus,
-        SchedulerError,
-        SchedulerView,
-        SimulationError,
-        Simulator,
-    )
-    from hpcnb.batchsim.experiments import (
-        LoadedData,
-        jobs_per_second,
-        load_dl_tables,
-        load_dl_workload,
-        load_elastisim_example,
-        load_trace,
-        malleability_gains,
-        policy_sweep,
-        speed_vs_jobs,
-        synthetic_dl_table,
-        write_synthetic_elastisim_project,
-    )
-    from hpcnb.batchsim.expressions import (
-        Expression,
-        ExpressionError,
-        ExpressionLimits,
-        evaluate,
-        parse_expression,
-    )
-    from hpcnb.batchsim.jobs import (
-        FixedWork,
-        Job,
-        JobType,
-        RunContext,
-        ScaledWork,
-        WorkModel,
-    )
-    from hpcnb.batchsim.platform import (
-        Platform,
-        SharedLink,
-        read_platform_xml,
-    )
-    from hpcnb.batchsim.plots import (
-        plot_dl_fit,
-        plot_gantt,
-        plot_policy_bars,
-        plot_speed,
-        plot_utilization,
-    )
-    from hpcnb.batchsim.policies import (
-        DRF,
-        SCHEDULERS,
-        SRTF,
-        MalleableEasy,
-        expand_into_idle,
-        make_scheduler,
-        shrink_to_admit,
-    )
-    from hpcnb.batchsim.rigid import (
-        simulate_rigid_arrays,
-    )
-    from hpcnb.batchsim.scheduler import (
-        FCFS,
-        SJF,
-        ConservativeBackfilling,
-        EasyBackfilling,
-        Scheduler,
-    )
-    from hpcnb.batchsim.simulation import (
-        JOB_STATISTICS_COLUMNS,
-        SimulationResult,
-        check_invariants,
-        simulate,
-    )
-    from hpcnb.batchsim.swf import (
-        MAX_NODES,
-        SWF_FIELDS,
-        SWFError,
-        SWFFormatError,
-        SWFLimits,
-        SWFTrace,
-        read_swf,
-        trace_from_arrays,
-        write_swf,
-    )
-    from hpcnb.batchsim.workloads import (
-        LublinParameters,
-        MalleablePolicy,
-        TraceJobs,
-        jobs_from_swf,
-        lublin_feitelson,
-        make_malleable,
-    )
+    from hpcnb.batchsim.elastisim import read_elastisim
+    from hpcnb.batchsim.jobs import FixedWork, Job, JobType, ScaledWork, WorkModel
+    from hpcnb.batchsim.platform import Platform
+    from hpcnb.batchsim.policies import SCHEDULERS, make_scheduler, register_scheduler
+    from hpcnb.batchsim.scheduler import Scheduler
+    from hpcnb.batchsim.simulation import SimulationResult, check_invariants, simulate
+    from hpcnb.batchsim.swf import read_swf
+    from hpcnb.batchsim.workloads import MalleablePolicy, jobs_from_swf, lublin_feitelson
+
+__all__ = [
+    # The machine: nodes, GPUs, network and parallel file system
+    "Platform",
+    # Jobs and the work models that time them
+    "Job", "JobType", "WorkModel", "FixedWork", "ScaledWork",
+    # Workloads: SWF traces, ElastiSim inputs, a synthetic generator, malleable conversion
+    "read_swf", "jobs_from_swf", "lublin_feitelson", "MalleablePolicy", "read_elastisim",
+    # Schedulers and the registry that names them (CLI, experiments)
+    "Scheduler", "SCHEDULERS", "make_scheduler", "register_scheduler",
+    # Running a simulation; its result carries the metrics
+    "simulate", "SimulationResult", "check_invariants",
+]  # fmt: skip
 
 #: Public name -> the module of this package that defines it.
 _EXPORTS: dict[str, str] = {
-    "DRF": "policies",
-    "FCFS": "scheduler",
-    "JOB_STATISTICS_COLUMNS": "simulation",
-    "MAX_NODES": "swf",
-    "SCHEDULERS": "policies",
-    "SJF": "scheduler",
-    "SRTF": "policies",
-    "SWF_FIELDS": "swf",
-    "ApplicationModel": "elastisim",
-    "ApplicationWork": "elastisim",
-    "ConservativeBackfilling": "scheduler",
-    "DLWork": "dl",
-    "EasyBackfilling": "scheduler",
-    "ElastiSimInput": "elastisim",
-    "ElastiSimLimits": "elastisim",
-    "Expression": "expressions",
-    "ExpressionError": "expressions",
-    "ExpressionLimits": "expressions",
-    "FixedWork": "jobs",
-    "InvocationReason": "engine",
-    "Job": "jobs",
-    "JobRecord": "engine",
-    "JobStatus": "engine",
-    "JobType": "jobs",
-    "LoadedData": "experiments",
-    "LublinParameters": "workloads",
-    "MalleableEasy": "policies",
-    "MalleablePolicy": "workloads",
     "Platform": "platform",
-    "PredictorStepTime": "dl",
-    "RunContext": "jobs",
-    "SWFError": "swf",
-    "SWFFormatError": "swf",
-    "SWFLimits": "swf",
-    "SWFTrace": "swf",
-    "ScaledWork": "jobs",
-    "Scheduler": "scheduler",
-    "SchedulerError": "engine",
-    "SchedulerView": "engine",
-    "SharedLink": "platform",
-    "SimulationError": "engine",
-    "SimulationResult": "simulation",
-    "Simulator": "engine",
-    "StepTimeFunction": "dl",
-    "StepTimeModel": "dl",
-    "TraceJobs": "workloads",
+    "Job": "jobs",
+    "JobType": "jobs",
     "WorkModel": "jobs",
-    "WorkloadError": "elastisim",
-    "check_invariants": "simulation",
-    "dl_jobs": "dl",
-    "evaluate": "expressions",
-    "expand_into_idle": "policies",
-    "jobs_from_swf": "workloads",
-    "jobs_per_second": "experiments",
-    "load_dl_tables": "experiments",
-    "load_dl_workload": "experiments",
-    "load_elastisim_example": "experiments",
-    "load_trace": "experiments",
-    "lublin_feitelson": "workloads",
-    "make_malleable": "workloads",
-    "make_scheduler": "policies",
-    "malleability_gains": "experiments",
-    "mape_interval": "dl",
-    "parse_expression": "expressions",
-    "plot_dl_fit": "plots",
-    "plot_gantt": "plots",
-    "plot_policy_bars": "plots",
-    "plot_speed": "plots",
-    "plot_utilization": "plots",
-    "policy_sweep": "experiments",
-    "read_application_model": "elastisim",
-    "read_dl_tables": "dl",
-    "read_elastisim": "elastisim",
-    "read_platform_xml": "platform",
+    "FixedWork": "jobs",
+    "ScaledWork": "jobs",
     "read_swf": "swf",
-    "scaling_validation": "dl",
-    "shrink_to_admit": "policies",
+    "jobs_from_swf": "workloads",
+    "lublin_feitelson": "workloads",
+    "MalleablePolicy": "workloads",
+    "read_elastisim": "elastisim",
+    "Scheduler": "scheduler",
+    "SCHEDULERS": "policies",
+    "make_scheduler": "policies",
+    "register_scheduler": "policies",
     "simulate": "simulation",
-    "simulate_rigid_arrays": "rigid",
-    "speed_vs_jobs": "experiments",
-    "synthetic_dl_table": "experiments",
-    "trace_from_arrays": "swf",
-    "write_swf": "swf",
-    "write_synthetic_elastisim_project": "experiments",
+    "SimulationResult": "simulation",
+    "check_invariants": "simulation",
 }
-
-__all__ = [
-    "DRF",
-    "FCFS",
-    "JOB_STATISTICS_COLUMNS",
-    "MAX_NODES",
-    "SCHEDULERS",
-    "SJF",
-    "SRTF",
-    "SWF_FIELDS",
-    "ApplicationModel",
-    "ApplicationWork",
-    "ConservativeBackfilling",
-    "DLWork",
-    "EasyBackfilling",
-    "ElastiSimInput",
-    "ElastiSimLimits",
-    "Expression",
-    "ExpressionError",
-    "ExpressionLimits",
-    "FixedWork",
-    "InvocationReason",
-    "Job",
-    "JobRecord",
-    "JobStatus",
-    "JobType",
-    "LoadedData",
-    "LublinParameters",
-    "MalleableEasy",
-    "MalleablePolicy",
-    "Platform",
-    "PredictorStepTime",
-    "RunContext",
-    "SWFError",
-    "SWFFormatError",
-    "SWFLimits",
-    "SWFTrace",
-    "ScaledWork",
-    "Scheduler",
-    "SchedulerError",
-    "SchedulerView",
-    "SharedLink",
-    "SimulationError",
-    "SimulationResult",
-    "Simulator",
-    "StepTimeFunction",
-    "StepTimeModel",
-    "TraceJobs",
-    "WorkModel",
-    "WorkloadError",
-    "check_invariants",
-    "dl_jobs",
-    "evaluate",
-    "expand_into_idle",
-    "jobs_from_swf",
-    "jobs_per_second",
-    "load_dl_tables",
-    "load_dl_workload",
-    "load_elastisim_example",
-    "load_trace",
-    "lublin_feitelson",
-    "make_malleable",
-    "make_scheduler",
-    "malleability_gains",
-    "mape_interval",
-    "parse_expression",
-    "plot_dl_fit",
-    "plot_gantt",
-    "plot_policy_bars",
-    "plot_speed",
-    "plot_utilization",
-    "policy_sweep",
-    "read_application_model",
-    "read_dl_tables",
-    "read_elastisim",
-    "read_platform_xml",
-    "read_swf",
-    "scaling_validation",
-    "shrink_to_admit",
-    "simulate",
-    "simulate_rigid_arrays",
-    "speed_vs_jobs",
-    "synthetic_dl_table",
-    "trace_from_arrays",
-    "write_swf",
-    "write_synthetic_elastisim_project",
-]
 
 
 def __getattr__(name: str) -> Any:
