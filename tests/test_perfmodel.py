@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+import hpcnb.perfmodel.dataset as dataset_module
 from hpcnb.perfmodel import (
-    FAMILIES,
     Cluster,
     ConvMeter,
     FlopsOnly,
@@ -20,21 +20,18 @@ from hpcnb.perfmodel import (
     NetworkFeatures,
     Roofline,
     TimingConfig,
-    TrainingCost,
-    absolute_percentage_errors,
-    bootstrap_rows,
-    build_network,
     collect_dataset,
     design_matrix,
-    feature_names,
     leave_one_family_out,
     mape,
-    mape_interval,
     network_features,
     runtime_vs_nodes,
-    training_flops,
 )
-from hpcnb.perfmodel import dataset as dataset_module
+from hpcnb.perfmodel.dataset import FAMILIES, build_network
+from hpcnb.perfmodel.estimator import absolute_percentage_errors, feature_names, mape_interval
+from hpcnb.perfmodel.features import training_flops
+from hpcnb.perfmodel.multinode import TrainingCost
+from hpcnb.records import bootstrap_rows
 
 
 def _small_net() -> nn.Module:

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from hpcnb.perfmodel import (
-    AlphaBeta,
+from hpcnb.perfmodel import AlphaBeta
+from hpcnb.perfmodel.distributed import (
     DistributedConfig,
     DistributedReport,
     run_distributed_benchmark,

@@ -8,18 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcnb.perfmodel import (
+from hpcnb.perfmodel import ScalingModel, allreduce_time
+from hpcnb.perfmodel.allreduce import fit_alpha_beta, overlapped_step
+from hpcnb.perfmodel.cli import register
+from hpcnb.perfmodel.scaling import (
     ScalingDataError,
-    ScalingModel,
     ScalingParams,
-    allreduce_time,
-    fit_alpha_beta,
-    overlapped_step,
     read_placements,
     validate_scaling,
     write_synthetic_tables,
 )
-from hpcnb.perfmodel.cli import register
 
 TRUE = {
     "c0": 0.02,

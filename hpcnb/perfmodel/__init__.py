@@ -1,8 +1,11 @@
-"""ConvMeter-style runtime prediction: features, timing, estimators, multi-node scaling.
+"""ConvMeter-style runtime prediction of ConvNets, on one machine and across nodes.
+
+The core model is importable from here; the pieces behind it from their modules:
 
 * :mod:`~hpcnb.perfmodel.features`: FLOPs, bytes, parameters and layer counts from the IR,
   training FLOPs measured with ``FlopCounterMode``.
-* :mod:`~hpcnb.perfmodel.timing`: the timing harness and roofline micro-benchmarks.
+* :mod:`~hpcnb.perfmodel.timing`: what is timed (inference pass, training step) and the
+  roofline micro-benchmarks, through :mod:`hpcnb.timing`.
 * :mod:`~hpcnb.perfmodel.dataset`: zoo × widths × resolutions × batches, cached per machine.
 * :mod:`~hpcnb.perfmodel.estimator`: :class:`ConvMeter`, the FLOPs-only and roofline
   baselines, leave-one-family-out evaluation, MAPE with a bootstrap interval.
@@ -10,123 +13,55 @@
   :mod:`~hpcnb.perfmodel.distributed`, :mod:`~hpcnb.perfmodel.multinode`: α–β all-reduce,
   the multi-node step model validated on Pollux measurements, the gloo micro-benchmark
   and DDP check, and runtime vs nodes for the batch simulator.
+* :mod:`~hpcnb.perfmodel.cli`: ``hpcnb perfmodel validate-scaling``.
+
+Example:
+    >>> from hpcnb.perfmodel import Cluster, runtime_vs_nodes
+    >>> from hpcnb.perfmodel.multinode import TrainingCost
+    >>> cost = TrainingCost(train_flops_per_sample=1e9, gradient_bytes=1e8)
+    >>> steps = runtime_vs_nodes(cost, 64, Cluster(link_gbps=100.0), nodes=[1, 2, 4])
+    >>> steps[1] > steps[2] > steps[4]
+    True
 """
 
-from hpcnb.perfmodel.allreduce import (
-    ALGORITHMS,
-    AlphaBeta,
-    allreduce_time,
-    fit_alpha_beta,
-    message_terms,
-    overlapped_step,
-)
-from hpcnb.perfmodel.dataset import (
-    FAMILIES,
-    GridConfig,
-    build_network,
-    cache_file,
-    collect_dataset,
-)
-from hpcnb.perfmodel.distributed import (
-    DistributedConfig,
-    DistributedReport,
-    run_distributed_benchmark,
-    small_convnet,
-)
+from hpcnb.perfmodel.allreduce import AlphaBeta, allreduce_time
+from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
 from hpcnb.perfmodel.estimator import (
-    MODES,
     ConvMeter,
-    FamilyEvaluation,
     FlopsOnly,
     Measurement,
     Roofline,
-    absolute_percentage_errors,
-    bootstrap_rows,
     design_matrix,
-    feature_names,
     leave_one_family_out,
     mape,
-    mape_interval,
     measured_seconds,
-    step_time_function,
 )
-from hpcnb.perfmodel.features import (
-    NetworkFeatures,
-    cache_bytes_per_core,
-    network_features,
-    training_flops,
-)
-from hpcnb.perfmodel.multinode import Cluster, TrainingCost, runtime_vs_nodes, training_cost
-from hpcnb.perfmodel.scaling import (
-    ScalingDataError,
-    ScalingModel,
-    ScalingParams,
-    ScalingTable,
-    ScalingValidation,
-    read_placements,
-    read_scalability,
-    validate_scaling,
-    write_synthetic_tables,
-)
-from hpcnb.perfmodel.timing import (
-    TimingConfig,
-    memory_bandwidth,
-    peak_flops,
-    time_inference,
-    time_training,
-)
+from hpcnb.perfmodel.features import NetworkFeatures, network_features
+from hpcnb.perfmodel.multinode import Cluster, runtime_vs_nodes
+from hpcnb.perfmodel.scaling import ScalingModel
+from hpcnb.perfmodel.timing import TimingConfig
 
 __all__ = [
-    "ALGORITHMS",
-    "FAMILIES",
-    "MODES",
-    "AlphaBeta",
-    "Cluster",
-    "ConvMeter",
-    "DistributedConfig",
-    "DistributedReport",
-    "FamilyEvaluation",
-    "FlopsOnly",
+    # What a network costs per sample, read from the IR
+    "NetworkFeatures",
+    "network_features",
+    # Measuring step times: timing settings and the cached data set
+    "TimingConfig",
     "GridConfig",
     "Measurement",
-    "NetworkFeatures",
-    "Roofline",
-    "ScalingDataError",
-    "ScalingModel",
-    "ScalingParams",
-    "ScalingTable",
-    "ScalingValidation",
-    "TimingConfig",
-    "TrainingCost",
-    "absolute_percentage_errors",
-    "allreduce_time",
-    "bootstrap_rows",
-    "build_network",
-    "cache_bytes_per_core",
-    "cache_file",
     "collect_dataset",
+    # Runtime estimators (scikit-learn style) and their evaluation
+    "ConvMeter",
+    "FlopsOnly",
+    "Roofline",
     "design_matrix",
-    "feature_names",
-    "fit_alpha_beta",
+    "measured_seconds",
     "leave_one_family_out",
     "mape",
-    "mape_interval",
-    "measured_seconds",
-    "memory_bandwidth",
-    "message_terms",
-    "network_features",
-    "overlapped_step",
-    "peak_flops",
-    "read_placements",
-    "read_scalability",
-    "run_distributed_benchmark",
+    # Communication and scaling beyond one machine
+    "AlphaBeta",
+    "allreduce_time",
+    "ScalingModel",
+    "Cluster",
     "runtime_vs_nodes",
-    "small_convnet",
-    "step_time_function",
-    "time_inference",
-    "time_training",
-    "training_cost",
-    "training_flops",
-    "validate_scaling",
-    "write_synthetic_tables",
 ]

@@ -39,7 +39,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core
-from hpcnb.records import bootstrap_rows, mean_interval
+from hpcnb.records import mean_interval
 
 MODES = ("inference", "training")
 
@@ -51,7 +51,6 @@ __all__ = [
     "Measurement",
     "Roofline",
     "absolute_percentage_errors",
-    "bootstrap_rows",
     "design_matrix",
     "feature_names",
     "leave_one_family_out",
