@@ -13,25 +13,22 @@ from hpcnb.data import digits
 from hpcnb.pruning import (
     EnvConfig,
     FlopsModel,
-    GNNFeaturesExtractor,
     HierarchicalGraph,
     LayerwiseEnv,
-    MultiStageGNN,
     PPOConfig,
     PruningEnv,
     TrainConfig,
-    count_params,
     gnnrl_search,
-    keep_counts,
-    learning_curve,
-    project_to_budget,
     random_search,
     train_classifier,
-    uniform_ratios,
     uniform_search,
 )
+from hpcnb.pruning.agents import learning_curve
+from hpcnb.pruning.encoder import GNNFeaturesExtractor, MultiStageGNN
 from hpcnb.pruning.hiergraph import level1_channel_graph
+from hpcnb.pruning.problem import keep_counts, project_to_budget, uniform_ratios
 from hpcnb.pruning.task import ModelPruningTask
+from hpcnb.pruning.training import count_params
 
 torch.set_num_threads(1)
 
@@ -259,7 +256,7 @@ def test_layerwise_env_always_meets_budget(task):
 
 
 def test_compare_methods_small(task, split):
-    from hpcnb.pruning import compare_methods, outcomes_table
+    from hpcnb.pruning.compare import compare_methods, outcomes_table
 
     outcomes, searches = compare_methods(
         task,

@@ -11,16 +11,9 @@ from torch import nn
 
 from hpcnb.data import digits
 from hpcnb.models.metrics import top1_accuracy
-from hpcnb.pruning import (
-    MethodOutcome,
-    TrainConfig,
-    accuracy_gap,
-    bar_table,
-    count_passing,
-    recalibrate_batchnorm,
-    train_classifier,
-    training_batches,
-)
+from hpcnb.pruning import TrainConfig, recalibrate_batchnorm, train_classifier
+from hpcnb.pruning.compare import MethodOutcome, accuracy_gap, bar_table, count_passing
+from hpcnb.pruning.training import training_batches
 from hpcnb.records import difference_interval
 
 torch.set_num_threads(1)

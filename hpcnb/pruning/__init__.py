@@ -8,6 +8,11 @@ the PPO agent and baselines (:mod:`~hpcnb.pruning.agents`,
 :mod:`~hpcnb.pruning.peers`), real pruning through ``hpcnb.ir``
 (:mod:`~hpcnb.pruning.task`) and training / latency helpers
 (:mod:`~hpcnb.pruning.training`).
+
+This face exports the core model only. The experiment driver of notebook 02 and its
+tables live in :mod:`~hpcnb.pruning.compare`, the figures in :mod:`~hpcnb.pruning.plots`,
+the Torch-Pruning peer in :mod:`~hpcnb.pruning.peers`; lower-level pieces (the GNN
+layers, ``keep_counts``, ``measure_latency``, ...) are imported from their modules.
 """
 
 from hpcnb.pruning.agents import (
@@ -16,94 +21,36 @@ from hpcnb.pruning.agents import (
     PPOConfig,
     amc_ddpg_search,
     gnnrl_search,
-    learning_curve,
     random_search,
     uniform_search,
 )
-from hpcnb.pruning.compare import (
-    METHODS,
-    MethodOutcome,
-    accuracy_gap,
-    bar_table,
-    compare_methods,
-    count_passing,
-    outcomes_table,
-    score_pruned,
-)
-from hpcnb.pruning.encoder import (
-    EdgeConditionedConv,
-    GNNFeaturesExtractor,
-    MultiStageGNN,
-    WeightedGCNConv,
-)
-from hpcnb.pruning.env import EnvConfig, EpisodeRecord, LayerwiseEnv, PruningEnv
-from hpcnb.pruning.hiergraph import KIND_VOCAB, LEVEL1_FEATURES, HierarchicalGraph
-from hpcnb.pruning.peers import PeerResult, torch_pruning_at_budget
-from hpcnb.pruning.plots import plot_hierarchical_graph, plot_keep_ratios, plot_learning_curves
-from hpcnb.pruning.problem import (
-    FlopsModel,
-    PruningProblem,
-    keep_counts,
-    project_to_budget,
-    uniform_ratios,
-)
+from hpcnb.pruning.env import EnvConfig, LayerwiseEnv, PruningEnv
+from hpcnb.pruning.hiergraph import HierarchicalGraph
+from hpcnb.pruning.problem import FlopsModel, PruningProblem
 from hpcnb.pruning.task import ModelPruningTask
-from hpcnb.pruning.training import (
-    LatencyResult,
-    TrainConfig,
-    count_params,
-    fine_tune,
-    measure_latency,
-    recalibrate_batchnorm,
-    train_classifier,
-    training_batches,
-)
+from hpcnb.pruning.training import TrainConfig, fine_tune, recalibrate_batchnorm, train_classifier
 
 __all__ = [
-    "KIND_VOCAB",
-    "LEVEL1_FEATURES",
-    "METHODS",
-    "DDPGConfig",
-    "EdgeConditionedConv",
-    "EnvConfig",
-    "EpisodeRecord",
-    "FlopsModel",
-    "GNNFeaturesExtractor",
-    "HierarchicalGraph",
-    "LatencyResult",
-    "LayerwiseEnv",
-    "MethodOutcome",
-    "ModelPruningTask",
-    "MultiStageGNN",
-    "PPOConfig",
-    "PeerResult",
-    "PruningEnv",
+    # The problem: a network's channel groups, its FLOPs model, its graph
     "PruningProblem",
+    "ModelPruningTask",
+    "FlopsModel",
+    "HierarchicalGraph",
+    # The environments an agent prunes in (all groups at once / one group per step)
+    "EnvConfig",
+    "PruningEnv",
+    "LayerwiseEnv",
+    # Searches at a FLOPs budget: GNN-RL (PPO), AMC-style DDPG and the baselines
+    "PPOConfig",
+    "DDPGConfig",
     "PolicySearchResult",
-    "TrainConfig",
-    "WeightedGCNConv",
-    "accuracy_gap",
-    "amc_ddpg_search",
-    "bar_table",
-    "compare_methods",
-    "count_params",
-    "count_passing",
-    "fine_tune",
     "gnnrl_search",
-    "keep_counts",
-    "learning_curve",
-    "measure_latency",
-    "outcomes_table",
-    "plot_hierarchical_graph",
-    "plot_keep_ratios",
-    "plot_learning_curves",
-    "project_to_budget",
+    "amc_ddpg_search",
     "random_search",
-    "recalibrate_batchnorm",
-    "score_pruned",
-    "torch_pruning_at_budget",
-    "train_classifier",
-    "training_batches",
-    "uniform_ratios",
     "uniform_search",
+    # The shared fine-tuning of every pruned network
+    "TrainConfig",
+    "train_classifier",
+    "fine_tune",
+    "recalibrate_batchnorm",
 ]

@@ -19,11 +19,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import NormalActionNoise
 
 from hpcnb.pruning.encoder import GNNFeaturesExtractor
-from hpcnb.pruning.env import EnvConfig, LayerwiseEnv, PruningEnv, _HistoryMixin
+from hpcnb.pruning.env import EnvConfig, LayerwiseEnv, PruningEnv, _PruningEpisode
 from hpcnb.pruning.problem import PruningProblem, keep_counts, uniform_ratios
 from hpcnb.timing import pinned_threads
 
 __all__ = [
+    "AgentConfig",
     "DDPGConfig",
     "PPOConfig",
     "PolicySearchResult",
@@ -35,9 +36,26 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class PPOConfig:
-    """PPO and GNN settings of the GNN-RL agent.
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """What every stable-baselines3 agent run is given (the fields common to both agents).
+
+    Attributes:
+        timesteps: Environment steps of training.
+        learning_rate: Adam learning rate.
+        seed: Seed of the agent and the environment.
+        threads: Torch intra-op threads during the search.
+    """
+
+    timesteps: int = 1024
+    learning_rate: float = 1e-3
+    seed: int = 0
+    threads: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(AgentConfig):
+    """PPO and GNN settings of the GNN-RL agent (keyword arguments only).
 
     Attributes:
         timesteps: Environment steps of training.
@@ -52,21 +70,19 @@ class PPOConfig:
         threads: Torch intra-op threads during the search.
     """
 
-    timesteps: int = 1024
     n_steps: int = 128
     batch_size: int = 64
     n_epochs: int = 5
-    learning_rate: float = 1e-3
     hidden: int = 32
     stage2_layers: int = 3
     ent_coef: float = 0.0
-    seed: int = 0
-    threads: int = 1
 
 
-@dataclass(frozen=True)
-class DDPGConfig:
-    """Settings of the AMC-style DDPG agent (one episode = one pass over the groups).
+@dataclass(frozen=True, kw_only=True)
+class DDPGConfig(AgentConfig):
+    """Settings of the AMC-style DDPG agent, one episode = one pass over the groups.
+
+    Keyword arguments only.
 
     Attributes:
         timesteps: Environment steps (``episodes * G``).
@@ -80,9 +96,6 @@ class DDPGConfig:
     timesteps: int = 600
     learning_starts: int = 100
     noise: float = 0.5
-    learning_rate: float = 1e-3
-    seed: int = 0
-    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -192,7 +205,7 @@ class _EpisodeLog(BaseCallback):
 
 
 def _best_of(
-    problem: PruningProblem, env: _HistoryMixin, final_keep: np.ndarray | None
+    problem: PruningProblem, env: _PruningEpisode, final_keep: np.ndarray | None
 ) -> np.ndarray:
     best = env.best()
     candidates = [e.keep for e in ([best] if best is not None else [])]
@@ -217,19 +230,31 @@ def _rollout(model, env, deterministic: bool = True) -> np.ndarray | None:
     return None
 
 
-def _learn(
-    model: PPO | DDPG,
-    problem: PruningProblem,
-    env: PruningEnv | LayerwiseEnv,
+def _train_agent(
     method: str,
-    timesteps: int,
-    threads: int,
-    start: float,
+    problem: PruningProblem,
+    env_type: type[PruningEnv] | type[LayerwiseEnv],
+    env_config: EnvConfig,
+    config: AgentConfig,
+    agent_type: type[PPO] | type[DDPG],
+    policy: str,
+    **agent_kwargs: object,
 ) -> PolicySearchResult:
-    """Train an SB3 agent, pick its best policy and time the whole search from ``start``."""
+    """Train an SB3 agent on a fresh episode, pick its best policy and time the whole search.
+
+    The agent is undiscounted (the reward comes at the end of an episode), seeded with
+    ``config.seed`` and trained on the CPU with ``config.threads`` torch threads.
+    """
+    start = time.perf_counter()
+    torch.manual_seed(config.seed)
+    env = env_type(problem, env_config)
+    env.reset(seed=config.seed)
+    model = agent_type(
+        policy, env, gamma=1.0, seed=config.seed, device="cpu", verbose=0, **agent_kwargs
+    )
     log = _EpisodeLog()
-    with pinned_threads(threads, numba=False, blas=False):
-        model.learn(total_timesteps=timesteps, callback=log)
+    with pinned_threads(config.threads, numba=False, blas=False):
+        model.learn(total_timesteps=config.timesteps, callback=log)
         keep = _best_of(problem, env, _rollout(model, env))
     return _result(problem, method, keep, time.perf_counter() - start, log.rewards)
 
@@ -244,19 +269,19 @@ def gnnrl_search(
         env_config: Budget and episode settings.
         config: PPO and GNN settings.
     """
-    start = time.perf_counter()
-    torch.manual_seed(config.seed)
-    env = PruningEnv(problem, env_config)
-    env.reset(seed=config.seed)
-    model = PPO(
+    return _train_agent(
+        "gnnrl",
+        problem,
+        PruningEnv,
+        env_config,
+        config,
+        PPO,
         "MultiInputPolicy",
-        env,
         n_steps=config.n_steps,
         batch_size=config.batch_size,
         n_epochs=config.n_epochs,
         learning_rate=config.learning_rate,
         ent_coef=config.ent_coef,
-        gamma=1.0,
         policy_kwargs={
             "features_extractor_class": GNNFeaturesExtractor,
             "features_extractor_kwargs": {
@@ -265,11 +290,7 @@ def gnnrl_search(
             },
             "net_arch": {"pi": [64], "vf": [64]},
         },
-        seed=config.seed,
-        device="cpu",
-        verbose=0,
     )
-    return _learn(model, problem, env, "gnnrl", config.timesteps, config.threads, start)
 
 
 def amc_ddpg_search(
@@ -282,23 +303,19 @@ def amc_ddpg_search(
         env_config: Uses ``target`` and ``min_keep``.
         config: DDPG settings.
     """
-    start = time.perf_counter()
-    torch.manual_seed(config.seed)
-    env = LayerwiseEnv(problem, env_config)
-    env.reset(seed=config.seed)
-    model = DDPG(
+    return _train_agent(
+        "amc_ddpg",
+        problem,
+        LayerwiseEnv,
+        env_config,
+        config,
+        DDPG,
         "MlpPolicy",
-        env,
         learning_rate=config.learning_rate,
         learning_starts=config.learning_starts,
         action_noise=NormalActionNoise(np.zeros(1), np.full(1, config.noise)),
-        gamma=1.0,
         policy_kwargs={"net_arch": [64, 64]},
-        seed=config.seed,
-        device="cpu",
-        verbose=0,
     )
-    return _learn(model, problem, env, "amc_ddpg", config.timesteps, config.threads, start)
 
 
 def learning_curve(rewards: tuple[float, ...] | list[float], window: int = 20) -> np.ndarray:

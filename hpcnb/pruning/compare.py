@@ -28,17 +28,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+import hpcnb.pruning.agents as agents
 from hpcnb import ir
 from hpcnb.models.metrics import top1_accuracy, top1_correct
-from hpcnb.pruning.agents import (
-    DDPGConfig,
-    PolicySearchResult,
-    PPOConfig,
-    amc_ddpg_search,
-    gnnrl_search,
-    random_search,
-    uniform_search,
-)
 from hpcnb.pruning.env import EnvConfig
 from hpcnb.pruning.peers import torch_pruning_at_budget
 from hpcnb.pruning.task import ModelPruningTask
@@ -119,8 +111,8 @@ def compare_methods(
     target: float,
     *,
     methods: tuple[str, ...] = METHODS,
-    ppo: PPOConfig | None = None,
-    ddpg: DDPGConfig | None = None,
+    ppo: agents.PPOConfig | None = None,
+    ddpg: agents.DDPGConfig | None = None,
     random_samples: int = 100,
     finetune: TrainConfig | None = None,
     latency_batch: int = 256,
@@ -128,7 +120,7 @@ def compare_methods(
     seed: int = 0,
     recalibrate: bool = True,
     calibration_batch: int = 64,
-) -> tuple[list[MethodOutcome], dict[str, PolicySearchResult]]:
+) -> tuple[list[MethodOutcome], dict[str, agents.PolicySearchResult]]:
     """Prune ``task.model`` to ``target`` FLOPs with each method and measure the results.
 
     Args:
@@ -136,8 +128,8 @@ def compare_methods(
         split: A :class:`hpcnb.data.DigitsSplit` (train for fine-tuning, test for scores).
         target: FLOPs budget fraction.
         methods: Subset of :data:`METHODS`.
-        ppo: GNN-RL agent settings (default :class:`PPOConfig`).
-        ddpg: AMC-style agent settings (default :class:`DDPGConfig`).
+        ppo: GNN-RL agent settings (default :class:`~hpcnb.pruning.agents.PPOConfig`).
+        ddpg: AMC-style agent settings (default :class:`~hpcnb.pruning.agents.DDPGConfig`).
         random_samples: Candidates of the random search.
         finetune: The fine-tuning schedule shared by every method (default 5 epochs).
         latency_batch: Batch size of the latency measurement.
@@ -150,20 +142,20 @@ def compare_methods(
 
     Returns:
         ``(outcomes, searches)``: one :class:`MethodOutcome` per method plus the original
-        (first), and the :class:`PolicySearchResult` of each search method.
+        (first), and the :class:`~hpcnb.pruning.agents.PolicySearchResult` of each search method.
     """
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"compare_methods: unknown methods {sorted(unknown)}; known: {METHODS}")
-    ppo = ppo or PPOConfig()
-    ddpg = ddpg or DDPGConfig()
+    ppo = ppo or agents.PPOConfig()
+    ddpg = ddpg or agents.DDPGConfig()
     finetune = finetune or TrainConfig(epochs=5, lr=1e-3)
     env_config = EnvConfig(target=target)
     x_test, y_test = split.x_test, split.y_test  # type: ignore[attr-defined]
     x_train, y_train = split.x_train, split.y_train  # type: ignore[attr-defined]
     example = torch.as_tensor(np.asarray(x_test[:2])).float()
     base_flops = _flops(task.model, example)
-    searches: dict[str, PolicySearchResult] = {}
+    searches: dict[str, agents.PolicySearchResult] = {}
     pruned: dict[str, tuple[nn.Module, float, tuple[float, ...]]] = {}
     for method in methods:
         if method == "torch_pruning":
@@ -172,13 +164,13 @@ def compare_methods(
             pruned[method] = (peer.model, time.perf_counter() - start, ())
             continue
         if method == "gnnrl":
-            result = gnnrl_search(task, env_config, ppo)
+            result = agents.gnnrl_search(task, env_config, ppo)
         elif method == "uniform":
-            result = uniform_search(task, target)
+            result = agents.uniform_search(task, target)
         elif method == "random":
-            result = random_search(task, target, samples=random_samples, seed=seed)
+            result = agents.random_search(task, target, samples=random_samples, seed=seed)
         else:
-            result = amc_ddpg_search(task, env_config, ddpg)
+            result = agents.amc_ddpg_search(task, env_config, ddpg)
         searches[method] = result
         model = task.extract(result.counts, ratios=False)
         pruned[method] = (model, result.seconds, tuple(float(k) for k in result.keep))

@@ -69,10 +69,32 @@ class EpisodeRecord:
     keep: np.ndarray = field(repr=False)
 
 
-class _HistoryMixin:
-    """Keeps every finished episode and the best feasible one."""
+class _PruningEpisode:
+    """What both episodes share: the problem's groups, the FLOPs ratio, finished episodes."""
 
+    problem: PruningProblem
+    config: EnvConfig
+    sizes: np.ndarray
     history: list[EpisodeRecord]
+
+    def _bind(self, problem: PruningProblem, config: EnvConfig) -> int:
+        """Keep the problem and the settings, start an empty history; return the group count.
+
+        Raises:
+            ValueError: The problem has no prunable groups.
+        """
+        self.problem = problem
+        self.config = config
+        self.sizes = np.asarray(problem.group_sizes, dtype=np.int64)
+        self.history = []
+        if len(self.sizes) == 0:
+            raise ValueError(f"{type(self).__name__}: the problem has no prunable groups")
+        return len(self.sizes)
+
+    def flops_ratio(self, keep: np.ndarray) -> float:
+        """FLOPs of the network at keep ratios ``keep`` (rounded to channels) / original."""
+        counts = keep_counts(keep, self.sizes)
+        return self.problem.flops_model(counts / self.sizes) / self.problem.flops_model.total
 
     def _finish(self, reward: float, success: bool, flops_ratio: float, keep: np.ndarray) -> None:
         self.history.append(EpisodeRecord(reward, success, flops_ratio, keep.copy()))
@@ -83,7 +105,7 @@ class _HistoryMixin:
         return max(feasible, key=lambda e: e.reward) if feasible else None
 
 
-class PruningEnv(_HistoryMixin, gym.Env):
+class PruningEnv(_PruningEpisode, gym.Env):
     """GNN-RL pruning episode over a :class:`~hpcnb.pruning.problem.PruningProblem`.
 
     Observation: the ``Dict`` of :meth:`HierarchicalGraph.observation`. Action:
@@ -99,23 +121,12 @@ class PruningEnv(_HistoryMixin, gym.Env):
 
     def __init__(self, problem: PruningProblem, config: EnvConfig = EnvConfig()) -> None:
         super().__init__()
-        self.problem = problem
-        self.config = config
-        self.sizes = np.asarray(problem.group_sizes, dtype=np.int64)
-        g = len(self.sizes)
-        if g == 0:
-            raise ValueError("PruningEnv: the problem has no prunable groups")
+        g = self._bind(problem, config)
         self.observation_space = problem.graph.observation_space()
         self.action_space = spaces.Box(-1.0, 1.0, (g,), np.float32)
         self.budget = config.target * problem.flops_model.total
         self.keep = np.ones(g)
         self.steps = 0
-        self.history = []
-
-    def flops_ratio(self, keep: np.ndarray) -> float:
-        """FLOPs of the network at keep ratios ``keep`` (rounded to channels) / original."""
-        counts = keep_counts(keep, self.sizes)
-        return self.problem.flops_model(counts / self.sizes) / self.problem.flops_model.total
 
     def _obs(self) -> dict[str, np.ndarray]:
         return self.problem.graph.observation(self.keep, self.steps / self.config.max_steps)
@@ -156,7 +167,7 @@ class PruningEnv(_HistoryMixin, gym.Env):
         return self._obs(), 0.0, False, False, info
 
 
-class LayerwiseEnv(_HistoryMixin, gym.Env):
+class LayerwiseEnv(_PruningEpisode, gym.Env):
     """AMC-style episode: choose one group's keep ratio per step, in network order.
 
     State (7 values): step index / G, group size (log2 / 10), share of FLOPs that depend on
@@ -176,12 +187,7 @@ class LayerwiseEnv(_HistoryMixin, gym.Env):
 
     def __init__(self, problem: PruningProblem, config: EnvConfig = EnvConfig()) -> None:
         super().__init__()
-        self.problem = problem
-        self.config = config
-        self.sizes = np.asarray(problem.group_sizes, dtype=np.int64)
-        g = len(self.sizes)
-        if g == 0:
-            raise ValueError("LayerwiseEnv: the problem has no prunable groups")
+        g = self._bind(problem, config)
         fm = problem.flops_model
         share = np.zeros(g)
         for t in range(len(fm.coef)):
@@ -193,18 +199,13 @@ class LayerwiseEnv(_HistoryMixin, gym.Env):
         self.keep = np.ones(g)
         self.t = 0
         self.prev = 1.0
-        self.history = []
-
-    def _flops(self, keep: np.ndarray) -> float:
-        counts = keep_counts(keep, self.sizes)
-        return self.problem.flops_model(counts / self.sizes) / self.problem.flops_model.total
 
     def _state(self) -> np.ndarray:
         g = len(self.sizes)
         t = min(self.t, g - 1)
         rest = np.ones(g)
         rest[: t + 1] = self.keep[: t + 1]
-        removed = 1.0 - self._flops(self.keep)
+        removed = 1.0 - self.flops_ratio(self.keep)
         return np.array(
             [
                 t / g,
@@ -234,15 +235,15 @@ class LayerwiseEnv(_HistoryMixin, gym.Env):
         trial = self.keep.copy()
         trial[self.t + 1 :] = self.config.min_keep
         trial[self.t] = hi
-        if self._flops(trial) <= self.config.target:
+        if self.flops_ratio(trial) <= self.config.target:
             return hi
         trial[self.t] = lo
-        if self._flops(trial) > self.config.target:
+        if self.flops_ratio(trial) > self.config.target:
             return lo
         while hi - lo > 1e-3:
             mid = 0.5 * (lo + hi)
             trial[self.t] = mid
-            if self._flops(trial) <= self.config.target:
+            if self.flops_ratio(trial) <= self.config.target:
                 lo = mid
             else:
                 hi = mid
@@ -262,7 +263,7 @@ class LayerwiseEnv(_HistoryMixin, gym.Env):
             self.keep = project_to_budget(
                 self.problem, np.ones(len(self.sizes)), self.keep, self.config.target
             )
-        ratio = self._flops(self.keep)
+        ratio = self.flops_ratio(self.keep)
         success = ratio <= self.config.target + 1e-9
         reward = (
             float(self.problem.accuracy(keep_counts(self.keep, self.sizes)))
