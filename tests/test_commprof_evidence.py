@@ -11,7 +11,8 @@ import pytest
 
 from hpcnb import commprof
 from hpcnb.commprof import cases as C
-from hpcnb.commprof.locality import communication_distances, producing_write
+from hpcnb.commprof.locality import communication_distances, interleave, producing_write
+from hpcnb.commprof.runtime import time_variant_samples, time_variants
 from hpcnb.commprof.shadow import (
     choose_signature,
     held_out_f1,
@@ -19,6 +20,7 @@ from hpcnb.commprof.shadow import (
     signature_sweep,
     split_kernels,
 )
+from hpcnb.commprof.suite import suite_case
 from hpcnb.timing import Timing, ratios
 
 NAMES = ["a", "b", "c", "d", "e", "f", "g"]
@@ -129,29 +131,29 @@ def test_signature_slots_are_odd_and_within_budget() -> None:
 
 
 def test_interleaved_variant_samples() -> None:
-    c = commprof.suite_case("jacobi")
+    c = suite_case("jacobi")
     make = lambda: c.make(12, 4, 0)[0]  # noqa: E731
     variants = ("native", "instrumented", "exact")
-    t = commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=3,
+    t = time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=3,
                                       variants=variants)  # fmt: skip
     assert set(t) == {"native", "instrumented", "exact"}
     assert all(isinstance(v, Timing) and len(v.samples) == 3 for v in t.values())
     assert len(ratios(t["instrumented"], t["native"])) == 3
-    medians = commprof.time_variants(c.kernel, make, nthreads=4, nphases=4, repeats=1,
+    medians = time_variants(c.kernel, make, nthreads=4, nphases=4, repeats=1,
                                      variants=("native",))  # fmt: skip
     assert set(medians) == {"native"} and medians["native"] > 0
     with pytest.raises(ValueError, match="unknown variants"):
-        commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, variants=("gpu",))
+        time_variant_samples(c.kernel, make, nthreads=4, nphases=4, variants=("gpu",))
     with pytest.raises(ValueError):
-        commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=0)
+        time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=0)
     serial = ("native", "instrumented")
-    cpu = commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=2,
+    cpu = time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=2,
                                         variants=serial, clock="cpu")  # fmt: skip
     assert all(min(v.samples) >= 0 for v in cpu.values())
     with pytest.raises(ValueError, match="cpu clock"):
-        commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, clock="cpu")
+        time_variant_samples(c.kernel, make, nthreads=4, nphases=4, clock="cpu")
     with pytest.raises(ValueError, match="clock"):
-        commprof.time_variant_samples(c.kernel, make, nthreads=4, nphases=4, clock="gpu")
+        time_variant_samples(c.kernel, make, nthreads=4, nphases=4, clock="gpu")
 
 
 def test_measure_case_returns_paired_timings() -> None:
@@ -177,7 +179,7 @@ def test_count_improved_needs_the_whole_interval_above_the_threshold() -> None:
 def test_producing_write_is_the_write_the_distance_starts_from() -> None:
     p, ok = commprof.profile_case("jacobi", 5, 2)
     assert ok
-    tr = commprof.interleave(p.trace, 1)
+    tr = interleave(p.trace, 1)
     p.trace = tr
     for j, *_rest, d_all, _dp, _dc in communication_distances(p).tolist():
         i = producing_write(tr, j)
