@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -147,24 +147,61 @@ def train_model(
         progress: Show a tqdm bar (``None``: :func:`~hpcnb.progress.show_progress`
             decides: on in an interactive frontend, off under papermill and in tests).
     """
+    out = _adam_epochs(
+        model,
+        len(x),
+        lambda idx: F.cross_entropy(model(x[idx]), y[idx]),
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        desc="pretrain",
+        progress=progress,
+    )
+    model.eval()
+    return out
+
+
+def _adam_epochs(
+    model: nn.Module,
+    n: int,
+    loss_of: Callable[[np.ndarray], torch.Tensor],
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    desc: str,
+    progress: bool | None,
+    after_epoch: Callable[[], None] | None = None,
+) -> list[float]:
+    """Train ``model`` (train mode) with Adam and a cosine-annealed rate over ``n`` items.
+
+    ``loss_of(idx)`` is the loss of one batch of item indices. Seeds torch and the batch
+    order with ``seed``; calls ``after_epoch()`` after every epoch.
+
+    Returns:
+        The mean loss of each epoch.
+    """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    steps_per_epoch = max(1, n // batch_size)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    steps_per_epoch = max(1, len(x) // batch_size)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
-    model.train()
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
     out: list[float] = []
-    for _ in tqdm(range(epochs), disable=not show_progress(progress), desc="pretrain"):
+    for _ in tqdm(range(epochs), disable=not show_progress(progress), desc=desc):
+        model.train()
         total = 0.0
-        for idx in batches(len(x), batch_size, rng, steps_per_epoch):
+        for idx in batches(n, batch_size, rng, steps_per_epoch):
+            loss = loss_of(idx)
             opt.zero_grad()
-            loss = F.cross_entropy(model(x[idx]), y[idx])
             loss.backward()
             opt.step()
             sched.step()
             total += float(loss.detach())
         out.append(total / steps_per_epoch)
-    model.eval()
+        if after_epoch is not None:
+            after_epoch()
     return out
 
 
@@ -310,41 +347,43 @@ def finetune_subnet(
         )
     if (x_val is None) != (y_val is None):
         raise ValueError("finetune_subnet: give both x_val and y_val, or neither")
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
     teacher.eval()
-    steps_per_epoch = max(1, len(x) // batch_size)
-    opt = torch.optim.Adam(subnet.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs * steps_per_epoch))
     best_acc = (
         top1_accuracy(subnet, x_val, y_val) if x_val is not None and y_val is not None else None
     )
     best_state = copy.deepcopy(subnet.state_dict()) if best_acc is not None else None
-    out: list[float] = []
-    for _ in tqdm(range(epochs), disable=not show_progress(progress), desc="fine-tune"):
-        subnet.train()
-        total = 0.0
-        for idx in batches(len(x), batch_size, rng, steps_per_epoch):
-            with torch.no_grad():
-                soft = F.log_softmax(teacher(x[idx]) / temperature, dim=-1)
-            logits = subnet(x[idx])
-            kd = F.kl_div(
-                F.log_softmax(logits / temperature, dim=-1),
-                soft,
-                log_target=True,
-                reduction="batchmean",
-            )
-            loss = alpha * temperature**2 * kd + (1 - alpha) * F.cross_entropy(logits, y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-            total += float(loss.detach())
-        out.append(total / steps_per_epoch)
+
+    def loss_of(idx: np.ndarray) -> torch.Tensor:
+        with torch.no_grad():
+            soft = F.log_softmax(teacher(x[idx]) / temperature, dim=-1)
+        logits = subnet(x[idx])
+        kd = F.kl_div(
+            F.log_softmax(logits / temperature, dim=-1),
+            soft,
+            log_target=True,
+            reduction="batchmean",
+        )
+        return alpha * temperature**2 * kd + (1 - alpha) * F.cross_entropy(logits, y[idx])
+
+    def keep_best() -> None:
+        nonlocal best_acc, best_state
         if best_acc is not None and x_val is not None and y_val is not None:
             acc = top1_accuracy(subnet, x_val, y_val)
             if acc >= best_acc:
                 best_acc, best_state = acc, copy.deepcopy(subnet.state_dict())
+
+    out = _adam_epochs(
+        subnet,
+        len(x),
+        loss_of,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        desc="fine-tune",
+        progress=progress,
+        after_epoch=keep_best,
+    )
     if best_state is not None:
         subnet.load_state_dict(best_state)
     subnet.eval()
