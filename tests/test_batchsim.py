@@ -155,12 +155,29 @@ def test_metrics_hand_computed():
     assert m["utilization"] == pytest.approx(busy / (4 * 35))
 
 
-class Oversubscriber(Scheduler):
-    name = "bad"
+class StartAll(Scheduler):
+    """Start every waiting job at its size without checking, then act on running jobs."""
+
+    name = "start-all"
 
     def schedule(self, view: SchedulerView, reasons) -> None:
         for rec in list(view.queue):
             view.start(rec)
+        self.then(view)
+
+    def then(self, view: SchedulerView) -> None:
+        """Act on the running jobs after the starts (nothing here)."""
+
+
+class LargestFirst(Scheduler):
+    """Start the largest waiting jobs that fit first (a user policy)."""
+
+    name = "largest-first"
+
+    def schedule(self, view, reasons):
+        for rec in sorted(view.queue, key=lambda r: -r.job.num_nodes):
+            if rec.job.num_nodes <= view.free_nodes:
+                view.start(rec)
 
 
 class Idle(Scheduler):
@@ -172,7 +189,7 @@ class Idle(Scheduler):
 
 def test_scheduler_errors_are_caught():
     with pytest.raises(SchedulerError, match="nodes free"):
-        simulate(SMALL, Platform(4), Oversubscriber(), compiled=False)
+        simulate(SMALL, Platform(4), StartAll(), compiled=False)
     with pytest.raises(SimulationError, match="still waiting"):
         simulate(SMALL, Platform(4), Idle())
     with pytest.raises(ValueError, match="machine has 2"):
@@ -192,25 +209,13 @@ def test_periodic_invocations_and_reasons():
 
 
 def test_user_scheduler_subclass():
-    class LargestFirst(Scheduler):
-        name = "largest"
-
-        def schedule(self, view, reasons):
-            for rec in sorted(view.queue, key=lambda r: -r.job.num_nodes):
-                if rec.job.num_nodes <= view.free_nodes:
-                    view.start(rec)
-
     jobs = [rigid(1, 0, 1, 5), rigid(2, 0, 3, 5), rigid(3, 0, 2, 5)]
     assert starts(run(jobs, LargestFirst(), nodes=4)) == {2: 0, 1: 0, 3: 5}
 
 
 def test_rigid_resize_rejected():
-    class Resizer(Scheduler):
-        name = "resizer"
-
-        def schedule(self, view, reasons):
-            for rec in list(view.queue):
-                view.start(rec)
+    class Resizer(StartAll):
+        def then(self, view):
             for rec in view.running:
                 view.resize(rec, 1)
 
@@ -295,12 +300,8 @@ def test_pfs_bandwidth_is_shared_between_concurrent_transfers():
 
 
 def test_killed_transfer_frees_its_bandwidth_share():
-    class KillFirstAtHalf(Scheduler):
-        name = "kill"
-
-        def schedule(self, view, reasons):
-            for rec in list(view.queue):
-                view.start(rec)
+    class KillFirstAtHalf(StartAll):
+        def then(self, view):
             if view.time == 0.5:
                 view.kill(next(r for r in view.running if r.id == 1))
 
@@ -364,3 +365,61 @@ def test_package_face_is_narrow_and_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_user_scheduler_registered_by_name_runs_like_a_builtin(tmp_path, capsys):
+    import functools
+    import json
+
+    from hpcnb.batchsim.experiments import policy_sweep
+    from hpcnb.batchsim.policies import (
+        SCHEDULERS,
+        SchedulerRegistryError,
+        register_scheduler,
+        unregister_scheduler,
+    )
+    from hpcnb.batchsim.swf import write_swf
+    from hpcnb.cli import main
+
+    register_scheduler("largest-first", LargestFirst)
+    try:
+        assert isinstance(make_scheduler("Largest-First"), LargestFirst)
+        # the CLI and the experiment drivers look it up exactly as they do the built-ins
+        assert main(["batchsim", "schedulers"]) == 0
+        assert "largest-first  Start the largest" in capsys.readouterr().out
+        trace = write_swf(lublin_feitelson(60, 16, seed=2), tmp_path / "w.swf")
+        out = tmp_path / "out"
+        assert main(["batchsim", "simulate", str(trace), "--scheduler", "largest-first",
+                        "--out", str(out)]) == 0  # fmt: skip
+        assert json.loads((out / "metrics.json").read_text())["scheduler"] == "largest-first"
+        table, _ = policy_sweep(lublin_feitelson(60, 16, seed=2), 16, ("largest-first", "fcfs"),
+                                (0.0,))  # fmt: skip
+        assert list(table["scheduler"]) == ["largest-first", "fcfs"]
+        assert table["mean_wait"].iloc[0] != table["mean_wait"].iloc[1]
+        with pytest.raises(SchedulerRegistryError, match=r"taken.*replace=True"):
+            register_scheduler("largest-first", LargestFirst)
+        register_scheduler("largest-first", functools.partial(MalleableEasy, 0.5), replace=True)
+        assert make_scheduler("largest-first").gain == 0.5
+    finally:
+        unregister_scheduler("largest-first")
+    assert "largest-first" not in SCHEDULERS
+    with pytest.raises(SchedulerRegistryError, match="taken"):
+        register_scheduler("fcfs", LargestFirst)
+    with pytest.raises(SchedulerRegistryError, match="not a subclass"):
+        register_scheduler("int", int)
+    with pytest.raises(SchedulerRegistryError, match="not an instance"):
+        register_scheduler("one", FCFS())
+    with pytest.raises(SchedulerRegistryError, match="lower-case"):
+        register_scheduler("My Policy", FCFS)
+    with pytest.raises(SchedulerRegistryError, match="unknown scheduler 'nope'"):
+        make_scheduler("nope")
+    register_scheduler("broken", lambda: "fcfs")
+    try:
+        with pytest.raises(SchedulerRegistryError, match="returned a str, not a Scheduler"):
+            make_scheduler("broken")
+    finally:
+        unregister_scheduler("broken")
+    with pytest.raises(SchedulerRegistryError, match="no such scheduler"):
+        unregister_scheduler("broken")
+    with pytest.raises(TypeError):
+        SCHEDULERS["x"] = FCFS  # read-only: register_scheduler is the way in

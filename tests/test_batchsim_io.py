@@ -23,7 +23,7 @@ from hpcnb.batchsim import (
 from hpcnb.batchsim.cli import register
 from hpcnb.batchsim.dl import scaling_validation
 from hpcnb.batchsim.expressions import ExpressionError, evaluate, parse_expression
-from hpcnb.batchsim.platform import read_platform_xml
+from hpcnb.batchsim.platform import read_platform_xml, simgrid_platform_xml
 from hpcnb.batchsim.policies import MalleableEasy
 from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling
 from hpcnb.batchsim.simulation import JOB_STATISTICS_COLUMNS
@@ -122,13 +122,7 @@ def test_expression_runtime_errors_name_position():
         evaluate("1 / (x - 1)", {"x": 1})
 
 
-PLATFORM_XML = """<?xml version='1.0'?>
-<platform version="4.1"><zone id="z" routing="Full">
-<cluster id="C" prefix="n" radical="0-3,8" suffix="" speed="2Gf" bw="8Gbps" lat="10us"/>
-<link id="PFS_read" bandwidth="4GBps" latency="1ms"/>
-<link id="PFS_write" bandwidth="2GBps" latency="1ms"/>
-</zone></platform>
-"""
+PLATFORM_XML = simgrid_platform_xml("0-3,8", "2Gf", "8Gbps", "10us", "4GBps", "2GBps", "1ms")
 
 APP_MODEL = {
     "on_init": {"tasks": [{"type": "idle", "delay": "init"}]},
@@ -446,69 +440,3 @@ def test_mape_interval_stratified_bootstrap():
     assert mape_interval({"b": b}) == (0.0, 0.0, 0.0, 2)
     with pytest.raises(ValueError, match="no tested"):
         mape_interval({})
-
-
-def test_user_scheduler_registered_by_name_runs_like_a_builtin(tmp_path, capsys):
-    import functools
-
-    from hpcnb.batchsim.experiments import policy_sweep
-    from hpcnb.batchsim.policies import (
-        SCHEDULERS,
-        SchedulerRegistryError,
-        register_scheduler,
-        unregister_scheduler,
-    )
-    from hpcnb.batchsim.scheduler import Scheduler
-
-    class LargestFirst(Scheduler):
-        """Start the largest waiting jobs first (a user policy)."""
-
-        name = "largest-first"
-
-        def schedule(self, view, reasons):
-            for rec in sorted(view.queue, key=lambda r: -r.job.num_nodes):
-                if rec.job.num_nodes <= view.free_nodes:
-                    view.start(rec)
-
-    register_scheduler("largest-first", LargestFirst)
-    try:
-        assert isinstance(make_scheduler("Largest-First"), LargestFirst)
-        # the CLI and the experiment drivers look it up exactly as they do the built-ins
-        assert run_cli(["batchsim", "schedulers"]) == 0
-        assert "largest-first  Start the largest" in capsys.readouterr().out
-        trace = write_swf(lublin_feitelson(60, 16, seed=2), tmp_path / "w.swf")
-        out = tmp_path / "out"
-        assert run_cli(["batchsim", "simulate", str(trace), "--scheduler", "largest-first",
-                        "--out", str(out)]) == 0  # fmt: skip
-        assert json.loads((out / "metrics.json").read_text())["scheduler"] == "largest-first"
-        table, _ = policy_sweep(lublin_feitelson(60, 16, seed=2), 16, ("largest-first", "fcfs"),
-                                (0.0,))  # fmt: skip
-        assert list(table["scheduler"]) == ["largest-first", "fcfs"]
-        assert table["mean_wait"].iloc[0] != table["mean_wait"].iloc[1]
-        with pytest.raises(SchedulerRegistryError, match=r"taken.*replace=True"):
-            register_scheduler("largest-first", LargestFirst)
-        register_scheduler("largest-first", functools.partial(MalleableEasy, 0.5), replace=True)
-        assert make_scheduler("largest-first").gain == 0.5
-    finally:
-        unregister_scheduler("largest-first")
-    assert "largest-first" not in SCHEDULERS
-    with pytest.raises(SchedulerRegistryError, match="taken"):
-        register_scheduler("fcfs", LargestFirst)
-    with pytest.raises(SchedulerRegistryError, match="not a subclass"):
-        register_scheduler("int", int)
-    with pytest.raises(SchedulerRegistryError, match="not an instance"):
-        register_scheduler("one", FCFS())
-    with pytest.raises(SchedulerRegistryError, match="lower-case"):
-        register_scheduler("My Policy", FCFS)
-    with pytest.raises(SchedulerRegistryError, match="unknown scheduler 'nope'"):
-        make_scheduler("nope")
-    register_scheduler("broken", lambda: "fcfs")
-    try:
-        with pytest.raises(SchedulerRegistryError, match="returned a str, not a Scheduler"):
-            make_scheduler("broken")
-    finally:
-        unregister_scheduler("broken")
-    with pytest.raises(SchedulerRegistryError, match="no such scheduler"):
-        unregister_scheduler("broken")
-    with pytest.raises(TypeError):
-        SCHEDULERS["x"] = FCFS  # read-only: register_scheduler is the way in

@@ -19,7 +19,7 @@ import pandas as pd
 
 from hpcnb.batchsim.dl import STEP_EXPRESSION, StepTimeModel, read_dl_tables
 from hpcnb.batchsim.jobs import Job
-from hpcnb.batchsim.platform import Platform
+from hpcnb.batchsim.platform import Platform, simgrid_platform_xml
 from hpcnb.batchsim.policies import make_scheduler
 from hpcnb.batchsim.scheduler import Scheduler
 from hpcnb.batchsim.simulation import SimulationResult, check_invariants, simulate
@@ -110,7 +110,7 @@ def load_dl_tables(seed: int = 0) -> LoadedData:
     """Read the measured step-time tables of every model in ``dl/``, or a synthetic one.
 
     Returns:
-        ``{model name: table}`` (see :func:`~hpcnb.batchsim.read_dl_tables`); without
+        ``{model name: table}`` (see :func:`~hpcnb.batchsim.dl.read_dl_tables`); without
         the data, one table ``"synthetic"`` from :func:`synthetic_dl_table`.
     """
     name = "Pollux measured step times"
@@ -247,7 +247,7 @@ def malleability_gains(
 
     For every scheduler the all-rigid trace is simulated once; then, for each seed, a
     different seeded ``fraction`` of its multi-node jobs becomes malleable
-    (:class:`~hpcnb.batchsim.MalleablePolicy`) and is simulated again. The gain is
+    (:class:`~hpcnb.batchsim.workloads.MalleablePolicy`) and is simulated again. The gain is
     ``rigid mean turnaround / malleable mean turnaround`` (> 1: malleability helps).
     The seeds are the repetitions behind an interval of the gain (which jobs are
     malleable changes the schedule); every simulation passes the invariant check.
@@ -310,14 +310,6 @@ _SYNTHETIC_MODEL = {
             {"type": "pfs_write", "bytes": "checkpoint_size", "pattern": "all_ranks"}]}],
 }  # fmt: skip
 
-_SYNTHETIC_PLATFORM = """<?xml version='1.0'?>
-<platform version="4.1"><zone id="Z" routing="Full">
-<cluster id="Crossbar" prefix="n" radical="0-127" suffix="" speed="100Gf" bw="100Gbps" lat="50us"/>
-<link id="PFS_read" bandwidth="80GBps" latency="500us"/>
-<link id="PFS_write" bandwidth="50GBps" latency="500us"/>
-</zone></platform>
-"""
-
 
 def write_synthetic_elastisim_project(folder: str | Path, num_jobs: int = 500,
                                       seed: int = 0) -> Path:  # fmt: skip
@@ -350,7 +342,10 @@ def write_synthetic_elastisim_project(folder: str | Path, num_jobs: int = 500,
         jobs.append(job)
     (folder / "jobs.json").write_text(json.dumps({"jobs": jobs}, indent=1), encoding="utf-8")
     (folder / "application_model.json").write_text(json.dumps(_SYNTHETIC_MODEL, indent=1))
-    (folder / "crossbar.xml").write_text(_SYNTHETIC_PLATFORM, encoding="utf-8")
+    platform = simgrid_platform_xml(
+        "0-127", "100Gf", "100Gbps", "50us", "80GBps", "50GBps", "500us"
+    )
+    (folder / "crossbar.xml").write_text(platform, encoding="utf-8")
     config = {"platform_file": "crossbar.xml", "scheduling_interval": 0}
     (folder / "configuration.json").write_text(json.dumps(config), encoding="utf-8")
     return folder / "jobs.json"

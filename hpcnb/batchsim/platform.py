@@ -43,6 +43,7 @@ __all__ = [
     "nominal_duration",
     "parse_quantity",
     "read_platform_xml",
+    "simgrid_platform_xml",
 ]
 
 COMMUNICATION_PATTERNS = (
@@ -221,6 +222,52 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
         if link.get("latency"):
             kwargs["pfs_latency"] = parse_quantity(link.get("latency", ""), "time", lwhere)
     return Platform(**kwargs)  # type: ignore[arg-type]
+
+
+def simgrid_platform_xml(
+    radical: str,
+    speed: str,
+    bw: str,
+    lat: str,
+    pfs_read: str,
+    pfs_write: str,
+    pfs_latency: str,
+) -> str:
+    """Return a SimGrid platform document of the subset :func:`read_platform_xml` reads.
+
+    One full-routing zone with one ``<cluster>`` of compute nodes and the ``PFS_read`` /
+    ``PFS_write`` links. Quantities are SimGrid strings, written as given.
+
+    Args:
+        radical: Node numbers of the cluster (``"0-127"``, ``"0-3,8"``).
+        speed: Node speed (``"100Gf"``).
+        bw: Bandwidth of a node's link (``"100Gbps"``).
+        lat: Latency of a message (``"50us"``).
+        pfs_read: PFS read bandwidth (``"80GBps"``).
+        pfs_write: PFS write bandwidth (``"50GBps"``).
+        pfs_latency: Latency of a PFS request (``"500us"``).
+
+    Example:
+        >>> text = simgrid_platform_xml("0-3", "2Gf", "8Gbps", "10us", "4GBps", "2GBps", "1ms")
+        >>> text.splitlines()[2]
+        '<cluster id="C" prefix="n" radical="0-3" suffix="" speed="2Gf" bw="8Gbps" lat="10us"/>'
+    """
+    cluster = (
+        f'<cluster id="C" prefix="n" radical="{radical}" suffix="" speed="{speed}" '
+        f'bw="{bw}" lat="{lat}"/>'
+    )
+    links = [
+        f'<link id="PFS_{kind}" bandwidth="{bandwidth}" latency="{pfs_latency}"/>'
+        for kind, bandwidth in (("read", pfs_read), ("write", pfs_write))
+    ]
+    lines = [
+        "<?xml version='1.0'?>",
+        '<platform version="4.1"><zone id="z" routing="Full">',
+        cluster,
+        *links,
+        "</zone></platform>",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 Segment = tuple[str, float]

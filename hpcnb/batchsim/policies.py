@@ -61,7 +61,18 @@ __all__ = [
 
 
 def _pending_release(view: SchedulerView) -> int:
+    """Nodes of shrinks ordered but not yet in effect."""
     return sum(r.nodes - r.target for r in view.running)
+
+
+def _headroom(recs: list[JobRecord]) -> int:
+    """Nodes the jobs could give up by shrinking to their minimum sizes."""
+    return sum(r.target - r.job.num_nodes_min for r in recs)
+
+
+def _reclaimable(view: SchedulerView) -> int:
+    """Nodes that shrinking the running resizable jobs could free, pending shrinks included."""
+    return _pending_release(view) + _headroom([r for r in view.running if r.type.resizable])
 
 
 def shrink_to_admit(view: SchedulerView, need: int, victims: list[JobRecord]) -> bool:
@@ -77,8 +88,7 @@ def shrink_to_admit(view: SchedulerView, need: int, victims: list[JobRecord]) ->
     gap = need - view.free_nodes - _pending_release(view)
     if gap <= 0:
         return True
-    headroom = sum(r.target - r.job.num_nodes_min for r in victims)
-    if headroom < gap:
+    if _headroom(victims) < gap:
         return False
     for rec in victims:
         take = min(gap, rec.target - rec.job.num_nodes_min)
@@ -122,9 +132,7 @@ class SRTF(Scheduler):
             self.grant_evolving_requests(view)
         order = sorted((view.requested_time(r), i, r) for i, r in enumerate(view.queue))
         remaining = {r.id: view.remaining_time(r) for r in view.running if r.type.resizable}
-        reclaim = _pending_release(view) + sum(
-            r.target - r.job.num_nodes_min for r in view.running if r.type.resizable
-        )
+        reclaim = _reclaimable(view)
         for mine, _, rec in order:
             size = self.start_size(view, rec)
             if size is None:
@@ -140,9 +148,7 @@ class SRTF(Scheduler):
                 view.start(rec, size)
                 if rec.type.resizable:
                     remaining[rec.id] = view.remaining_time(rec)
-                reclaim = _pending_release(view) + sum(
-                    r.target - r.job.num_nodes_min for r in view.running if r.type.resizable
-                )
+                reclaim = _reclaimable(view)
         if not view.queue and view.free_nodes > 0:
             growable = [r for r in view.running if r.type.resizable]
             growable.sort(key=lambda r: (not r.at_point, view.remaining_time(r)))

@@ -191,9 +191,8 @@ def _rigid_kernel(jobs: Sequence[Job], scheduler: Scheduler, interval: float) ->
     kernel = _RIGID_KERNELS.get(type(scheduler))
     if kernel is None or interval > 0:
         return None
-    if all(j.type is JobType.RIGID and type(j.work) is FixedWork for j in jobs):
-        return kernel
-    return None
+    rigid = all(j.type is JobType.RIGID and type(j.work) is FixedWork for j in jobs)
+    return kernel if rigid else None
 
 
 def simulate(
