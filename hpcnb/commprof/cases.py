@@ -7,8 +7,6 @@ a schedule change, tiling, or a data-layout change.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -16,7 +14,7 @@ import numpy as np
 
 import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel, kernel, prange
-from hpcnb.commprof.runtime import Schedule, run_native
+from hpcnb.commprof.runtime import Schedule, run_native, time_with_fresh_inputs
 from hpcnb.records import median_interval
 from hpcnb.timing import Timing
 
@@ -28,7 +26,6 @@ __all__ = [
     "clean_scale",
     "count_improved",
     "measure_case",
-    "nw_tiles",
     "soa_update",
     "sum_private",
     "sum_shared",
@@ -57,29 +54,6 @@ def sum_private(tid, nthreads, phase, x, acc):
     for i in prange(x.shape[0]):
         s += x[i] * x[i]
     acc[tid] = s
-
-
-@kernel
-def nw_tiles(tid, nthreads, phase, score, s1, s2, penalty, ncb):
-    n = score.shape[0] - 1
-    m = score.shape[1] - 1
-    cb = phase - tid
-    if cb >= 0 and cb < ncb:
-        r0 = 1 + (n * tid) // nthreads
-        r1 = 1 + (n * (tid + 1)) // nthreads
-        c0 = 1 + (m * cb) // ncb
-        c1 = 1 + (m * (cb + 1)) // ncb
-        for i in range(r0, r1):
-            for j in range(c0, c1):
-                sim = 1 if s1[i - 1] == s2[j - 1] else -1
-                best = score[i - 1, j - 1] + sim
-                up = score[i - 1, j] - penalty
-                left = score[i, j - 1] - penalty
-                if up > best:
-                    best = up
-                if left > best:
-                    best = left
-                score[i, j] = best
 
 
 @kernel
@@ -187,7 +161,8 @@ CASE_STUDIES: dict[str, CaseStudy] = {
         CaseStudy("jacobi", "schedule", Variant(K.jacobi, _jacobi, Schedule("cyclic", 1)),
                   Variant(K.jacobi, _jacobi, Schedule("static")),
                   "static row blocks instead of cyclic rows"),
-        CaseStudy("wavefront", "tiling", Variant(nw_tiles, _nw(1)), Variant(nw_tiles, _nw(3)),
+        CaseStudy("wavefront", "tiling", Variant(K.needleman_wunsch, _nw(1)),
+                  Variant(K.needleman_wunsch, _nw(3)),
                   "3 column tiles per thread instead of 1"),
         CaseStudy("particles", "layout", Variant(aos_update, _aos), Variant(soa_update, _soa),
                   "structure of arrays instead of array of structures"),
@@ -201,7 +176,8 @@ def measure_case(
     """Wall times of the native parallel (``prange``) kernel before and after the fix.
 
     The variants alternate (before, after, before, ...) on fresh inputs after ``warmup``
-    untimed rounds, as :func:`hpcnb.timing.compare` does; input creation is not timed.
+    untimed rounds (:func:`hpcnb.commprof.runtime.time_with_fresh_inputs`), as
+    :func:`hpcnb.timing.compare` does; input creation is not timed.
     ``hpcnb.timing.ratios(before, after)`` gives the per-round speedups.
 
     Returns:
@@ -210,19 +186,19 @@ def measure_case(
     Raises:
         ValueError: ``repeats`` < 1 or ``warmup`` < 0.
     """
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    for r in range(warmup + repeats):
-        for label, v in (("before", cs.before), ("after", cs.after)):
-            args, nphases = v.make(size, nthreads, seed)
-            t0 = time.perf_counter()
+
+    def timed(v: Variant) -> tuple[Callable[[], tuple[Args, int]], Callable[..., None]]:
+        def run(inputs: tuple[Args, int]) -> None:
+            args, nphases = inputs
             run_native(v.kernel, args, nthreads=nthreads, nphases=nphases, schedule=v.schedule,
                        parallel=True)  # fmt: skip
-            if r >= warmup:
-                times[label].append(time.perf_counter() - t0)
-    before, after = (Timing(statistics.median(ts), min(ts), tuple(ts)) for ts in times.values())
-    return before, after, before.median / after.median
+
+        return (lambda: v.make(size, nthreads, seed)), run
+
+    t = time_with_fresh_inputs(
+        {"before": timed(cs.before), "after": timed(cs.after)}, repeats=repeats, warmup=warmup
+    )
+    return t["before"], t["after"], t["before"].median / t["after"].median
 
 
 def count_improved(

@@ -104,15 +104,16 @@ def kmeans(tid, nthreads, phase, x, cent, psum, pcnt, label):
 
 
 @kernel
-def needleman_wunsch(tid, nthreads, phase, score, s1, s2, penalty):
+def needleman_wunsch(tid, nthreads, phase, score, s1, s2, penalty, ncb):
+    # Thread tid owns a block of rows, cut into ncb column tiles; tile cb runs in phase tid + cb.
     n = score.shape[0] - 1
     m = score.shape[1] - 1
     cb = phase - tid
-    if cb >= 0 and cb < nthreads:
+    if cb >= 0 and cb < ncb:
         r0 = 1 + (n * tid) // nthreads
         r1 = 1 + (n * (tid + 1)) // nthreads
-        c0 = 1 + (m * cb) // nthreads
-        c1 = 1 + (m * (cb + 1)) // nthreads
+        c0 = 1 + (m * cb) // ncb
+        c1 = 1 + (m * (cb + 1)) // ncb
         for i in range(r0, r1):
             for j in range(c0, c1):
                 sim = 1 if s1[i - 1] == s2[j - 1] else -1

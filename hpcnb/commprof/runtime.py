@@ -17,10 +17,10 @@ bytes and ``read_slots`` last-reader bytes, indexed by a hash of the byte addres
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +39,7 @@ __all__ = [
     "signature_bytes",
     "time_variant_samples",
     "time_variants",
+    "time_with_fresh_inputs",
 ]
 
 #: Bytes of exact shadow memory per array element (int8 writer + uint64 reader mask).
@@ -326,6 +327,47 @@ def run_native(
         mod.drive_native(nthreads, nphases, _order(nthreads, nphases, "ascending", 0), sched, *vals)
 
 
+def time_with_fresh_inputs(
+    runs: Mapping[str, tuple[Callable[[], Any], Callable[[Any], object]]],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Timing]:
+    """Time callables in interleaved rounds, each call on inputs made just before it.
+
+    Every round calls each ``run(make())`` once, in the order given; only ``run`` is timed,
+    so input creation is not, and a kernel that changes its inputs in place starts from the
+    same state every time. A drift in machine load affects all of them alike; pair the
+    rounds with :func:`hpcnb.timing.ratios`. (:func:`hpcnb.timing.interleaved` times
+    argument-free callables; this is the same scheme with an untimed set-up per call.)
+
+    Args:
+        runs: Name -> ``(make, run)``: ``make()`` returns fresh inputs, ``run(inputs)`` is
+            what is timed.
+        repeats: Timed rounds.
+        warmup: Untimed rounds first (compilation, caches).
+        clock: The clock, e.g. :func:`time.perf_counter` or :func:`time.thread_time`.
+
+    Returns:
+        ``{name: Timing}`` with ``repeats`` samples each.
+
+    Raises:
+        ValueError: ``repeats`` < 1 or ``warmup`` < 0.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(warmup + repeats):
+        for name, (make, run) in runs.items():
+            inputs = make()
+            t0 = clock()
+            run(inputs)
+            if r >= warmup:
+                times[name].append(clock() - t0)
+    return {name: Timing.of(ts) for name, ts in times.items()}
+
+
 def time_variant_samples(
     k: Kernel,
     make_args: object,
@@ -342,9 +384,9 @@ def time_variant_samples(
     """Wall times of native serial, native parallel and instrumented runs, interleaved.
 
     Every round runs each variant once, in the order given, on fresh arguments (argument
-    creation is not timed), so a drift in machine load affects all variants alike; pair
-    the rounds with :func:`hpcnb.timing.ratios` (e.g. ``ratios(t["instrumented"],
-    t["native"])`` are per-round overheads).
+    creation is not timed, :func:`time_with_fresh_inputs`), so a drift in machine load
+    affects all variants alike; pair the rounds with :func:`hpcnb.timing.ratios` (e.g.
+    ``ratios(t["instrumented"], t["native"])`` are per-round overheads).
 
     Args:
         k: The kernel.
@@ -381,7 +423,6 @@ def time_variant_samples(
         raise ValueError(f"clock {clock!r}: expected one of {sorted(clocks)}")
     if clock == "cpu" and "parallel" in variants:
         raise ValueError("the cpu clock counts the calling thread only; time parallel with wall")
-    now = clocks[clock]
     runs = {
         "native": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
                                        schedule=schedule),
@@ -395,35 +436,25 @@ def time_variant_samples(
     unknown = set(variants) - set(runs)
     if unknown:
         raise ValueError(f"unknown variants {sorted(unknown)}; expected some of {sorted(runs)}")
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for r in range(warmup + repeats):
-        for name in variants:
-            a = make_args()
-            t0 = now()
-            runs[name](a)
-            if r >= warmup:
-                times[name].append(now() - t0)
-    return {name: Timing(statistics.median(ts), min(ts), tuple(ts)) for name, ts in times.items()}
+    return time_with_fresh_inputs(
+        {name: (make_args, runs[name]) for name in variants},
+        repeats=repeats,
+        warmup=warmup,
+        clock=clocks[clock],
+    )
 
 
-def time_variants(
-    k: Kernel,
-    make_args: object,
-    *,
-    nthreads: int,
-    nphases: int,
-    schedule: Schedule | None = None,
-    memory: MemoryConfig | None = None,
-    repeats: int = 5,
-    variants: tuple[str, ...] = ("native", "parallel", "instrumented"),
-) -> dict[str, float]:
+def time_variants(k: Kernel, make_args: object, **options: Any) -> dict[str, float]:
     """Median wall times (s) of the variants of :func:`time_variant_samples` (interleaved).
+
+    Args:
+        k: The kernel.
+        make_args: Callable returning fresh arguments for one run.
+        **options: Keyword arguments of :func:`time_variant_samples` (``nthreads`` and
+            ``nphases`` are required).
 
     Returns:
         ``{variant: median seconds}``.
     """
-    t = time_variant_samples(
-        k, make_args, nthreads=nthreads, nphases=nphases, schedule=schedule, memory=memory,
-        repeats=repeats, variants=variants,
-    )  # fmt: skip
+    t = time_variant_samples(k, make_args, **options)
     return {name: timing.median for name, timing in t.items()}

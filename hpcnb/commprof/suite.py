@@ -9,7 +9,7 @@ kernel                    decomposition                                ground tr
 jacobi                    row blocks, 5-point stencil, ping-pong       nearest-neighbour
 hotspot                   2-D tiles (px × T/px), 5-point, clamped      nearest-neighbour
 kmeans                    point blocks; master 0 reduces and updates   broadcast (master–worker)
-needleman_wunsch          row blocks × column blocks, anti-diagonals   pipeline (wavefront)
+needleman_wunsch          row blocks × T column tiles, anti-diagonals  pipeline (wavefront)
 lu                        rows dealt cyclically, pivot row per phase   all-to-all
 bfs                       vertex blocks, pull-based level-synchronous  all-to-all
 fft                       radix-2 DIF, index blocks, ping-pong         butterfly
@@ -86,7 +86,7 @@ def _nw(n: int, T: int, seed: int) -> tuple[Args, int]:
     score = np.zeros((n + 1, n + 1), np.int64)
     score[0, :] = -np.arange(n + 1)
     score[:, 0] = -np.arange(n + 1)
-    return [score, rng.integers(0, 4, n), rng.integers(0, 4, n), 1], 2 * T - 1
+    return [score, rng.integers(0, 4, n), rng.integers(0, 4, n), 1, T], 2 * T - 1
 
 
 def _lu(n: int, T: int, seed: int) -> tuple[Args, int]:

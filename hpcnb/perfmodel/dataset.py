@@ -29,17 +29,11 @@ from hpcnb.perfmodel.estimator import Measurement
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
 from hpcnb.perfmodel.timing import TimingConfig, time_inference, time_training
 
+#: Format of the cache file; a file of another format is measured afresh.
 CACHE_VERSION = 2
 FAMILIES = ("resnet", "vgg", "mobilenet_v2", "shufflenet", "densenet")
 
-__all__ = [
-    "CACHE_VERSION",
-    "FAMILIES",
-    "GridConfig",
-    "build_network",
-    "cache_file",
-    "collect_dataset",
-]
+__all__ = ["FAMILIES", "GridConfig", "build_network", "cache_file", "collect_dataset"]
 
 
 def _scale(channels: int, width: float, multiple: int = 1) -> int:
