@@ -14,25 +14,21 @@ import torch.nn.functional as F
 from hpcnb.winograd import (
     WinogradConfig,
     WisdomWarning,
-    accurate_points,
     autotune,
     check_tensor_identity,
-    conv2d_direct,
-    conv2d_im2col,
     conv2d_winograd,
     cook_toom,
-    cpu_source,
-    cuda_source,
-    direct_fp64,
-    error_bound,
-    op_count_row,
     prove_equivalence,
     relative_error,
     transform_programs,
-    validate_in_simulator,
     winograd_reference,
 )
-from hpcnb.winograd.codegen import input_body
+from hpcnb.winograd.codegen import cpu_source, cuda_source, input_body
+from hpcnb.winograd.conv import conv2d_direct, conv2d_im2col
+from hpcnb.winograd.cuda import validate_in_simulator
+from hpcnb.winograd.numerics import direct_fp64
+from hpcnb.winograd.opcount import op_count_row
+from hpcnb.winograd.transforms import accurate_points, error_bound
 from hpcnb.winograd.wisdom import lookup_wisdom
 
 TABLE_CASES = [(m, 3) for m in range(2, 9)] + [(m, 5) for m in range(2, 7)]
@@ -286,7 +282,7 @@ def test_interleaved_rounds_are_kept_for_per_round_ratios():
 
 
 def test_round_geometric_means():
-    from hpcnb.winograd import geometric_mean, round_geometric_means
+    from hpcnb.winograd.bench import geometric_mean, round_geometric_means
 
     per_layer = [(1.0, 2.0, 4.0), (4.0, 2.0, 1.0)]
     assert round_geometric_means(per_layer) == pytest.approx([2.0, 2.0, 2.0])
@@ -298,7 +294,7 @@ def test_round_geometric_means():
 
 
 def test_gain_and_benchmark_expose_per_round_samples():
-    from hpcnb.winograd import Layer, benchmark_layer, measure_gain
+    from hpcnb.winograd.bench import Layer, benchmark_layer, measure_gain
 
     layer = Layer(N=1, C=4, H=8)
     g = measure_gain(layer, WinogradConfig(m=4), WinogradConfig(m=2, threads=1), threads=2, reps=3)

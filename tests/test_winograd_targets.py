@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hpcnb.winograd import cpu_source, cuda_source, transform_programs
-from hpcnb.winograd.codegen import _const_name, input_body, output_body
+from hpcnb.winograd import transform_programs
+from hpcnb.winograd.codegen import _const_name, cpu_source, cuda_source, input_body, output_body
 from hpcnb.winograd.opencl import cl_constant, conv2d_winograd_opencl, opencl_device, opencl_source
 from hpcnb.winograd.ptx import ARCHS, compile_kernel, cuda_toolkit, occupancy, tune_cuda
 
@@ -100,3 +100,57 @@ def test_portability_table_makes_no_opencl_value_without_a_device():
         assert np.isnan(ocl["time_ms"].iloc[0]) and table.attrs["opencl_vs_numba_rounds"] == ()
     else:
         assert len(table.attrs["opencl_vs_numba_rounds"]) == 2
+
+
+def test_every_target_has_the_one_signature():
+    import inspect
+
+    from hpcnb.winograd import conv2d_winograd, conv2d_winograd_cuda
+    from hpcnb.winograd.backend import backend_names
+
+    for fn in (conv2d_winograd, conv2d_winograd_cuda, conv2d_winograd_opencl):
+        params = inspect.signature(fn).parameters
+        assert list(params)[:5] == ["x", "w", "padding", "config", "m"], fn.__name__
+        assert params["m"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert set(backend_names()) >= {"cpu", "cuda", "opencl"}
+
+
+def test_a_new_target_is_one_registration(monkeypatch):
+    from hpcnb.winograd import Backend, WinogradConfig, register_backend, winograd_reference
+    from hpcnb.winograd import backend as table
+    from hpcnb.winograd.backend import BackendUnavailableError, convolve
+
+    monkeypatch.setattr(table, "_BACKENDS", dict(table._BACKENDS))  # leave the table as it was
+    seen: list[WinogradConfig] = []
+
+    def run(x, w, padding, config):
+        seen.append(config)
+        return winograd_reference(x, w, config.m, padding, config.points)
+
+    register_backend(Backend("numpy_test", run, lambda r: WinogradConfig(m=2)))
+    x, w = torch.randn(2, 3, 7, 6), torch.randn(4, 3, 3, 3)
+    y = convolve(x, w, 1, target="numpy_test")
+    assert isinstance(y, torch.Tensor) and seen == [WinogradConfig(m=2)]
+    torch.testing.assert_close(y, F.conv2d(x, w, padding=1), rtol=0, atol=1e-4)
+    y = convolve(x.numpy(), w.numpy(), 1, WinogradConfig(m=4), target="numpy_test", m=3)
+    assert isinstance(y, np.ndarray) and seen[-1] == WinogradConfig(m=3)
+    with pytest.raises(ValueError, match="not registered"):
+        convolve(x, w, 1, target="nowhere")
+    with pytest.raises(ValueError, match="config must be"):
+        convolve(x, w, 1, {"m": 2}, target="numpy_test")
+    register_backend(Backend("absent", run, lambda r: WinogradConfig(), lambda: False, "a unicorn"))
+    with pytest.raises(BackendUnavailableError, match="a unicorn"):
+        convolve(x, w, 1, target="absent")
+    assert issubclass(BackendUnavailableError, RuntimeError)
+
+
+def test_cuda_target_without_a_gpu_says_what_to_set():
+    from numba import cuda
+
+    from hpcnb.winograd import conv2d_winograd_cuda
+
+    if cuda.is_available():
+        pytest.skip("a GPU (or the simulator) is present")
+    x, w = np.ones((1, 1, 5, 5), np.float32), np.ones((1, 1, 3, 3), np.float32)
+    with pytest.raises(RuntimeError, match="NUMBA_ENABLE_CUDASIM"):
+        conv2d_winograd_cuda(x, w, 1)

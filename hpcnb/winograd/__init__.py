@@ -2,97 +2,56 @@
 
 Exact Cook–Toom transforms (:mod:`~hpcnb.winograd.transforms`), straight-line programs and
 their optimisation (:mod:`~hpcnb.winograd.slp`, :mod:`~hpcnb.winograd.opcount`), code
-generation into Numba CPU and ``numba.cuda`` kernels (:mod:`~hpcnb.winograd.codegen`,
-:mod:`~hpcnb.winograd.cuda`), the convolution and its baselines
-(:mod:`~hpcnb.winograd.conv`), auto-tuning with a wisdom file
-(:mod:`~hpcnb.winograd.autotune`), numerics and benchmarks.
+generation (:mod:`~hpcnb.winograd.codegen`) into targets that share one signature and one
+table (:mod:`~hpcnb.winograd.backend`): Numba CPU (:mod:`~hpcnb.winograd.conv`),
+``numba.cuda`` (:mod:`~hpcnb.winograd.cuda`, :mod:`~hpcnb.winograd.ptx`) and OpenCL
+(:mod:`~hpcnb.winograd.opencl`); auto-tuning (:mod:`~hpcnb.winograd.autotune`) into a
+per-machine wisdom store (:mod:`~hpcnb.winograd.wisdom`), numerics
+(:mod:`~hpcnb.winograd.numerics`). Benchmarks (:mod:`~hpcnb.winograd.bench`), the
+portability table (:mod:`~hpcnb.winograd.portability`) and the low-level pieces are
+imported from their modules.
 """
 
-from hpcnb.winograd.autotune import TuneResult, autotune, search_space
-from hpcnb.winograd.bench import (
-    GainMeasurement,
-    Layer,
-    benchmark_layer,
-    geometric_mean,
-    layer_set,
-    measure_gain,
-    round_geometric_means,
-    time_configs,
-)
-from hpcnb.winograd.codegen import cache_dir, cpu_kernels, cpu_source, cuda_source
+from hpcnb.winograd.autotune import TuneResult, autotune
+from hpcnb.winograd.backend import Backend, register_backend
 from hpcnb.winograd.config import WinogradConfig, default_config
-from hpcnb.winograd.conv import (
-    conv2d_direct,
-    conv2d_im2col,
-    conv2d_winograd,
-    filter_transform,
-    winograd_numpy,
-)
-from hpcnb.winograd.cuda import conv2d_winograd_cuda, validate_in_simulator
-from hpcnb.winograd.numerics import direct_fp64, error_study, relative_error, winograd_reference
-from hpcnb.winograd.opcount import op_count_row, op_count_table, transform_programs
-from hpcnb.winograd.slp import LinearProgram, optimise
+from hpcnb.winograd.conv import conv2d_winograd
+from hpcnb.winograd.cuda import conv2d_winograd_cuda
+from hpcnb.winograd.numerics import relative_error, winograd_reference
+from hpcnb.winograd.opcount import op_count_table, transform_programs
+from hpcnb.winograd.opencl import conv2d_winograd_opencl
 from hpcnb.winograd.transforms import (
     WinogradTransform,
-    accurate_points,
     check_tensor_identity,
     cook_toom,
-    default_points,
-    error_bound,
     prove_equivalence,
 )
-from hpcnb.winograd.wisdom import (
-    WisdomWarning,
-    lookup_wisdom,
-    read_wisdom,
-    wisdom_path,
-    write_wisdom,
-)
+from hpcnb.winograd.wisdom import WisdomWarning, lookup_wisdom
 
 __all__ = [
-    "GainMeasurement",
-    "Layer",
-    "LinearProgram",
-    "TuneResult",
-    "WinogradConfig",
+    # Transforms: exact Cook–Toom construction and its proofs
     "WinogradTransform",
-    "WisdomWarning",
-    "accurate_points",
-    "autotune",
-    "benchmark_layer",
-    "cache_dir",
     "check_tensor_identity",
-    "conv2d_direct",
-    "conv2d_im2col",
+    "cook_toom",
+    "prove_equivalence",
+    # Straight-line programs of the transforms and their operation counts
+    "op_count_table",
+    "transform_programs",
+    # Convolution: one configuration, one signature on every target (CPU, CUDA, OpenCL)
+    "WinogradConfig",
+    "default_config",
     "conv2d_winograd",
     "conv2d_winograd_cuda",
-    "cook_toom",
-    "cpu_kernels",
-    "cpu_source",
-    "cuda_source",
-    "default_config",
-    "default_points",
-    "direct_fp64",
-    "error_bound",
-    "error_study",
-    "filter_transform",
-    "geometric_mean",
-    "layer_set",
+    "conv2d_winograd_opencl",
+    # The table of targets: adding a target is one Backend registration
+    "Backend",
+    "register_backend",
+    # Auto-tuning and the per-machine wisdom it stores (read only when asked)
+    "TuneResult",
+    "autotune",
+    "WisdomWarning",
     "lookup_wisdom",
-    "measure_gain",
-    "op_count_row",
-    "op_count_table",
-    "optimise",
-    "prove_equivalence",
-    "read_wisdom",
+    # Numerics: the same programs in NumPy at any precision, and their error
     "relative_error",
-    "round_geometric_means",
-    "search_space",
-    "time_configs",
-    "transform_programs",
-    "validate_in_simulator",
-    "winograd_numpy",
     "winograd_reference",
-    "wisdom_path",
-    "write_wisdom",
 ]

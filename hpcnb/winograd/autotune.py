@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from hpcnb.timing import interleaved, median_time
+from hpcnb.winograd.backend import check_conv_args
 from hpcnb.winograd.config import WinogradConfig, default_config
-from hpcnb.winograd.conv import check_conv_args, filter_transform, winograd_numpy
+from hpcnb.winograd.conv import filter_transform, winograd_numpy
 from hpcnb.winograd.wisdom import read_wisdom, shape_key, store_entry, stored_entry
 
 __all__ = ["TuneResult", "autotune", "search_space"]

@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from dataclasses import replace
 
 import numba
 import numpy as np
 
 from hpcnb.timing import pinned_threads
+from hpcnb.winograd.backend import Backend, check_conv_args, convolve, register_backend
 from hpcnb.winograd.codegen import cpu_kernels
 from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
 from hpcnb.winograd.opcount import transform_programs
@@ -26,8 +26,8 @@ from hpcnb.winograd.transforms import validate_mr
 from hpcnb.winograd.wisdom import lookup_wisdom
 
 __all__ = [
+    "CPU_BACKEND",
     "batched_gemm",
-    "check_conv_args",
     "conv2d_direct",
     "conv2d_im2col",
     "conv2d_winograd",
@@ -35,49 +35,10 @@ __all__ = [
     "winograd_numpy",
 ]
 
+
 def _pinned(threads: int) -> contextlib.AbstractContextManager:
     """Numba and BLAS pools pinned to ``threads`` in a block (torch untouched; 0: as they are)."""
     return pinned_threads(threads, torch=False) if threads > 0 else contextlib.nullcontext()
-
-
-def check_conv_args(x_shape: tuple, w_shape: tuple, padding: int) -> tuple[int, int]:
-    """Validate convolution shapes; return the output size ``(Ho, Wo)``.
-
-    Args:
-        x_shape: Input shape, expected ``(N, C, H, W)``.
-        w_shape: Filter shape, expected ``(K, C, r, r)``.
-        padding: Zero padding on every side (int >= 0).
-
-    Returns:
-        ``(Ho, Wo)``.
-
-    Raises:
-        ValueError: With the offending parameter named.
-    """
-    if len(x_shape) != 4:
-        raise ValueError(f"conv2d_winograd: x must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
-    if len(w_shape) != 4:
-        raise ValueError(f"conv2d_winograd: w must be 4-D (K, C, r, r), got shape {tuple(w_shape)}")
-    if w_shape[2] != w_shape[3]:
-        raise ValueError(
-            f"conv2d_winograd: w must have a square r x r filter, got {tuple(w_shape)}"
-        )
-    if x_shape[1] != w_shape[1]:
-        raise ValueError(
-            f"conv2d_winograd: channels of x ({x_shape[1]}) and w ({w_shape[1]}) differ"
-        )
-    if min(x_shape) < 1 or min(w_shape) < 1:
-        raise ValueError(f"conv2d_winograd: empty tensor, x {tuple(x_shape)}, w {tuple(w_shape)}")
-    if isinstance(padding, bool) or not isinstance(padding, int | np.integer) or padding < 0:
-        raise ValueError(f"conv2d_winograd: padding must be an int >= 0, got {padding!r}")
-    r = w_shape[2]
-    Ho, Wo = x_shape[2] + 2 * padding - r + 1, x_shape[3] + 2 * padding - r + 1
-    if Ho < 1 or Wo < 1:
-        raise ValueError(
-            f"conv2d_winograd: image {x_shape[2]}x{x_shape[3]} with padding {padding} is "
-            f"smaller than the {r}x{r} filter"
-        )
-    return Ho, Wo
 
 
 def filter_transform(
@@ -196,13 +157,13 @@ def winograd_numpy(
 def conv2d_winograd(
     x,
     w,
-    *,
-    m: int | None = None,
     padding: int = 0,
     config: WinogradConfig | str | None = None,
+    *,
+    m: int | None = None,
     wisdom: str | os.PathLike | None = None,
 ):
-    """Stride-1 2-D convolution by Winograd's minimal filtering, like ``F.conv2d``.
+    """Stride-1 2-D convolution by Winograd's minimal filtering on the CPU, like ``F.conv2d``.
 
     The configuration is explicit: the default configuration unless ``config`` says
     otherwise. The per-machine wisdom (:mod:`~hpcnb.winograd.wisdom`) is read only when
@@ -211,12 +172,12 @@ def conv2d_winograd(
     Args:
         x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (computed in float32).
         w: Filters ``(K, C, r, r)``.
-        m: Outputs per tile side; overrides the configuration's ``m``.
         padding: Zero padding on every side.
         config: A :class:`~hpcnb.winograd.config.WinogradConfig`; ``None``: the default
             configuration (:func:`~hpcnb.winograd.config.default_config`); ``"wisdom"``: the
             configuration tuned for this machine and shape
             (:func:`~hpcnb.winograd.wisdom.lookup_wisdom`), else the default.
+        m: Outputs per tile side; overrides the configuration's ``m``.
         wisdom: Wisdom file read with ``config="wisdom"`` (default: see
             :func:`~hpcnb.winograd.wisdom.wisdom_path`).
 
@@ -227,32 +188,24 @@ def conv2d_winograd(
         ValueError: For invalid shapes, padding, m or config, or a ``wisdom`` file without
             ``config="wisdom"``.
     """
-    is_torch = type(x).__module__.startswith("torch")
-    xa = x.detach().cpu().numpy() if is_torch else np.asarray(x)
-    wa = w.detach().cpu().numpy() if hasattr(w, "detach") else np.asarray(w)
-    check_conv_args(xa.shape, wa.shape, padding)
-    if m is not None:
-        validate_mr(m, wa.shape[2])
     if wisdom is not None and config != "wisdom":
         raise WinogradError(
             "conv2d_winograd: wisdom= names the file read by config='wisdom'; "
             f"pass config='wisdom' to use it (config is {config!r})"
         )
     if config == "wisdom":
-        config = lookup_wisdom(xa.shape, wa.shape, padding, path=wisdom)
+        shapes = (tuple(np.shape(x)), tuple(np.shape(w)), padding)
+        check_conv_args(*shapes)
+        config = lookup_wisdom(*shapes, path=wisdom)
     elif config is not None and not isinstance(config, WinogradConfig):
         raise WinogradError(
             f"conv2d_winograd: config must be a WinogradConfig, 'wisdom' or None, got {config!r}"
         )
-    config = config or default_config(wa.shape[2])
-    if m is not None:
-        config = replace(config, m=m)
-    out = winograd_numpy(xa.astype(np.float32, copy=False), wa, padding, config)
-    if is_torch:
-        import torch
+    return convolve(x, w, padding, config, target="cpu", m=m)
 
-        return torch.from_numpy(out)
-    return out
+
+CPU_BACKEND = register_backend(Backend("cpu", winograd_numpy, default_config))
+"""The Numba CPU target (:func:`winograd_numpy` with the default configuration)."""
 
 
 @numba.njit(parallel=True, cache=True)

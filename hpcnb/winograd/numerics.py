@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from hpcnb.winograd.conv import check_conv_args, filter_transform
+from hpcnb.winograd.backend import check_conv_args
+from hpcnb.winograd.conv import filter_transform
 from hpcnb.winograd.opcount import transform_programs
 from hpcnb.winograd.slp import LinearProgram
 

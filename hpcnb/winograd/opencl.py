@@ -10,22 +10,32 @@ borders), batched products (one work-item per ``(ab, k, tile)``) and output tran
 from __future__ import annotations
 
 import math
-import time
 from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
 
+from hpcnb.timing import median_time
+from hpcnb.winograd.backend import (
+    Backend,
+    BackendUnavailableError,
+    check_conv_args,
+    convolve,
+    register_backend,
+)
 from hpcnb.winograd.codegen import input_body, output_body
-from hpcnb.winograd.conv import check_conv_args, filter_transform
+from hpcnb.winograd.config import WinogradConfig, WinogradError
+from hpcnb.winograd.conv import filter_transform
 from hpcnb.winograd.opcount import TransformPrograms, transform_programs
 
 __all__ = [
+    "OPENCL_BACKEND",
     "OpenCLWinograd",
     "cl_constant",
     "conv2d_winograd_opencl",
     "opencl_device",
     "opencl_source",
+    "tune_opencl",
 ]
 
 
@@ -139,11 +149,22 @@ def opencl_device():
     return ctx, cl.CommandQueue(ctx)
 
 
+@lru_cache(maxsize=1)
+def _shared_device():
+    """The device of :func:`opencl_device`, set up once per process (None when absent)."""
+    return opencl_device()
+
+
 @lru_cache(maxsize=32)
 def _program(ctx, m: int, r: int, points: str):
     import pyopencl as cl
 
     return cl.Program(ctx, opencl_source(transform_programs(m, r, points))).build()
+
+
+def _default_config(r: int) -> WinogradConfig:
+    """The OpenCL target's untuned configuration: ``m = 2``."""
+    return WinogradConfig(m=2)
 
 
 class OpenCLWinograd:
@@ -152,29 +173,35 @@ class OpenCLWinograd:
     Args:
         x_shape: Input shape ``(N, C, H, W)``.
         w: Filters ``(K, C, r, r)`` (transformed once, in float64, then stored as float32).
-        m: Outputs per tile side.
         padding: Zero padding.
-        points: Point set.
-        device: ``(context, queue)``; default :func:`opencl_device`.
+        config: Configuration; the OpenCL kernels use its ``m`` and ``points`` (None:
+            ``WinogradConfig(m=2)``).
+        device: ``(context, queue)``; default :func:`opencl_device` (set up once).
 
     Raises:
-        RuntimeError: When no OpenCL device exists.
+        BackendUnavailableError: When no OpenCL device exists (a ``RuntimeError``).
+        WinogradError: A configuration the OpenCL kernels cannot run (fp16 storage).
     """
 
     def __init__(
         self,
         x_shape: tuple,
         w: np.ndarray,
-        m: int = 2,
         padding: int = 0,
-        points: str = "default",
+        config: WinogradConfig | None = None,
         device: tuple | None = None,
     ):
         import pyopencl as cl
 
-        dev = device or opencl_device()
+        dev = device or _shared_device()
         if dev is None:
-            raise RuntimeError("no OpenCL device (install pocl-opencl-icd for PoCL's CPU device)")
+            raise BackendUnavailableError(f"no OpenCL device ({_REQUIREMENT})")
+        config = config or _default_config(w.shape[2])
+        if config.storage != "fp32":
+            raise WinogradError(
+                f"the OpenCL target computes in fp32 only, got storage={config.storage!r}"
+            )
+        m = config.m
         self.ctx, self.queue = dev
         self.Ho, self.Wo = check_conv_args(tuple(x_shape), w.shape, padding)
         self.N, self.C, self.H, self.W = (int(v) for v in x_shape)
@@ -182,9 +209,9 @@ class OpenCLWinograd:
         self.m, self.n, self.padding = m, m + self.r - 1, padding
         self.tiles_h, self.tiles_w = math.ceil(self.Ho / m), math.ceil(self.Wo / m)
         self.P = self.N * self.tiles_h * self.tiles_w
-        self.prog = _program(self.ctx, m, self.r, points)
+        self.prog = _program(self.ctx, m, self.r, config.points)
         mf = cl.mem_flags
-        U = filter_transform(w, m, points, dtype=np.float32)
+        U = filter_transform(w, m, config.points, dtype=np.float32)
         nn = self.n * self.n
         self.U = cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=U)
         self.V = cl.Buffer(self.ctx, mf.READ_WRITE, 4 * nn * self.C * self.P)
@@ -217,31 +244,52 @@ class OpenCLWinograd:
 
     def time(self, x: np.ndarray, reps: int = 3) -> float:
         """Median wall time (s) of one call after a warm-up call."""
-        self(x)
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            self(x)
-            ts.append(time.perf_counter() - t0)
-        return float(np.median(ts))
+        return median_time(lambda: self(x), repeats=reps, warmup=1).median
+
+
+def _run(
+    x: np.ndarray,
+    w: np.ndarray,
+    padding: int,
+    config: WinogradConfig,
+    device: tuple | None = None,
+) -> np.ndarray:
+    """The OpenCL target's ``run`` (:class:`~hpcnb.winograd.backend.Backend`): a one-shot plan."""
+    return OpenCLWinograd(x.shape, w, padding, config, device)(x)
+
+
+_REQUIREMENT = "install pocl-opencl-icd for PoCL's CPU device"
+OPENCL_BACKEND = register_backend(
+    Backend("opencl", _run, _default_config, lambda: _shared_device() is not None, _REQUIREMENT)
+)
+"""The OpenCL target (PoCL's CPU device by default)."""
 
 
 def conv2d_winograd_opencl(
-    x: np.ndarray, w: np.ndarray, m: int = 2, padding: int = 0, points: str = "default"
-) -> np.ndarray:
+    x, w, padding: int = 0, config: WinogradConfig | None = None, *, m: int | None = None,
+    device: tuple | None = None,
+):  # fmt: skip
     """One-shot Winograd convolution with the generated OpenCL kernels.
 
+    For repeated calls on one shape, :class:`OpenCLWinograd` keeps the device buffers
+    and the transformed filters.
+
     Args:
-        x: Input ``(N, C, H, W)``.
+        x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (copied as float32).
         w: Filters ``(K, C, r, r)``.
-        m: Outputs per tile side.
-        padding: Zero padding.
-        points: Point set.
+        padding: Zero padding on every side.
+        config: Configuration; the OpenCL kernels use its ``m`` and ``points`` (None:
+            ``WinogradConfig(m=2)``).
+        m: Outputs per tile side; overrides the configuration's ``m``.
+        device: ``(context, queue)``; default :func:`opencl_device` (set up once).
 
     Returns:
-        ``(N, K, Ho, Wo)`` float32.
+        ``(N, K, Ho, Wo)`` float32, a tensor when ``x`` is one, else an array.
+
+    Raises:
+        BackendUnavailableError: No OpenCL device (a ``RuntimeError``).
     """
-    return OpenCLWinograd(x.shape, np.asarray(w), m, padding, points)(x)
+    return convolve(x, w, padding, config, target="opencl", m=m, device=device)
 
 
 def tune_opencl(
@@ -259,14 +307,14 @@ def tune_opencl(
         Dict with ``best_m``, ``times`` (seconds per m) and ``measured`` (True).
 
     Raises:
-        RuntimeError: When no OpenCL device exists.
+        BackendUnavailableError: When no OpenCL device exists (a ``RuntimeError``).
     """
-    dev = opencl_device()
+    dev = _shared_device()
     if dev is None:
-        raise RuntimeError("no OpenCL device (install pocl-opencl-icd for PoCL's CPU device)")
+        raise BackendUnavailableError(f"no OpenCL device ({_REQUIREMENT})")
     N, C, K, H = shape
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((N, C, H, H), dtype=np.float32)
     w = rng.standard_normal((K, C, 3, 3), dtype=np.float32)
-    times = {m: OpenCLWinograd(x.shape, w, m, 1, device=dev).time(x, reps) for m in ms}
+    times = {m: OpenCLWinograd(x.shape, w, 1, WinogradConfig(m=m), dev).time(x, reps) for m in ms}
     return {"best_m": min(times, key=times.get), "times": times, "measured": True}

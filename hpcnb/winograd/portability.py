@@ -118,7 +118,7 @@ def portability_table(
     fns = [lambda: winograd_numpy(x, w, pad, cfg, U=U)]
     dev = opencl_device()
     if dev is not None:
-        plan = OpenCLWinograd(x.shape, w, m, pad, device=dev)
+        plan = OpenCLWinograd(x.shape, w, pad, WinogradConfig(m=m), dev)
         fns.append(lambda: plan(x))
     # Numba CPU and OpenCL timed in interleaved rounds after a warm-up round
     timings = interleaved(fns, repeats=reps, warmup=1)

@@ -314,10 +314,9 @@ def tune_cuda(
 
     if not cuda.is_available() or simulator_active():
         return model_choice(shape, arch, ms)
-    import time
-
     import numpy as np
 
+    from hpcnb.timing import median_time
     from hpcnb.winograd.cuda import conv2d_winograd_cuda
 
     N, C, K, H = shape
@@ -325,14 +324,9 @@ def tune_cuda(
     x = rng.standard_normal((N, C, H, H), dtype=np.float32)
     w = rng.standard_normal((K, C, 3, 3), dtype=np.float32)
     times = {}
-    for m in ms:
-        conv2d_winograd_cuda(x, w, m=m, padding=1)  # compile + warm up
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            conv2d_winograd_cuda(x, w, m=m, padding=1)
-            ts.append(time.perf_counter() - t0)
-        times[m] = float(np.median(ts))
+    for m in ms:  # the warm-up call compiles
+        run = lambda m=m: conv2d_winograd_cuda(x, w, padding=1, m=m)  # noqa: E731
+        times[m] = median_time(run, repeats=reps, warmup=1).median
     best = min(times, key=times.get)
     return {
         "arch": cuda.get_current_device().name,
