@@ -9,7 +9,6 @@ used (``"synthetic (Lublin model, stand-in for HPC2N)"``) and whose ``source``
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from hpcnb.batchsim.swf import SWFTrace, read_swf
 from hpcnb.batchsim.workloads import MalleablePolicy, jobs_from_swf, lublin_feitelson
 from hpcnb.data import DataNotFoundError, data_path, stand_in_notice
 from hpcnb.progress import progress
+from hpcnb.timing import Timing
 
 __all__ = [
     "LoadedData",
@@ -175,13 +175,16 @@ def jobs_per_second(
     jobs: Sequence[Job], platform: Platform, scheduler: Scheduler, repeats: int = 5,
     compiled: bool = True,
 ) -> tuple[float, list[float]]:  # fmt: skip
-    """Return the median simulated jobs per second after one warm-up run, and all times."""
+    """Return the median simulated jobs per second after one warm-up run, and all times.
+
+    Each time is the simulator's own wall-clock (:attr:`SimulationResult.wall_seconds`,
+    which leaves out building the result table), gathered as a :class:`hpcnb.timing.Timing`.
+    """
     simulate(jobs, platform, scheduler, compiled=compiled)  # warm-up (JIT, caches)
-    times = []
-    for _ in range(max(1, repeats)):
-        result = simulate(jobs, platform, scheduler, compiled=compiled)
-        times.append(result.wall_seconds)
-    return len(jobs) / statistics.median(times), times
+    runs = range(max(1, repeats))
+    timing = Timing.of([simulate(jobs, platform, scheduler, compiled=compiled).wall_seconds
+                        for _ in runs])  # fmt: skip
+    return len(jobs) / timing.median, list(timing.samples)
 
 
 def speed_vs_jobs(

@@ -1,4 +1,4 @@
-"""Policies that use malleability or multiple resources: SRTF, DRF and malleable EASY.
+"""Policies using malleability or several resources (SRTF, DRF, malleable EASY); the registry.
 
 * :class:`SRTF` — shortest remaining time first. Waiting jobs are ordered by their
   requested time; a running resizable job's remaining time comes from its progress

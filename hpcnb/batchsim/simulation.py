@@ -5,6 +5,21 @@
 (makespan, mean / median wait, turnaround, bounded slowdown with τ = 10 s,
 utilisation), ElastiSim's ``job_statistics.csv`` and the invariant check that tests run
 on every simulation (:func:`check_invariants`).
+
+Example:
+    EASY backfilling starts the short one-node job at once, in the gap strict FCFS keeps
+    for the whole-machine job it cannot start yet:
+
+    >>> from hpcnb.batchsim import FixedWork, Job, JobType, Platform, check_invariants, simulate
+    >>> from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling
+    >>> jobs = [Job(i, t, JobType.RIGID, n, FixedWork(r))
+    ...         for i, (t, n, r) in enumerate([(0, 2, 10), (0, 4, 5), (1, 1, 3)])]
+    >>> for scheduler in (FCFS(), EasyBackfilling()):
+    ...     result = simulate(jobs, Platform(4), scheduler)
+    ...     check_invariants(result, jobs)
+    ...     print(scheduler.name, result.jobs["start"].tolist(), result.metrics()["mean_wait"])
+    fcfs [0.0, 10.0, 15.0] 8.0
+    easy [0.0, 10.0, 1.0] 3.3333333333333335
 """
 
 from __future__ import annotations
