@@ -23,6 +23,13 @@ order; the first that matches names the pattern:
    stride (a 1-D or 2-D grid of threads).
 8. **all-to-all**: at least 60 % of the ordered thread pairs carry an edge.
 9. **irregular**: anything else.
+
+Example:
+    >>> import numpy as np
+    >>> classify_pattern(5 * np.eye(4, k=1, dtype=int))  # t -> t+1
+    'pipeline'
+    >>> classify_pattern(5 * np.roll(np.eye(4, dtype=int), 1, axis=1))  # and 3 -> 0
+    'ring'
 """
 
 from __future__ import annotations
