@@ -9,6 +9,11 @@ Policies here: strict :class:`FCFS`, :class:`SJF`, :class:`EasyBackfilling` and
 :class:`ConservativeBackfilling`. Rigid jobs start at their size; other jobs start
 at their preferred size when it fits, else at the largest size >= their minimum
 that fits (:meth:`Scheduler.start_size`).
+
+A scheduler is known by name (``hpcnb batchsim simulate --scheduler NAME``, the
+experiment drivers) once registered with
+:func:`~hpcnb.batchsim.policies.register_scheduler`; the built-in ones are registered
+at the end of :mod:`~hpcnb.batchsim.policies`.
 """
 
 from __future__ import annotations
