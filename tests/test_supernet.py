@@ -24,20 +24,22 @@ from hpcnb.supernet import (
     Supernet,
     SupernetTrainConfig,
     UniformSampler,
-    coverage_average,
     evolutionary_search,
     exhaustive_search,
     finetune_subnet,
+    train_supernet,
+)
+from hpcnb.supernet.forkjoin import (
+    coverage_average,
     fork_join_step,
     join_order_demo,
     last_writer_step,
     local_gradients,
-    pareto_front,
-    pareto_ranks,
-    selective_recall,
-    train_supernet,
-    width_choices,
 )
+from hpcnb.supernet.pareto import pareto_ranks
+from hpcnb.supernet.search import pareto_front
+from hpcnb.supernet.space import width_choices
+from hpcnb.supernet.training import selective_recall
 
 
 def _mlp(seed: int = 0) -> nn.Sequential:

@@ -13,19 +13,11 @@ import pytest
 import torch
 
 from hpcnb import models
-from hpcnb.supernet import (
-    PHASES,
-    ForkJoinBenchmark,
-    ForkJoinJob,
-    SandwichSampler,
-    StepPhases,
-    Supernet,
-    benchmark_fork_join,
-    compare_models,
-    fork_join_step,
-    show_progress,
-    variant_name,
-)
+from hpcnb.progress import show_progress
+from hpcnb.supernet import SandwichSampler, Supernet
+from hpcnb.supernet.benchmark import compare_models
+from hpcnb.supernet.forkjoin import PHASES, StepPhases, fork_join_step
+from hpcnb.supernet.mpi import ForkJoinBenchmark, ForkJoinJob, benchmark_fork_join, variant_name
 
 
 def _vit_supernet(seed: int = 0) -> tuple[Supernet, dict[str, int]]:

@@ -10,17 +10,9 @@ import pytest
 import torch
 
 from hpcnb import models
-from hpcnb.supernet import (
-    ForkJoinJob,
-    SandwichSampler,
-    Supernet,
-    coverage_average,
-    fork_join_step,
-    local_gradients,
-    run_forkjoin_mpi,
-    run_local,
-    write_job,
-)
+from hpcnb.supernet import SandwichSampler, Supernet
+from hpcnb.supernet.forkjoin import coverage_average, fork_join_step, local_gradients
+from hpcnb.supernet.mpi import ForkJoinJob, run_forkjoin_mpi, run_local, write_job
 
 ZOO_NAMES = ("resnet", "vit", "mlp_mixer", "mamba", "mlp")
 
@@ -99,8 +91,8 @@ def test_mpi_two_ranks_match_sequential(tmp_path: Path) -> None:
     assert not torch.equal(seq["final"], sn.flat.params)  # it trained
     # The in-process fork-join step gives the same weights as the sequential subprocess.
     opt = torch.optim.SGD(sn.model.parameters(), lr=0.05, momentum=0.9)
-    from hpcnb.supernet import batches
     from hpcnb.supernet.space import SubnetConfig
+    from hpcnb.supernet.training import batches
 
     idx = list(batches(64, 16, np.random.default_rng(0), 3))
     for step, ix in zip(schedule, idx, strict=True):

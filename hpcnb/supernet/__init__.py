@@ -7,111 +7,65 @@ traversal, training uses the sandwich rule with in-place distillation and unifor
 sandwich or prioritised samplers, several subnets train concurrently on shared weights
 with a fork-join step whose join is a coverage-count average (MPI ``Allreduce``), and
 evolutionary or exhaustive search returns Pareto fronts.
+
+This face exports the core model only. The fork-join step and its join-order
+experiments live in :mod:`~hpcnb.supernet.forkjoin`, the MPI jobs and their benchmark in
+:mod:`~hpcnb.supernet.mpi`, the full-model-against-subnet measurement in
+:mod:`~hpcnb.supernet.benchmark`, Pareto ranking in :mod:`~hpcnb.supernet.pareto`, and
+pretraining and the synthetic sequence task in :mod:`~hpcnb.supernet.training`.
+
+Example:
+    >>> import numpy as np, torch
+    >>> from hpcnb.supernet import SandwichSampler, Supernet
+    >>> _ = torch.manual_seed(0)
+    >>> model = torch.nn.Sequential(
+    ...     torch.nn.Flatten(), torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)
+    ... )
+    >>> sn = Supernet.from_model(model, torch.zeros(1, 12))
+    >>> largest, smallest = SandwichSampler(sn.space).draw(np.random.default_rng(0), 2)
+    >>> sn.extract(smallest)(torch.zeros(2, 12)).shape, sn.flops(smallest) < sn.flops(largest)
+    (torch.Size([2, 3]), True)
 """
 
-from hpcnb.progress import show_progress
-from hpcnb.supernet.benchmark import ModelComparison, ModelMeasurement, compare_models
-from hpcnb.supernet.forkjoin import (
-    PHASES,
-    LocalResult,
-    StepPhases,
-    assign_subnets,
-    coverage_average,
-    distill_loss,
-    fork_join_step,
-    join_order_demo,
-    last_writer_step,
-    local_gradients,
-)
-from hpcnb.supernet.mpi import (
-    ForkJoinBenchmark,
-    ForkJoinJob,
-    benchmark_fork_join,
-    run_benchmark_job,
-    run_forkjoin_mpi,
-    run_job,
-    run_local,
-    variant_name,
-    write_job,
-)
-from hpcnb.supernet.pareto import crowding_distance, pareto_ranks
 from hpcnb.supernet.samplers import PrioritizedSampler, Sampler, SandwichSampler, UniformSampler
 from hpcnb.supernet.search import (
     Candidate,
     SubnetSearchResult,
     evolutionary_search,
     exhaustive_search,
-    pareto_front,
     search_supernet,
 )
-from hpcnb.supernet.sharing import FlatParameters, SubnetBinding, bind_subnet
-from hpcnb.supernet.space import Dimension, SearchSpace, SubnetConfig, width_choices
+from hpcnb.supernet.space import Dimension, SearchSpace, SubnetConfig
 from hpcnb.supernet.supernet import Supernet
 from hpcnb.supernet.training import (
     SupernetTrainConfig,
     TrainLog,
-    batches,
     finetune_subnet,
-    make_optimizer,
-    recalibrate_norm,
-    selective_recall,
     subnet_accuracy,
-    train_model,
     train_supernet,
 )
 
 __all__ = [
-    "PHASES",
-    "Candidate",
-    "Dimension",
-    "FlatParameters",
-    "ForkJoinBenchmark",
-    "ForkJoinJob",
-    "LocalResult",
-    "ModelComparison",
-    "ModelMeasurement",
-    "PrioritizedSampler",
-    "Sampler",
-    "SandwichSampler",
-    "SubnetSearchResult",
-    "SearchSpace",
-    "StepPhases",
-    "SubnetBinding",
-    "SubnetConfig",
+    # The supernet: a pretrained model with elastic widths and depths, and its space
     "Supernet",
+    "SearchSpace",
+    "Dimension",
+    "SubnetConfig",
+    # Which subnets each training step trains
+    "Sampler",
+    "UniformSampler",
+    "SandwichSampler",
+    "PrioritizedSampler",
+    # Sandwich-rule training with in-place distillation; scoring and fine-tuning a subnet
     "SupernetTrainConfig",
     "TrainLog",
-    "UniformSampler",
-    "assign_subnets",
-    "batches",
-    "benchmark_fork_join",
-    "bind_subnet",
-    "compare_models",
-    "coverage_average",
-    "crowding_distance",
-    "distill_loss",
+    "train_supernet",
+    "subnet_accuracy",
+    "finetune_subnet",
+    # Search for the accuracy / cost Pareto front
+    "Candidate",
+    "SubnetSearchResult",
+    "search_supernet",
     "evolutionary_search",
     "exhaustive_search",
-    "finetune_subnet",
-    "fork_join_step",
-    "join_order_demo",
-    "last_writer_step",
-    "local_gradients",
-    "make_optimizer",
-    "pareto_front",
-    "pareto_ranks",
-    "recalibrate_norm",
-    "run_benchmark_job",
-    "run_job",
-    "run_local",
-    "run_forkjoin_mpi",
-    "search_supernet",
-    "selective_recall",
-    "show_progress",
-    "subnet_accuracy",
-    "train_model",
-    "train_supernet",
-    "variant_name",
-    "width_choices",
-    "write_job",
 ]
