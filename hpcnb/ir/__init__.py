@@ -10,16 +10,19 @@
 torch.Size([2, 10])
 """
 
+import hpcnb.ir.torch_ops  # noqa: F401  (registers the PyTorch ops)
 from hpcnb.ir.export import PYG_FEATURES, draw_graph, to_networkx, to_pyg
-from hpcnb.ir.extract import Block, extract, find_blocks, importance, reorder, uniform_keep
+from hpcnb.ir.extract import extract, importance, reorder, uniform_keep
 from hpcnb.ir.graph import (
     COUNTED_KINDS,
     KINDS,
+    Block,
     ChannelGroup,
     Graph,
     IRTraceError,
     Node,
     ParamSlice,
+    find_blocks,
 )
 from hpcnb.ir.trace import trace
 

@@ -12,137 +12,44 @@ from __future__ import annotations
 import copy
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
 from torch import nn
 
-from hpcnb.ir.costs import target_name
-from hpcnb.ir.graph import Graph, ParamSlice
-from hpcnb.ir.leaf import is_ir_leaf
+from hpcnb.ir.channels import ChannelAnalysis, slice_segments
+from hpcnb.ir.graph import ChannelGroup, Graph, ParamSlice, find_blocks
+from hpcnb.ir.groups import analyse_channels
+from hpcnb.ir.ops import op_spec
 
-__all__ = [
-    "Block",
-    "extract",
-    "find_blocks",
-    "importance",
-    "normalize_keep",
-    "reorder",
-    "uniform_keep",
-]
-
-_PASS_KINDS = ("identity", "dropout")
+__all__ = ["extract", "importance", "normalize_keep", "reorder", "uniform_keep"]
 
 
-@dataclass(frozen=True)
-class Block:
-    """A skippable residual block ``out = x + f(x)``.
-
-    Attributes:
-        id: Module path of the block (unique; e.g. "layers.1" or "blocks.0.attn").
-        add: Name of the fx node computing the sum.
-        skip: Name of the fx node holding ``x``.
-        modules: Module paths called on the residual branch ``f``.
-    """
-
-    id: str
-    add: str
-    skip: str
-    modules: tuple[str, ...]
-
-
-def _strip(node: fx.Node, kinds: dict[str, str]) -> fx.Node:
-    while kinds.get(node.name) in _PASS_KINDS and node.all_input_nodes:
-        node = node.all_input_nodes[0]
-    return node
-
-
-def _ancestors(node: fx.Node) -> set[str]:
-    seen: set[str] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        for a in n.all_input_nodes:
-            if a.name not in seen:
-                seen.add(a.name)
-                stack.append(a)
-    return seen
-
-
-def _common_prefix(paths: Sequence[str]) -> str:
-    parts = [p.split(".") for p in paths if p]
-    if not parts:
-        return ""
-    prefix = []
-    for items in zip(*parts, strict=False):
-        if len(set(items)) != 1:
-            break
-        prefix.append(items[0])
-    return ".".join(prefix)
-
-
-def find_blocks(graph: Graph) -> list[Block]:
-    """Residual blocks whose output is ``x + f(x)`` with ``x`` an ancestor of ``f(x)``.
+def normalize_keep(
+    graph: Graph,
+    keep: Mapping[str, int | Sequence[int]],
+    groups: Sequence[ChannelGroup] | None = None,
+) -> dict[str, list[int]]:
+    """Validate ``keep`` and turn counts into index lists (a count k means the first k).
 
     Args:
-        graph: A traced graph.
+        graph: The traced graph.
+        keep: ``{group id: k or [indices]}``.
+        groups: The channel groups (default: ``graph.groups()``).
 
     Returns:
-        The blocks in graph order.
-    """
-    kinds = {n.name: n.kind for n in graph.nodes}
-    values = graph.values
-    found: list[tuple[fx.Node, fx.Node, list[str]]] = []
-    for node in graph.gm.graph.nodes:
-        if kinds.get(node.name) != "add" or target_name(node.target) not in ("add", "iadd"):
-            continue
-        ops = [a for a in node.args if isinstance(a, fx.Node)]
-        if len(ops) != 2:
-            continue
-        shapes = [getattr(values.get(o.name), "shape", None) for o in ops]
-        out = getattr(values.get(node.name), "shape", None)
-        if shapes[0] != out or shapes[1] != out:
-            continue
-        for skip_op, branch in ((ops[0], ops[1]), (ops[1], ops[0])):
-            x = _strip(skip_op, kinds)
-            anc = _ancestors(branch)
-            if x.name not in anc:
-                continue
-            between = [
-                n.target
-                for n in graph.gm.graph.nodes
-                if n.op == "call_module"
-                and (n.name in anc or n is branch)
-                and x.name in _ancestors(n)
-            ]
-            if between:
-                found.append((node, x, [str(t) for t in between]))
-                break
-    prefixes = [add.meta.get("scope") or _common_prefix(mods) or add.name for add, _, mods in found]
-    blocks = []
-    for (add, x, mods), prefix in zip(found, prefixes, strict=True):
-        ident = prefix
-        if prefixes.count(prefix) > 1:
-            rest = mods[-1][len(prefix) :].lstrip(".").split(".")[0] if prefix else add.name
-            ident = f"{prefix}.{rest}" if prefix else add.name
-        blocks.append(Block(ident, add.name, x.name, tuple(mods)))
-    return blocks
-
-
-def normalize_keep(graph: Graph, keep: Mapping[str, int | Sequence[int]]) -> dict[str, list[int]]:
-    """Validate ``keep`` and turn counts into index lists (a count k means the first k).
+        ``{group id: kept indices}`` for the groups that lose channels.
 
     Raises:
         KeyError: For an unknown group id.
         ValueError: For a non-prunable group or indices out of range / repeated / empty.
     """
     out: dict[str, list[int]] = {}
-    groups = {g.id: g for g in graph.groups()}
+    by_id = {g.id: g for g in (graph.groups() if groups is None else groups)}
     for gid, spec in keep.items():
-        if gid not in groups:
-            raise KeyError(f"keep: unknown group {gid!r}; groups are g0..g{len(groups) - 1}")
-        group = groups[gid]
+        if gid not in by_id:
+            raise KeyError(f"keep: unknown group {gid!r}; groups are g0..g{len(by_id) - 1}")
+        group = by_id[gid]
         if isinstance(spec, torch.Tensor) or hasattr(spec, "tolist"):
             spec = spec.tolist()  # tensors and numpy arrays / scalars
         if isinstance(spec, numbers.Integral):
@@ -189,10 +96,10 @@ def uniform_keep(
 
 
 def _index_plan(
-    graph: Graph, keep: dict[str, list[int]]
+    groups: Sequence[ChannelGroup], keep: dict[str, list[int]]
 ) -> dict[tuple[str, int], list[tuple[ParamSlice, list[int]]]]:
     plan: dict[tuple[str, int], list[tuple[ParamSlice, list[int]]]] = {}
-    for g in graph.groups():
+    for g in groups:
         if g.id in keep:
             for m in g.members:
                 plan.setdefault((m.param, m.axis), []).append((m, keep[g.id]))
@@ -219,33 +126,22 @@ def _owner(root: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (root.get_submodule(path) if path else root), attr
 
 
-def _refresh(module: nn.Module) -> None:
-    if is_ir_leaf(module):
-        module.ir_refresh()
-    elif isinstance(module, nn.modules.conv._ConvTransposeNd):
-        module.in_channels = module.weight.shape[0]
-        module.out_channels = module.weight.shape[1] * module.groups
-    elif isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):
-        out_c = module.weight.shape[0]
-        if module.groups > 1 and module.groups == module.in_channels == module.out_channels:
-            module.groups = module.in_channels = out_c
-        else:
-            module.in_channels = module.weight.shape[1] * module.groups
-        module.out_channels = out_c
-    elif isinstance(module, nn.Linear):
-        module.out_features, module.in_features = module.weight.shape
-    elif isinstance(module, nn.modules.batchnorm._BatchNorm):
-        ref = module.weight if module.weight is not None else module.running_mean
-        module.num_features = ref.shape[0]
-    elif isinstance(module, nn.LayerNorm | nn.RMSNorm) and module.weight is not None:
-        module.normalized_shape = tuple(module.weight.shape)
-    elif isinstance(module, nn.Embedding):
-        module.embedding_dim = module.weight.shape[1]
+def _refresh(gm: fx.GraphModule, path: str, module: nn.Module) -> None:
+    """Re-size a module whose parameters were sliced (its op's ``refresh``), or replace it."""
+    spec = op_spec(None, module)
+    if spec is None or spec.refresh is None:
+        return
+    replacement = spec.refresh(module)
+    if replacement is not None and replacement is not module:
+        parent, _, name = path.rpartition(".")
+        setattr(gm.get_submodule(parent) if parent else gm, name, replacement)
 
 
-def _slice_tensors(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]]) -> None:
+def _slice_tensors(
+    gm: fx.GraphModule, groups: Sequence[ChannelGroup], keep: dict[str, list[int]]
+) -> None:
     touched: set[str] = set()
-    for (pname, axis), pieces in _index_plan(graph, keep).items():
+    for (pname, axis), pieces in _index_plan(groups, keep).items():
         owner, attr = _owner(gm, pname)
         tensor = getattr(owner, attr)
         idx = torch.tensor(
@@ -261,7 +157,7 @@ def _slice_tensors(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]])
     for path in sorted(touched, key=len, reverse=True):
         for prefix in _prefixes(path):
             if prefix in modules:
-                _refresh(modules[prefix])
+                _refresh(gm, prefix, modules[prefix])
 
 
 def _prefixes(path: str) -> list[str]:
@@ -269,8 +165,7 @@ def _prefixes(path: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(len(parts), -1, -1)]
 
 
-def _patch_args(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]]) -> None:
-    analysis = graph._analysis
+def _patch_args(gm: fx.GraphModule, analysis: ChannelAnalysis, keep: dict[str, list[int]]) -> None:
     nodes = {n.name: n for n in gm.graph.nodes}
     for name, rec in analysis.records.items():
         node = nodes.get(name)
@@ -289,8 +184,8 @@ def _patch_args(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]]) ->
             index = node.args[1]
             items = list(index) if isinstance(index, tuple) else [index]
             for pos, segs, start, stop in rec[1]:
-                new_start = analysis.kept(_seg_slice(segs, 0, start), keep)
-                new_stop = new_start + analysis.kept(_seg_slice(segs, start, stop), keep)
+                new_start = analysis.kept(slice_segments(segs, 0, start), keep)
+                new_stop = new_start + analysis.kept(slice_segments(segs, start, stop), keep)
                 if (new_start, new_stop) != (start, stop):
                     items[pos] = slice(new_start, new_stop)
             node.args = (node.args[0], tuple(items) if isinstance(index, tuple) else items[0])
@@ -310,10 +205,15 @@ def _patch_args(gm: fx.GraphModule, graph: Graph, keep: dict[str, list[int]]) ->
             node.args = (args[0], tuple(dims)) if wrap else (args[0], *dims)
 
 
-def _seg_slice(segs: list[tuple[int, int, int]], start: int, stop: int) -> list:
-    from hpcnb.ir.groups import slice_segments
-
-    return slice_segments(segs, start, stop)
+def _analysis_of(graph: Graph, channels: ChannelAnalysis | None) -> ChannelAnalysis:
+    """``channels``, else the graph's own analysis, else a fresh one."""
+    if channels is not None:
+        return channels
+    if graph.channel_analyser is not None:
+        facts = graph.channels()
+        if isinstance(facts, ChannelAnalysis):
+            return facts
+    return analyse_channels(graph)
 
 
 def extract(
@@ -322,6 +222,7 @@ def extract(
     keep: Mapping[str, int | Sequence[int]] | None = None,
     *,
     skip_blocks: Iterable[str] = (),
+    channels: ChannelAnalysis | None = None,
 ) -> fx.GraphModule:
     """A real, smaller copy of ``model``: sliced weights, re-sized modules, skipped blocks.
 
@@ -331,11 +232,14 @@ def extract(
         keep: ``{group id: k or [indices]}``; a count k keeps the first k channels.
             Groups not named are kept whole.
         skip_blocks: Ids from :meth:`Graph.blocks` to remove (``x + f(x)`` -> ``x``).
+        channels: The channel analysis of ``graph`` (default: the graph's own, computed
+            on first use by :func:`hpcnb.ir.groups.analyse_channels`).
 
     Returns:
         An independent ``torch.fx.GraphModule`` whose forward runs on the same inputs.
     """
-    keep_idx = normalize_keep(graph, keep or {})
+    analysis = _analysis_of(graph, channels)
+    keep_idx = normalize_keep(graph, keep or {}, analysis.groups)
     blocks = {b.id: b for b in find_blocks(graph)}
     skip = list(skip_blocks)
     for b in skip:
@@ -343,8 +247,8 @@ def extract(
             raise KeyError(f"skip_blocks: unknown block {b!r}; blocks are {sorted(blocks)}")
     gm = copy.deepcopy(fx.GraphModule(model, copy.deepcopy(graph.gm.graph), type(model).__name__))
     if keep_idx:
-        _slice_tensors(gm, graph, keep_idx)
-        _patch_args(gm, graph, keep_idx)
+        _slice_tensors(gm, analysis.groups, keep_idx)
+        _patch_args(gm, analysis, keep_idx)
     nodes = {n.name: n for n in gm.graph.nodes}
     replaced: dict[str, fx.Node] = {}
     order = {b.id: i for i, b in enumerate(blocks.values())}

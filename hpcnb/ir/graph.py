@@ -1,8 +1,9 @@
 """The IR data model: :class:`Node`, :class:`Graph`, :class:`ChannelGroup`, :class:`ParamSlice`.
 
-A :class:`Graph` is the result of :func:`hpcnb.ir.trace`: a list of nodes in
-topological order, one per ``torch.fx`` node, each with an op kind from
-:data:`KINDS`, shapes, parameter count, FLOPs and bytes.
+Pure data: this module imports no other module of :mod:`hpcnb.ir`. A :class:`Graph`
+is the result of :func:`hpcnb.ir.trace`: a list of nodes in topological order,
+one per ``torch.fx`` node, each with an op kind from :data:`KINDS`, shapes,
+parameter count, FLOPs and bytes.
 
 Op-kind vocabulary (:data:`KINDS`):
 
@@ -47,15 +48,28 @@ are the bytes of its output tensors.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import torch
+import torch.fx as fx
 
 from hpcnb.errors import HpcnbError
 
-if TYPE_CHECKING:
-    import torch.fx
-
-__all__ = ["KINDS", "ChannelGroup", "Graph", "IRTraceError", "Node", "ParamSlice"]
+__all__ = [
+    "COUNTED_KINDS",
+    "KINDS",
+    "Block",
+    "ChannelFacts",
+    "ChannelGroup",
+    "Graph",
+    "IRTraceError",
+    "Node",
+    "ParamSlice",
+    "TensorMeta",
+    "find_blocks",
+]
 
 KINDS: tuple[str, ...] = (
     "input",
@@ -90,6 +104,20 @@ COUNTED_KINDS: tuple[str, ...] = ("conv", "linear", "matmul", "attention")
 
 class IRTraceError(HpcnbError, RuntimeError):
     """A model could not be traced or analysed; the message names the module and the reason."""
+
+
+class TensorMeta:
+    """Shape, dtype and byte size of a tensor seen during shape propagation."""
+
+    __slots__ = ("dtype", "nbytes", "shape")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.shape = tuple(int(s) for s in t.shape)
+        self.dtype = str(t.dtype).removeprefix("torch.")
+        self.nbytes = t.numel() * t.element_size()
+
+    def __repr__(self) -> str:
+        return f"TensorMeta({self.shape}, {self.dtype})"
 
 
 @dataclass
@@ -188,6 +216,33 @@ class ChannelGroup:
     modules: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Block:
+    """A skippable residual block ``out = x + f(x)``.
+
+    Attributes:
+        id: Module path of the block (unique; e.g. "layers.1" or "blocks.0.attn").
+        add: Name of the fx node computing the sum.
+        skip: Name of the fx node holding ``x``.
+        modules: Module paths called on the residual branch ``f``.
+    """
+
+    id: str
+    add: str
+    skip: str
+    modules: tuple[str, ...]
+
+
+class ChannelFacts(Protocol):
+    """What a graph keeps of its channel analysis (:class:`hpcnb.ir.channels.ChannelAnalysis`).
+
+    Attributes:
+        groups: Every channel group, prunable or not, in order of first appearance.
+    """
+
+    groups: list[ChannelGroup]
+
+
 @dataclass
 class Graph:
     """A traced model: nodes in topological order plus the fx module they came from.
@@ -200,16 +255,18 @@ class Graph:
             ``TensorMeta``, other values as is).
         call_args: Per fx node, its concrete positional arguments (same convention).
         call_kwargs: Per fx node, its concrete keyword arguments.
+        channel_analyser: Computes the channel analysis on first use of :meth:`groups`
+            (:func:`hpcnb.ir.trace` sets :func:`hpcnb.ir.groups.analyse_channels`).
     """
 
     nodes: list[Node]
-    gm: torch.fx.GraphModule
+    gm: fx.GraphModule
     leaf_modules: tuple[str, ...] = ()
     values: dict[str, Any] = field(default_factory=dict, repr=False)
     call_args: dict[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
     call_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
-    _groups: list[ChannelGroup] | None = field(default=None, repr=False)
-    _analysis: Any = field(default=None, repr=False)
+    channel_analyser: Callable[[Graph], ChannelFacts] | None = field(default=None, repr=False)
+    _channels: ChannelFacts | None = field(default=None, init=False, repr=False)
 
     def node(self, name: str) -> Node:
         """The node called ``name``; KeyError naming the known nodes otherwise."""
@@ -260,18 +317,28 @@ class Graph:
         """Nodes of kind "other": ops whose cost is unknown (never silently zero)."""
         return [n for n in self.nodes if n.kind == "other"]
 
+    def channels(self) -> ChannelFacts:
+        """The channel analysis of this graph, computed on first use and kept.
+
+        Raises:
+            IRTraceError: If the graph has no ``channel_analyser`` (it was not made by trace).
+        """
+        if self._channels is None:
+            if self.channel_analyser is None:
+                raise IRTraceError(
+                    "this Graph has no channel_analyser; build it with hpcnb.ir.trace "
+                    "or pass channel_analyser=hpcnb.ir.groups.analyse_channels"
+                )
+            self._channels = self.channel_analyser(self)
+        return self._channels
+
     def groups(self) -> list[ChannelGroup]:
         """Channel-dependency groups found by traversing the graph (cached).
 
         Returns:
             Every group, prunable or not, in order of first appearance.
         """
-        if self._groups is None:
-            from hpcnb.ir.groups import analyse_channels
-
-            self._analysis = analyse_channels(self)
-            self._groups = self._analysis.groups
-        return self._groups
+        return self.channels().groups
 
     def group(self, group_id: str) -> ChannelGroup:
         """The group with id ``group_id``."""
@@ -295,8 +362,6 @@ class Graph:
 
     def blocks(self) -> list[str]:
         """Ids of skippable residual blocks (output = input + f(input)), in graph order."""
-        from hpcnb.ir.extract import find_blocks
-
         return [b.id for b in find_blocks(self)]
 
     def __repr__(self) -> str:
@@ -334,3 +399,85 @@ class Graph:
         if self.unsupported():
             lines.append("unsupported: " + ", ".join(n.name for n in self.unsupported()))
         return "\n".join(lines)
+
+
+_PASS_KINDS = ("identity", "dropout")
+
+
+def _strip(node: fx.Node, kinds: dict[str, str]) -> fx.Node:
+    while kinds.get(node.name) in _PASS_KINDS and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    return node
+
+
+def _ancestors(node: fx.Node) -> set[str]:
+    seen: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for a in n.all_input_nodes:
+            if a.name not in seen:
+                seen.add(a.name)
+                stack.append(a)
+    return seen
+
+
+def _common_prefix(paths: Sequence[str]) -> str:
+    parts = [p.split(".") for p in paths if p]
+    if not parts:
+        return ""
+    prefix = []
+    for items in zip(*parts, strict=False):
+        if len(set(items)) != 1:
+            break
+        prefix.append(items[0])
+    return ".".join(prefix)
+
+
+def find_blocks(graph: Graph) -> list[Block]:
+    """Residual blocks whose output is ``x + f(x)`` with ``x`` an ancestor of ``f(x)``.
+
+    Args:
+        graph: A traced graph.
+
+    Returns:
+        The blocks in graph order.
+    """
+    kinds = {n.name: n.kind for n in graph.nodes}
+    targets = {n.name: n.target for n in graph.nodes}
+    values = graph.values
+    found: list[tuple[fx.Node, fx.Node, list[str]]] = []
+    for node in graph.gm.graph.nodes:
+        if kinds.get(node.name) != "add" or targets.get(node.name) not in ("add", "iadd"):
+            continue
+        ops = [a for a in node.args if isinstance(a, fx.Node)]
+        if len(ops) != 2:
+            continue
+        shapes = [getattr(values.get(o.name), "shape", None) for o in ops]
+        out = getattr(values.get(node.name), "shape", None)
+        if shapes[0] != out or shapes[1] != out:
+            continue
+        for skip_op, branch in ((ops[0], ops[1]), (ops[1], ops[0])):
+            x = _strip(skip_op, kinds)
+            anc = _ancestors(branch)
+            if x.name not in anc:
+                continue
+            between = [
+                n.target
+                for n in graph.gm.graph.nodes
+                if n.op == "call_module"
+                and (n.name in anc or n is branch)
+                and x.name in _ancestors(n)
+            ]
+            if between:
+                found.append((node, x, [str(t) for t in between]))
+                break
+    prefixes = [add.meta.get("scope") or _common_prefix(mods) or add.name for add, _, mods in found]
+    blocks = []
+    for (add, x, mods), prefix in zip(found, prefixes, strict=True):
+        ident = prefix
+        if prefixes.count(prefix) > 1:
+            rest = mods[-1][len(prefix) :].lstrip(".").split(".")[0] if prefix else add.name
+            ident = f"{prefix}.{rest}" if prefix else add.name
+        blocks.append(Block(ident, add.name, x.name, tuple(mods)))
+    return blocks

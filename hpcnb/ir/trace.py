@@ -10,9 +10,11 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from hpcnb.ir.costs import classify, node_flops, target_name, tensor_bytes
-from hpcnb.ir.graph import Graph, IRTraceError, Node
+from hpcnb.ir.costs import tensor_bytes
+from hpcnb.ir.graph import Graph, IRTraceError, Node, TensorMeta
+from hpcnb.ir.groups import analyse_channels
 from hpcnb.ir.leaf import is_ir_leaf
+from hpcnb.ir.ops import OpCall, is_registered_module, op_kind, op_spec, target_name
 
 __all__ = ["trace"]
 
@@ -33,7 +35,7 @@ class _ScopedTracer(fx.Tracer):
             return True
         if self.leaf_types and isinstance(m, self.leaf_types):
             return True
-        if is_ir_leaf(m):
+        if is_ir_leaf(m) or is_registered_module(m):
             return True
         return super().is_leaf_module(m, module_qualified_name)
 
@@ -95,20 +97,6 @@ class _Recorder(fx.Interpreter):
             ) from err
         self.values[n.name] = _meta(out)
         return out
-
-
-class TensorMeta:
-    """Shape, dtype and byte size of a tensor seen during shape propagation."""
-
-    __slots__ = ("dtype", "nbytes", "shape")
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.shape = tuple(int(s) for s in t.shape)
-        self.dtype = str(t.dtype).removeprefix("torch.")
-        self.nbytes = tensor_bytes(t)
-
-    def __repr__(self) -> str:
-        return f"TensorMeta({self.shape}, {self.dtype})"
 
 
 def _meta(value: Any) -> Any:
@@ -199,6 +187,7 @@ def trace(
         values=recorder.values,
         call_args=recorder.args,
         call_kwargs=recorder.kwargs,
+        channel_analyser=analyse_channels,
     )
 
 
@@ -250,7 +239,7 @@ def _make_node(
     value = rec.values.get(n.name)
     outs = _tensors(value) if n.op != "output" else []
     module = modules.get(str(n.target)) if n.op == "call_module" else None
-    kind = classify(n.op, n.target, module, bool(outs) or n.op == "output")
+    kind = op_kind(n.op, n.target, module, bool(outs) or n.op == "output")
     inputs = [a.name for a in n.all_input_nodes]
     read_metas = [m for a in n.all_input_nodes for m in _tensors(rec.values.get(a.name))]
     call = (*rec.args.get(n.name, ()), *rec.kwargs.get(n.name, {}).values())
@@ -270,21 +259,35 @@ def _make_node(
         path = str(n.target).rpartition(".")[0]
         if isinstance(tensor, nn.Parameter):
             params = tensor.numel()
-    args = rec.args.get(n.name, ())
-    if kind in ("other", "size", "input", "output", "param"):
-        flops = 0
-    else:
+    bytes_read = sum(m.nbytes for m in read_metas) + own_bytes
+    bytes_written = 0 if kind in ("param", "size", "output") else sum(o.nbytes for o in outs)
+    if kind == "param":
+        bytes_read = sum(o.nbytes for o in outs)
+    flops = 0
+    spec = (
+        op_spec(n.target, module)
+        if n.op in ("call_module", "call_function", "call_method")
+        else None
+    )
+    if spec is not None and kind not in ("size", "other") and (spec.flops or spec.bytes):
+        call = OpCall(
+            n.target,
+            module,
+            tuple(in_shapes),
+            out_shape,
+            rec.args.get(n.name, ()),
+            int(bytes_read),
+            int(bytes_written),
+        )
         try:
-            flops = node_flops(kind, n.target, module, in_shapes, out_shape, _concrete(args))
+            flops = spec.flops(call) if spec.flops else 0
+            if spec.bytes:
+                bytes_read, bytes_written = spec.bytes(call)
         except Exception as err:
             raise IRTraceError(
                 f"cannot cost node '{n.name}' (kind {kind}, module '{path}'): "
                 f"{type(err).__name__}: {err}"
             ) from err
-    bytes_read = sum(m.nbytes for m in read_metas) + own_bytes
-    bytes_written = 0 if kind in ("param", "size", "output") else sum(o.nbytes for o in outs)
-    if kind == "param":
-        bytes_read = sum(o.nbytes for o in outs)
     return Node(
         name=n.name,
         kind=kind,
@@ -357,14 +360,6 @@ def _attrs(module: nn.Module | None, n: fx.Node, rec: _Recorder) -> dict[str, An
         if n.op == "call_function" and target_name(n.target) in ("chunk", "split"):
             out.setdefault("dim", _plain(args[2]) if len(args) > 2 else 0)
     return out
-
-
-def _concrete(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    class _Shaped:
-        def __init__(self, shape: tuple[int, ...]) -> None:
-            self.shape = shape
-
-    return tuple(_Shaped(a.shape) if isinstance(a, TensorMeta) else a for a in args)
 
 
 def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:

@@ -108,7 +108,7 @@ class MultiHeadSelfAttention(nn.Module):
         """Tie the input/output width to the projections; one head group.
 
         Args:
-            ctx: The channel-analysis context of `hpcnb.ir.groups`.
+            ctx: The channel analysis (:class:`hpcnb.ir.channels.ChannelAnalysis`).
             in_axes: Per input, the per-axis segment lists.
 
         Returns:
@@ -188,7 +188,7 @@ class SelectiveScan(nn.Module):
         """Tie x, delta, A rows and D to one width; B, C and A columns to the state size.
 
         Args:
-            ctx: The channel-analysis context of `hpcnb.ir.groups`.
+            ctx: The channel analysis (:class:`hpcnb.ir.channels.ChannelAnalysis`).
             in_axes: Per input, the per-axis segment lists.
 
         Returns:

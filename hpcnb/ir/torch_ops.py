@@ -1,0 +1,233 @@
+"""The PyTorch ops ``hpcnb.ir`` understands: one :func:`~hpcnb.ir.ops.register_op` per op family.
+
+Each registration binds an op (module types, or function / method names) to
+its kind, FLOP formula (:mod:`hpcnb.ir.costs`), channel rule
+(:mod:`hpcnb.ir.rules`) and, for modules that extraction re-sizes, a refresh.
+Importing :mod:`hpcnb.ir` runs these registrations; a user's own op is
+registered the same way (see :mod:`hpcnb.ir.ops`).
+
+>>> from torch import nn
+>>> from hpcnb.ir.ops import op_spec
+>>> op_spec(None, nn.Conv2d(1, 2, 3)).kind, op_spec("relu").kind, op_spec("view").kind
+('conv', 'activation', 'reshape')
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+import hpcnb.ir.costs as costs
+import hpcnb.ir.rules as rules
+from hpcnb.ir.ops import OpSpec, register_op
+
+__all__: list[str] = []
+
+# --- modules -----------------------------------------------------------------------------
+
+
+def _refresh_conv(module: nn.Module) -> None:
+    out_c = module.weight.shape[0]
+    if module.groups > 1 and module.groups == module.in_channels == module.out_channels:
+        module.groups = module.in_channels = out_c
+    else:
+        module.in_channels = module.weight.shape[1] * module.groups
+    module.out_channels = out_c
+
+
+def _refresh_conv_transpose(module: nn.Module) -> None:
+    module.in_channels = module.weight.shape[0]
+    module.out_channels = module.weight.shape[1] * module.groups
+
+
+def _refresh_linear(module: nn.Module) -> None:
+    module.out_features, module.in_features = module.weight.shape
+
+
+def _refresh_batch_norm(module: nn.Module) -> None:
+    ref = module.weight if module.weight is not None else module.running_mean
+    module.num_features = ref.shape[0]
+
+
+def _refresh_layer_norm(module: nn.Module) -> None:
+    if module.weight is not None:
+        module.normalized_shape = tuple(module.weight.shape)
+
+
+def _refresh_embedding(module: nn.Module) -> None:
+    module.embedding_dim = module.weight.shape[1]
+
+
+register_op(
+    (nn.Conv1d, nn.Conv2d, nn.Conv3d),
+    OpSpec("conv", costs.conv_flops, channel_rule=rules.conv_rule, refresh=_refresh_conv),
+)
+register_op(
+    (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d),
+    OpSpec(
+        "conv",
+        costs.conv_transpose_flops,
+        channel_rule=rules.conv_transpose_rule,
+        refresh=_refresh_conv_transpose,
+    ),
+)
+register_op(
+    nn.Linear,
+    OpSpec("linear", costs.linear_flops, channel_rule=rules.linear_rule, refresh=_refresh_linear),
+)
+register_op(
+    (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d),
+    OpSpec(
+        "norm",
+        costs.batch_norm_flops,
+        channel_rule=rules.batch_norm_rule,
+        refresh=_refresh_batch_norm,
+    ),
+)
+register_op(
+    (nn.LayerNorm, nn.RMSNorm),
+    OpSpec(
+        "norm", costs.norm_flops, channel_rule=rules.layer_norm_rule, refresh=_refresh_layer_norm
+    ),
+)
+register_op(nn.GroupNorm, OpSpec("norm", costs.norm_flops, channel_rule=rules.group_norm_rule))
+register_op((nn.InstanceNorm1d, nn.InstanceNorm2d), OpSpec("norm", costs.norm_flops))
+register_op(
+    (
+        nn.ReLU,
+        nn.ReLU6,
+        nn.GELU,
+        nn.SiLU,
+        nn.Sigmoid,
+        nn.Tanh,
+        nn.Softplus,
+        nn.LeakyReLU,
+        nn.Hardswish,
+        nn.Hardsigmoid,
+        nn.ELU,
+        nn.Mish,
+    ),
+    OpSpec("activation", costs.elementwise_flops, channel_rule=rules.same_axes),
+)
+register_op(
+    (nn.Softmax, nn.LogSoftmax),
+    OpSpec("softmax", costs.softmax_flops, channel_rule=rules.same_axes),
+)
+register_op(
+    (
+        nn.MaxPool1d,
+        nn.MaxPool2d,
+        nn.AvgPool1d,
+        nn.AvgPool2d,
+        nn.AdaptiveAvgPool1d,
+        nn.AdaptiveAvgPool2d,
+        nn.AdaptiveMaxPool2d,
+    ),
+    OpSpec("pool", costs.pool_flops, channel_rule=rules.pool_rule),
+)
+register_op(
+    (nn.Dropout, nn.Dropout1d, nn.Dropout2d), OpSpec("dropout", channel_rule=rules.same_axes)
+)
+register_op(nn.Identity, OpSpec("identity", channel_rule=rules.same_axes))
+register_op(
+    nn.Embedding,
+    OpSpec("embedding", channel_rule=rules.embedding_rule, refresh=_refresh_embedding),
+)
+register_op(
+    nn.MultiheadAttention,
+    OpSpec("attention", costs.mha_flops),
+)
+register_op(nn.Flatten, OpSpec("reshape", channel_rule=rules.flatten_rule))
+register_op(nn.Unflatten, OpSpec("reshape"))
+
+# --- functions and methods (by name: torch.relu, F.relu and x.relu() alike) --------------
+
+_ACTIVATIONS = (
+    "relu",
+    "relu6",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "leaky_relu",
+    "hardswish",
+    "hardsigmoid",
+    "elu",
+    "mish",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "neg",
+    "abs",
+    "clamp",
+    "pow",
+    "square",
+    "reciprocal",
+    "sin",
+    "cos",
+)
+register_op(
+    _ACTIVATIONS, OpSpec("activation", costs.elementwise_flops, channel_rule=rules.elementwise_rule)
+)
+register_op(
+    ("add", "sub", "iadd", "isub"),
+    OpSpec("add", costs.elementwise_flops, channel_rule=rules.elementwise_rule),
+)
+register_op(
+    ("mul", "truediv", "div", "imul"),
+    OpSpec("mul", costs.elementwise_flops, channel_rule=rules.elementwise_rule),
+)
+# Element-wise ops we do not cost (kind "other") but whose channels we follow.
+register_op(
+    ("where", "masked_fill", "maximum", "minimum"),
+    OpSpec("other", channel_rule=rules.elementwise_rule),
+)
+register_op(
+    ("softmax", "log_softmax"),
+    OpSpec("softmax", costs.softmax_flops, channel_rule=rules.elementwise_rule),
+)
+register_op("dropout", OpSpec("dropout", channel_rule=rules.elementwise_rule))
+register_op(
+    ("contiguous", "float", "to", "type_as", "clone", "detach"),
+    OpSpec("reshape", channel_rule=rules.elementwise_rule),
+)
+register_op(
+    ("view", "reshape", "flatten", "squeeze", "unsqueeze"),
+    OpSpec("reshape", channel_rule=rules.reshape_rule),
+)
+register_op("permute", OpSpec("reshape", channel_rule=rules.permute_rule))
+register_op(("transpose", "swapaxes"), OpSpec("reshape", channel_rule=rules.transpose_rule))
+register_op("t", OpSpec("reshape", channel_rule=rules.t_rule))
+register_op(("expand", "expand_as"), OpSpec("reshape", channel_rule=rules.expand_rule))
+register_op("pad", OpSpec("reshape", channel_rule=rules.pad_rule))
+register_op(("cat", "concat", "stack"), OpSpec("concat", channel_rule=rules.concat_rule))
+register_op(("chunk", "split", "tensor_split"), OpSpec("split", channel_rule=rules.split_rule))
+register_op("unbind", OpSpec("split", channel_rule=rules.unbind_rule))
+register_op("getitem", OpSpec("getitem", channel_rule=rules.getitem_rule))
+register_op(
+    ("matmul", "bmm", "mm"), OpSpec("matmul", costs.matmul_flops, channel_rule=rules.matmul_rule)
+)
+register_op("einsum", OpSpec("matmul", costs.einsum_flops))
+register_op("linear", OpSpec("linear", costs.linear_flops, channel_rule=rules.linear_function_rule))
+register_op(("conv1d", "conv2d", "conv3d"), OpSpec("conv", costs.conv_flops))
+register_op(("group_norm", "rms_norm"), OpSpec("norm", costs.norm_flops))
+register_op("layer_norm", OpSpec("norm", costs.norm_flops, channel_rule=rules.functional_norm_rule))
+register_op(
+    "batch_norm",
+    OpSpec("norm", costs.batch_norm_flops, channel_rule=rules.functional_norm_rule),
+)
+register_op(
+    ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"),
+    OpSpec("pool", costs.pool_flops, channel_rule=rules.pool2d_rule),
+)
+register_op(("max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"), OpSpec("pool", costs.pool_flops))
+register_op(
+    ("mean", "sum", "amax", "amin"),
+    OpSpec("reduce", costs.reduce_flops, channel_rule=rules.reduce_rule),
+)
+register_op(
+    "scaled_dot_product_attention",
+    OpSpec("attention", costs.attention_flops, channel_rule=rules.sdpa_rule),
+)
+register_op("embedding", OpSpec("embedding"))
