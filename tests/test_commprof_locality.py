@@ -7,7 +7,7 @@ import pytest
 
 from hpcnb import commprof
 from hpcnb.commprof import cases as C
-from hpcnb.commprof.advice import RULES, advise, format_advice
+from hpcnb.commprof.advice import RULES, AdviceThresholds, advise, format_advice
 from hpcnb.commprof.instrument import Region
 from hpcnb.commprof.locality import (
     LocalityConfig,
@@ -108,3 +108,10 @@ def test_bad_line_size_is_rejected() -> None:
     p = _random_profile(0)
     with pytest.raises(ValueError, match="line_bytes"):
         analyse_locality(p, LocalityConfig(line_bytes=48))
+
+
+def test_advice_thresholds_are_checked() -> None:
+    with pytest.raises(ValueError, match="near"):
+        AdviceThresholds(near=1.5)
+    with pytest.raises(ValueError, match="repeat"):
+        AdviceThresholds(repeat=0)

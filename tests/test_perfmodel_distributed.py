@@ -90,3 +90,10 @@ def test_error_samples_by_hand() -> None:
     bare = DistributedReport(**{**report.__dict__, "step_nproc_samples": ()})
     with pytest.raises(ValueError, match="no per-round samples"):
         bare.error_samples(2)
+
+
+def test_configuration_is_checked_when_made() -> None:
+    with pytest.raises(ValueError, match="warmup"):
+        DistributedConfig(repeats=0)
+    with pytest.raises(ValueError, match="local_batch"):
+        DistributedConfig(local_batch=0)

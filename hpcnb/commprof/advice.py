@@ -34,7 +34,18 @@ RULES = ("privatisation", "padding", "schedule", "tiling", "layout")
 
 @dataclass(frozen=True)
 class AdviceThresholds:
-    """Thresholds of the rules (see module docstring)."""
+    """Thresholds of the rules (see module docstring).
+
+    Attributes:
+        repeat: ``privatisation``: writes per written word at or above which words count
+            as written over and over.
+        false_sharing: ``padding``: false-sharing events as a share of the accesses.
+        consumed: ``schedule``: communication events per written word.
+        near: ``tiling``: share of communication events within the cache capacity below
+            which distances count as long.
+        utilisation: ``layout``: share of the words of a touched line that are used.
+        min_accesses: Regions with fewer accesses are skipped.
+    """
 
     repeat: float = 8.0
     false_sharing: float = 0.05
@@ -42,6 +53,18 @@ class AdviceThresholds:
     near: float = 0.5
     utilisation: float = 0.5
     min_accesses: int = 64
+
+    def __post_init__(self) -> None:
+        shares = {"false_sharing": self.false_sharing, "near": self.near,
+                  "utilisation": self.utilisation}  # fmt: skip
+        for name, value in shares.items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"AdviceThresholds.{name}={value}: expected a share in [0, 1]")
+        if self.repeat <= 0 or self.consumed < 0 or self.min_accesses < 0:
+            raise ValueError(
+                f"AdviceThresholds(repeat={self.repeat}, consumed={self.consumed}, "
+                f"min_accesses={self.min_accesses}): need repeat > 0, the others >= 0"
+            )
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,20 @@ class DistributedConfig:
     timeout_s: float = 120.0
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.world_size < 2:
+            raise ValueError(f"world_size={self.world_size}: need at least 2 ranks")
+        if len(self.message_bytes) < 2 or any(b < 4 or b % 4 for b in self.message_bytes):
+            raise ValueError(
+                f"message_bytes={self.message_bytes}: need >= 2 sizes, each a multiple of 4"
+            )
+        if self.repeats < 1 or self.warmup < 0 or self.threads < 1:
+            raise ValueError("repeats and threads must be >= 1, warmup >= 0")
+        if self.local_batch < 1 or self.timeout_s <= 0:
+            raise ValueError(
+                f"local_batch={self.local_batch}, timeout_s={self.timeout_s}: need >= 1, > 0"
+            )
+
 
 @dataclass(frozen=True)
 class DistributedReport:
@@ -352,21 +366,13 @@ def run_distributed_benchmark(config: DistributedConfig | None = None) -> Distri
         config: What to measure (defaults: 2 ranks, a small ConvNet on 32×32 inputs).
 
     Raises:
-        ValueError: Bad configuration (fewer than 2 ranks, sizes not multiples of 4,
-            an unknown builder).
+        ValueError: The builder cannot be imported (the other settings are checked when a
+            :class:`DistributedConfig` is made).
         RuntimeError: A rank failed or the launch exceeded ``timeout_s``.
     """
     import torch.multiprocessing as mp
 
     config = config or DistributedConfig()
-    if config.world_size < 2:
-        raise ValueError(f"world_size={config.world_size}: need at least 2 ranks")
-    if len(config.message_bytes) < 2 or any(b < 4 or b % 4 for b in config.message_bytes):
-        raise ValueError(
-            f"message_bytes={config.message_bytes}: need >= 2 sizes, each a multiple of 4"
-        )
-    if config.repeats < 1 or config.warmup < 0 or config.threads < 1:
-        raise ValueError("repeats and threads must be >= 1, warmup >= 0")
     resolve_builder(config.builder)
     with tempfile.TemporaryDirectory(prefix="hpcnb_dist_") as tmp:
         out = str(Path(tmp) / "result.json")
