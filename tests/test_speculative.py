@@ -16,9 +16,9 @@ from hpcnb.speculative import (
     early_exit_draft,
     load_gguf,
     measure_acceptance,
-    smollm2_path,
-    tiny_config,
 )
+from hpcnb.speculative.gguf_loader import smollm2_path
+from hpcnb.speculative.model import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +261,102 @@ def test_policy_rejects_results_out_of_launch_order(tiny: LlamaModel) -> None:
         pol.on_result(second.run_id, [0] * len(second.tokens))
     with pytest.raises(KeyError):
         pol.on_result(10_000, [0])
+
+
+def test_job_spec_json_round_trip_and_defaults() -> None:
+    from hpcnb.speculative import (
+        EarlyExitDraftSpec,
+        GenerationSpec,
+        JobSpec,
+        ModelSpec,
+        NgramDraftSpec,
+    )
+
+    legacy = {
+        "model": {"kind": "tiny", "n_layers": 4, "seed": 2},
+        "prompt": PROMPT,
+        "n_new": 8,
+        "k": 3,
+        "stage_delay_s": {"1": 0.004},
+        "runs": [
+            {"strategy": "pipeline", "draft": None},
+            {"strategy": "pipeinfer", "draft": {"kind": "early_exit", "layers": 1}},
+            {"strategy": "speculative", "draft": {"kind": "ngram"}, "n_new": 4},
+        ],
+    }
+    job = JobSpec.from_json(legacy)
+    assert job.model == ModelSpec("tiny", n_layers=4, seed=2)
+    assert [g.strategy for g in job.runs] == ["pipeline", "pipeinfer", "speculative"]
+    assert all(g.prompt == tuple(PROMPT) and g.k == 3 for g in job.runs)
+    assert job.runs[1].draft == EarlyExitDraftSpec(layers=1)
+    assert job.runs[2].draft == NgramDraftSpec() and job.runs[2].n_new == 4
+    assert job.stage_delay_s == {1: 0.004} and job.head_layers() == 1
+    assert JobSpec.from_json(job.to_json()) == job
+    single = JobSpec.from_json({"model": {"kind": "tiny"}, "strategy": "pipeline",
+                                "prompt": [1], "n_new": 2})  # fmt: skip
+    assert single.runs == (GenerationSpec("pipeline", [1], 2),)
+
+
+def test_job_spec_errors_name_the_key() -> None:
+    from hpcnb.speculative import JobSpec
+    from hpcnb.speculative.contracts import DraftSpec, SpecError
+
+    model = {"kind": "tiny"}
+    gen = {"strategy": "pipeline", "prompt": [1], "n_new": 2}
+    with pytest.raises(SpecError, match="run 0 lacks 'strategy'"):
+        JobSpec.from_json({"model": model, "runs": [{"n_new": 8}]})
+    with pytest.raises(SpecError, match="unknown key 'layers'"):
+        JobSpec.from_json({"model": {"kind": "tiny", "layers": 2}, **gen})
+    with pytest.raises(SpecError, match="the job has unknown key 'timeout'"):
+        JobSpec.from_json({"model": model, "timeout": 3, **gen})
+    with pytest.raises(SpecError, match="the job lacks 'model'"):
+        JobSpec.from_json(gen)
+    with pytest.raises(SpecError, match="unknown kind 'distilled'"):
+        DraftSpec.from_json({"kind": "distilled", "path": "x.pt"})
+    with pytest.raises(SpecError, match="'early_exit' lacks 'layers'"):
+        DraftSpec.from_json({"kind": "early_exit"})
+    with pytest.raises(SpecError, match="strategy='greedy'"):
+        JobSpec.from_json({"model": model, **gen, "strategy": "greedy"})
+    with pytest.raises(SpecError, match="fault kind"):
+        JobSpec.from_json({"model": model, **gen, "fault": {"rank": 1, "kind": "explode"}})
+
+
+def test_run_result_and_events_json_round_trip() -> None:
+    from hpcnb.speculative import RunResult
+    from hpcnb.speculative.contracts import SpecError, StageEvent
+
+    ev = StageEvent(1, 7, "skip", 0.1, 0.2, 3, True)
+    res = RunResult("pipeinfer", (4, 5), 2, 2, "ngram", 1.0, 2.0, 0.1, 0.5, 0.6, 0.5, 4, 2, 5,
+                    1, (6, 3), (0, 3), 10, (ev,))  # fmt: skip
+    assert RunResult.from_json(res.to_json()) == res
+    data = res.to_json()
+    del data["ttft_s"]
+    with pytest.raises(SpecError, match="run result lacks 'ttft_s'"):
+        RunResult.from_json(data)
+
+
+def test_custom_draft_kind_registers_in_one_place() -> None:
+    from dataclasses import dataclass
+
+    from hpcnb.speculative import GenerationSpec
+    from hpcnb.speculative.contracts import DRAFT_KINDS, DraftSpec, SpecError, register_draft
+
+    @register_draft("test_constant")
+    @dataclass(frozen=True)
+    class ConstantDraftSpec(DraftSpec):
+        token: int = 0
+
+        def build(self, head_model: object) -> NgramDraft:
+            return NgramDraft(max_n=self.token)
+
+    try:
+        gen = GenerationSpec.from_json(
+            {"strategy": "speculative", "prompt": [1], "n_new": 2,
+             "draft": {"kind": "test_constant", "token": 2}}
+        )  # fmt: skip
+        assert gen.draft == ConstantDraftSpec(2) and gen.draft.to_json()["kind"] == "test_constant"
+        assert GenerationSpec.from_json(gen.to_json()) == gen
+        with pytest.raises(SpecError, match="already registered"):
+            register_draft("test_constant")(ConstantDraftSpec)
+    finally:
+        DRAFT_KINDS.pop("test_constant", None)

@@ -1,33 +1,47 @@
-"""PipeInfer: pipelined speculative LLM inference over MPI ranks (notebook 04)."""
+"""PipeInfer: pipelined speculative LLM inference over MPI ranks (notebook 04).
 
-from hpcnb.launch import MPIRunError
-from hpcnb.speculative.drafts import ModelDraft, NgramDraft, early_exit_draft, measure_acceptance
-from hpcnb.speculative.gguf_loader import GGUFFormatError, load_gguf, read_config, smollm2_path
-from hpcnb.speculative.head import STRATEGIES, HeadPolicy, Run
-from hpcnb.speculative.model import KVCache, LayerWeights, LlamaConfig, LlamaModel, tiny_config
+The core model is exported here; the simulator (:mod:`hpcnb.speculative.simulation`),
+measurements and figures (:mod:`hpcnb.speculative.analysis`), stage building
+(:mod:`hpcnb.speculative.stages`) and the draft registry
+(:mod:`hpcnb.speculative.contracts`, :mod:`hpcnb.speculative.drafts`) are imported from
+their modules.
+"""
+
+from hpcnb.speculative.contracts import GenerationSpec, JobSpec, ModelSpec, RunResult
+from hpcnb.speculative.drafts import (
+    EarlyExitDraftSpec,
+    NgramDraft,
+    NgramDraftSpec,
+    early_exit_draft,
+    measure_acceptance,
+)
+from hpcnb.speculative.gguf_loader import GGUFFormatError, load_gguf
+from hpcnb.speculative.head import STRATEGIES, HeadPolicy
+from hpcnb.speculative.model import KVCache, LlamaConfig, LlamaModel
 from hpcnb.speculative.runtime import run_pipeline_mpi
-from hpcnb.speculative.stages import model_from_spec
 from hpcnb.speculative.tokenizer import BPETokenizer
 
 __all__ = [
-    "STRATEGIES",
-    "BPETokenizer",
-    "GGUFFormatError",
-    "HeadPolicy",
-    "KVCache",
-    "LayerWeights",
+    # the target: a Llama decoder with a per-sequence KV cache, GGUF weights, its tokenizer
     "LlamaConfig",
     "LlamaModel",
-    "MPIRunError",
-    "ModelDraft",
-    "NgramDraft",
-    "Run",
-    "early_exit_draft",
+    "KVCache",
     "load_gguf",
+    "GGUFFormatError",
+    "BPETokenizer",
+    # drafts that guess the target's next tokens, and their acceptance
+    "NgramDraft",
+    "early_exit_draft",
     "measure_acceptance",
-    "model_from_spec",
-    "read_config",
+    # the head's launch / verify / cancel decisions
+    "STRATEGIES",
+    "HeadPolicy",
+    # MPI jobs: the typed specification, the results, the runtime
+    "ModelSpec",
+    "GenerationSpec",
+    "NgramDraftSpec",
+    "EarlyExitDraftSpec",
+    "JobSpec",
+    "RunResult",
     "run_pipeline_mpi",
-    "smollm2_path",
-    "tiny_config",
 ]

@@ -1,7 +1,8 @@
 """Measurements and figures for notebook 04: layer timing, metrics tables, Gantt charts.
 
-* :func:`time_layers` — median seconds per layer, head and early-exit draft token for
-  batch sizes 1 and ``b`` on one core, the calibration input of the simulator.
+* :func:`time_layers` — median seconds per layer and of the output head per token for
+  batch sizes 1 and ``b`` (timed interleaved through :func:`hpcnb.timing.interleaved`),
+  the calibration input of the simulator.
 * :func:`paper_scale_cluster` — a 70B-class target over 8 nodes with a ~1B draft, with
   per-layer times scaled from the measured ones by the weight bytes each token reads
   (or set to a GPU-class layer time).
@@ -9,15 +10,15 @@
   interleaved MPI runs (the samples of a recorded speed-up).
 * :func:`relative_error` — a simulator's relative error against a measured ratio, with
   the interval that the measurement's interval implies.
-* :func:`metrics_table` — the per-strategy metrics of MPI or simulated runs as a
-  :class:`pandas.DataFrame`, incl. wasted stage work.
+* :func:`metrics_table` — the per-strategy metrics of MPI runs
+  (:class:`~hpcnb.speculative.contracts.RunResult`) as a :class:`pandas.DataFrame`, incl.
+  wasted stage work.
 * :func:`plot_timeline` — runs across ranks over time (compute, skip, speculative).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,10 @@ import pandas as pd
 import torch
 
 from hpcnb.records import median_interval
+from hpcnb.speculative.contracts import RunResult, StageEvent
 from hpcnb.speculative.model import LlamaModel
 from hpcnb.speculative.simulation import ClusterConfig
+from hpcnb.timing import interleaved
 
 __all__ = [
     "LAYER_BYTES_70B_Q4",
@@ -40,19 +43,6 @@ __all__ = [
 
 LAYER_BYTES_70B_Q4 = 0.86e9 * 0.5
 """Weight bytes of one Llama-2-70B layer (~0.86e9 parameters) in 4-bit weights."""
-
-
-def _median_times(fns: Sequence[Any], repeats: int) -> list[float]:
-    """Median time of each function, timed interleaved so that load drifts hit all alike."""
-    for fn in fns:
-        fn()
-    ts: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            ts[i].append(time.perf_counter() - t0)
-    return [float(np.median(t)) for t in ts]
 
 
 @torch.no_grad()
@@ -80,9 +70,12 @@ def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: in
         sub.run_layers(sub.embed(ids[:context]), 0, sub.new_cache())
 
     h = torch.randn(1, model.config.dim)
-    base, r1, rb, head = _median_times(
-        [prefill_only, lambda: run(1), lambda: run(batch), lambda: sub.logits(h)], repeats
+    timings = interleaved(
+        [prefill_only, lambda: run(1), lambda: run(batch), lambda: sub.logits(h)],
+        repeats=repeats,
+        warmup=1,
     )
+    base, r1, rb, head = (t.median for t in timings)
     t1 = max(r1 - base, 1e-9) / n
     tb = max(rb - base, 1e-9) / n
     lw = model.layers[layers[0]]
@@ -149,8 +142,14 @@ def paper_scale_cluster(
     )
 
 
+def _metric(result: RunResult | Mapping[str, Any], name: str) -> float:
+    """A result's metric: an attribute of a result object or a key of a dict."""
+    value = result[name] if isinstance(result, Mapping) else getattr(result, name)
+    return float(value)
+
+
 def paired_ratios(
-    results: Sequence[dict[str, Any]],
+    results: Sequence[RunResult | Mapping[str, Any]],
     labels: Sequence[str],
     numerator: str,
     denominator: str,
@@ -164,7 +163,8 @@ def paired_ratios(
     :func:`hpcnb.record` to get their median with an interval.
 
     Args:
-        results: Result dicts of :func:`hpcnb.speculative.run_mpi` (or simulated ones).
+        results: Results of :func:`hpcnb.speculative.runtime.run_pipeline_mpi` (or
+            simulated ones; a dict of metrics also works).
         labels: One label per result.
         numerator: Label of the numerator's runs.
         denominator: Label of the denominator's runs.
@@ -176,8 +176,9 @@ def paired_ratios(
     """
     if len(results) != len(labels):
         raise ValueError(f"{len(results)} results but {len(labels)} labels")
-    num = [float(r[metric]) for r, lab in zip(results, labels, strict=True) if lab == numerator]
-    den = [float(r[metric]) for r, lab in zip(results, labels, strict=True) if lab == denominator]
+    pairs = list(zip(results, labels, strict=True))
+    num = [_metric(r, metric) for r, lab in pairs if lab == numerator]
+    den = [_metric(r, metric) for r, lab in pairs if lab == denominator]
     if not num or len(num) != len(den):
         raise ValueError(
             f"need the same, non-zero number of {numerator!r} and {denominator!r} runs, "
@@ -213,27 +214,27 @@ def relative_error(
     return err, low, max(ends)
 
 
-def metrics_table(results: Sequence[dict[str, Any]], labels: Sequence[str] | None = None):
-    """Return a table of per-strategy metrics (one row per result dict).
+def metrics_table(results: Sequence[RunResult], labels: Sequence[str] | None = None) -> Any:
+    """Return a table of per-strategy metrics (one row per result).
 
     ``wasted_work`` is the fraction of stage-token computations beyond one per committed
-    position and stage.
+    position and stage (NaN for results without ``useful_positions``, e.g. simulated).
     """
     rows = []
     for i, r in enumerate(results):
-        computed = np.asarray(r["computed"], dtype=float)
-        skipped = np.asarray(r.get("skipped", [0] * len(computed)), dtype=float)
-        useful = r.get("useful_positions", 0) * len(computed)
+        computed = np.asarray(r.computed, dtype=float)
+        skipped = np.asarray(r.skipped, dtype=float)
+        useful = getattr(r, "useful_positions", 0) * len(computed)
         rows.append(
             {
-                "run": labels[i] if labels else r["strategy"],
-                "tokens/s": r["tokens_per_s"],
-                "TTFT (s)": r["ttft_s"],
-                "ITL mean (ms)": 1e3 * r["itl_mean_s"],
-                "ITL p90 (ms)": 1e3 * r["itl_p90_s"],
-                "acceptance": r["acceptance_rate"],
-                "runs": r["runs"],
-                "cancelled runs": r["cancelled_runs"],
+                "run": labels[i] if labels else r.strategy,
+                "tokens/s": r.tokens_per_s,
+                "TTFT (s)": r.ttft_s,
+                "ITL mean (ms)": 1e3 * r.itl_mean_s,
+                "ITL p90 (ms)": 1e3 * r.itl_p90_s,
+                "acceptance": r.acceptance_rate,
+                "runs": r.runs,
+                "cancelled runs": r.cancelled_runs,
                 "skipped stage-tokens": int(skipped.sum()),
                 "wasted work": 1.0 - useful / computed.sum() if useful else float("nan"),
             }
@@ -241,29 +242,30 @@ def metrics_table(results: Sequence[dict[str, Any]], labels: Sequence[str] | Non
     return pd.DataFrame(rows).set_index("run")
 
 
-def plot_timeline(events: Sequence[Sequence], ax: Any, title: str = "", t_max: float | None = None):
+def plot_timeline(
+    events: Sequence[StageEvent], ax: Any, title: str = "", t_max: float | None = None
+) -> None:
     """Draw a Gantt chart of runs across ranks.
 
     Args:
-        events: ``(rank, run_id, kind, t0, t1, n_tokens, speculative)`` tuples, as the
-            MPI runtime and the simulator record them.
+        events: The stage events, as the MPI runtime and the simulator record them.
         ax: Matplotlib axes.
         title: Axes title.
         t_max: Show only events starting before this time (seconds).
     """
     colours = {"spec": "tab:orange", "plain": "tab:blue", "skip": "tab:red"}
-    ranks = sorted({int(e[0]) for e in events})
-    for rank, rid, kind, t0, t1, _n, spec in events:
-        if t_max is not None and t0 > t_max:
+    ranks = sorted({e.rank for e in events})
+    for e in events:
+        if (t_max is not None and e.t0 > t_max) or e.kind == "draft":
             continue
-        if kind == "draft":
-            continue
-        c = colours["skip"] if kind == "skip" else colours["spec" if spec else "plain"]
-        width = max(t1 - t0, (t_max or 1.0) * 2e-3) if kind == "skip" else t1 - t0
-        ax.barh(rank, width * 1e3, left=t0 * 1e3, color=c, edgecolor="k", linewidth=0.3)
-        if t1 - t0 > 0 and (t_max is None or (t1 - t0) > 0.03 * t_max):
-            ax.text((t0 + t1) / 2 * 1e3, rank, str(rid % 1_000_000), ha="center", va="center",
-                    fontsize=6)  # fmt: skip
+        skip = e.kind == "skip"
+        c = colours["skip"] if skip else colours["spec" if e.speculative else "plain"]
+        span = e.t1 - e.t0
+        width = max(span, (t_max or 1.0) * 2e-3) if skip else span
+        ax.barh(e.rank, width * 1e3, left=e.t0 * 1e3, color=c, edgecolor="k", linewidth=0.3)
+        if span > 0 and (t_max is None or span > 0.03 * t_max):
+            ax.text((e.t0 + e.t1) / 2 * 1e3, e.rank, str(e.run_id % 1_000_000), ha="center",
+                    va="center", fontsize=6)  # fmt: skip
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")

@@ -9,6 +9,30 @@
   target's final norm and head.
 * :func:`measure_acceptance` — acceptance rate of a draft against a known greedy
   continuation, replaying standard speculative decoding offline.
+
+A job names its draft by a *draft spec* (:class:`~hpcnb.speculative.contracts.DraftSpec`),
+registered under a ``kind``: :class:`NgramDraftSpec` (``"ngram"``) and
+:class:`EarlyExitDraftSpec` (``"early_exit"``). To add a kind, write its draft and, in this
+file, a frozen dataclass of its options that builds it::
+
+    @register_draft("my_kind")
+    @dataclass(frozen=True)
+    class MyDraftSpec(DraftSpec):
+        size: int = 2
+
+        def build(self, head_model):
+            return MyDraft(self.size)
+
+``{"kind": "my_kind", "size": 3}`` then works in a job's JSON and
+``GenerationSpec(..., draft=MyDraftSpec(3))`` in Python; override
+:meth:`~hpcnb.speculative.contracts.DraftSpec.head_layers` when the draft needs the
+target's first layers on the head rank.
+
+Example:
+    >>> from hpcnb.speculative.contracts import DraftSpec
+    >>> spec = DraftSpec.from_json({"kind": "ngram", "max_n": 2})
+    >>> spec, spec.build(None).propose([1, 2, 3, 1, 2], 2)
+    (NgramDraftSpec(max_n=2), [3, 1])
 """
 
 from __future__ import annotations
@@ -18,10 +42,18 @@ from dataclasses import dataclass
 
 import torch
 
+from hpcnb.speculative.contracts import DraftSpec, SpecError, register_draft
 from hpcnb.speculative.head import lcp
 from hpcnb.speculative.model import LlamaModel
 
-__all__ = ["ModelDraft", "NgramDraft", "early_exit_draft", "measure_acceptance"]
+__all__ = [
+    "EarlyExitDraftSpec",
+    "ModelDraft",
+    "NgramDraft",
+    "NgramDraftSpec",
+    "early_exit_draft",
+    "measure_acceptance",
+]
 
 
 @dataclass
@@ -112,6 +144,41 @@ def early_exit_draft(target: LlamaModel, n_layers: int, cutoff: float = 0.0) -> 
     return ModelDraft(
         target.slice(0, n_layers, embed=True, head=True), cutoff, name=f"early_exit_{n_layers}"
     )
+
+
+@register_draft("ngram")
+@dataclass(frozen=True)
+class NgramDraftSpec(DraftSpec):
+    """Prompt lookup (:class:`NgramDraft`) with n-grams of up to ``max_n`` tokens."""
+
+    max_n: int = 3
+
+    def build(self, head_model: LlamaModel | None) -> NgramDraft:
+        """Return the draft (needs no model)."""
+        return NgramDraft(max_n=int(self.max_n))
+
+
+@register_draft("early_exit")
+@dataclass(frozen=True)
+class EarlyExitDraftSpec(DraftSpec):
+    """Self-drafting with the target's first ``layers`` layers (:func:`early_exit_draft`)."""
+
+    layers: int
+    cutoff: float = 0.0
+
+    def build(self, head_model: LlamaModel | None) -> ModelDraft:
+        """Return the draft over the head's copy of the target's first layers.
+
+        Raises:
+            SpecError: No head model was given.
+        """
+        if head_model is None:
+            raise SpecError("the early-exit draft needs the head's model")
+        return early_exit_draft(head_model, int(self.layers), float(self.cutoff))
+
+    def head_layers(self) -> int:
+        """The head holds the target's first ``layers`` layers."""
+        return int(self.layers)
 
 
 def measure_acceptance(

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["STRATEGIES", "Draft", "HeadPolicy", "Run", "lcp"]
+__all__ = ["STRATEGIES", "Draft", "HeadPolicy", "Run", "RunHeader", "lcp"]
 
 STRATEGIES = ("pipeline", "speculative", "pipeinfer")
 Edit = tuple
@@ -56,6 +56,27 @@ def lcp(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+@dataclass(frozen=True)
+class RunHeader:
+    """What the stages need to know about a run (no token history).
+
+    Attributes:
+        run_id: The run.
+        seq: Its KV-cache sequence.
+        parent_seq: Sequence whose first ``parent_len`` positions it starts from.
+        parent_len: Positions copied from ``parent_seq``.
+        tokens: Tokens to evaluate, at positions ``parent_len, parent_len + 1, ...``.
+        speculative: Whether the run carries draft tokens.
+    """
+
+    run_id: int
+    seq: int
+    parent_seq: int
+    parent_len: int
+    tokens: tuple[int, ...]
+    speculative: bool
+
+
 @dataclass
 class Run:
     """One batch of tokens travelling through the pipeline."""
@@ -69,16 +90,12 @@ class Run:
     speculative: bool
     cancelled: bool = False
 
-    def header(self) -> dict:
+    def header(self) -> RunHeader:
         """Return what the stages need to know about the run (no token history)."""
-        return {
-            "run_id": self.run_id,
-            "seq": self.seq,
-            "parent_seq": self.parent_seq,
-            "parent_len": self.parent_len,
-            "tokens": self.tokens,
-            "speculative": self.speculative,
-        }
+        return RunHeader(
+            self.run_id, self.seq, self.parent_seq, self.parent_len, tuple(self.tokens),
+            self.speculative,
+        )  # fmt: skip
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""The MPI pipeline runtime: ``mpiexec -n P python -m hpcnb.speculative.runtime spec out``.
+"""The MPI pipeline runtime: ``mpiexec -n P python -m hpcnb.speculative.runtime job out``.
+
+:func:`run_pipeline_mpi` writes a :class:`~hpcnb.speculative.contracts.JobSpec` as JSON,
+runs it on ``P`` ranks and reads back one :class:`~hpcnb.speculative.contracts.RunResult`
+per generation.
 
 Each rank holds a contiguous slice of the layers and its own :class:`KVCache`. Rank 0,
 the head, embeds tokens, runs the first slice, drafts, verifies and decides (through
@@ -37,9 +41,11 @@ import numpy as np
 import torch
 
 from hpcnb.launch import MPIRunError, run_mpi
-from hpcnb.speculative.head import HeadPolicy
+from hpcnb.speculative.contracts import GenerationSpec, JobSpec, RunResult, StageEvent
+from hpcnb.speculative.head import HeadPolicy, RunHeader
 from hpcnb.speculative.model import KVCache, LlamaModel
-from hpcnb.speculative.stages import build_draft, build_stage, layer_split
+from hpcnb.speculative.stages import build_stage, layer_split
+from hpcnb.timing import pinned_threads
 
 __all__ = ["main", "run_pipeline_mpi"]
 
@@ -53,22 +59,19 @@ class _TimeoutError(RuntimeError):
 class _Rank:
     """State shared by the head and worker loops of one rank."""
 
-    def __init__(self, comm: Any, spec: dict[str, Any]) -> None:
+    def __init__(self, comm: Any, job: JobSpec) -> None:
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
-        self.spec = spec
-        self.timeout = float(spec.get("timeout_s", 30.0))
-        self.poll = float(spec.get("poll_s", 2e-4))
+        self.timeout = float(job.timeout_s)
+        self.poll = float(job.poll_s)
         self.reqs: list[Any] = []
-        self.events: list[tuple] = []
+        self.events: list[StageEvent] = []
         self.cancelled: set[int] = set()
         self.computed = 0
         self.skipped = 0
         self.messages = 0
-        delays = spec.get("stage_delay_s") or {}
-        self.delay = float(delays.get(str(self.rank), delays.get(self.rank, 0.0)))
-        fault = spec.get("fault") or {}
-        self.fault = fault if int(fault.get("rank", -1)) == self.rank else {}
+        self.delay = float(job.stage_delay_s.get(self.rank, 0.0))
+        self.fault = job.fault if job.fault is not None and job.fault.rank == self.rank else None
         self.t0 = 0.0
 
     def reset(self) -> None:
@@ -110,11 +113,14 @@ class _Rank:
             if self.rank > 1:
                 self.isend(ids, self.rank - 1, CANCEL)
 
+    def event(self, run_id: int, kind: str, t0: float, n_tokens: int, spec: bool) -> None:
+        self.events.append(StageEvent(self.rank, run_id, kind, t0, self.now(), n_tokens, spec))
+
     def maybe_fault(self) -> None:
-        if self.fault and self.messages >= int(self.fault.get("after", 0)):
-            sys.stderr.write(f"rank {self.rank}: injected fault {self.fault['kind']!r}\n")
+        if self.fault is not None and self.messages >= self.fault.after:
+            sys.stderr.write(f"rank {self.rank}: injected fault {self.fault.kind!r}\n")
             sys.stderr.flush()
-            if self.fault["kind"] == "kill":
+            if self.fault.kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(3600.0)
 
@@ -138,10 +144,12 @@ def _apply_edits(cache: KVCache, edits: list) -> None:
             raise ValueError(f"unknown cache edit {e!r}")
 
 
-def _stage_compute(model: LlamaModel, cache: KVCache, hdr: dict, h: torch.Tensor) -> torch.Tensor:
-    if hdr["seq"] != hdr["parent_seq"]:
-        cache.copy(hdr["parent_seq"], hdr["seq"], hdr["parent_len"])
-    return model.run_layers(h, hdr["seq"], cache)
+def _stage_compute(
+    model: LlamaModel, cache: KVCache, hdr: RunHeader, h: torch.Tensor
+) -> torch.Tensor:
+    if hdr.seq != hdr.parent_seq:
+        cache.copy(hdr.parent_seq, hdr.seq, hdr.parent_len)
+    return model.run_layers(h, hdr.seq, cache)
 
 
 def _worker(st: _Rank, model: LlamaModel) -> None:
@@ -158,13 +166,13 @@ def _worker(st: _Rank, model: LlamaModel) -> None:
             if not last:
                 st.isend(msg, st.rank + 1, FWD)
             break
-        hdr = msg["run"]
-        rid, n = hdr["run_id"], len(hdr["tokens"])
+        hdr: RunHeader = msg["run"]
+        rid, n = hdr.run_id, len(hdr.tokens)
         t0 = st.now()
         out: Any = None
         if msg["h"] is None or rid in st.cancelled:
             st.skipped += n
-            st.events.append((st.rank, rid, "skip", t0, st.now(), n, hdr["speculative"]))
+            st.event(rid, "skip", t0, n, hdr.speculative)
             h = None
         else:
             if st.delay:
@@ -174,7 +182,7 @@ def _worker(st: _Rank, model: LlamaModel) -> None:
                 if last:
                     out = torch.argmax(model.logits(h), -1).tolist()
             st.computed += n
-            st.events.append((st.rank, rid, "compute", t0, st.now(), n, hdr["speculative"]))
+            st.event(rid, "compute", t0, n, hdr.speculative)
         if last:
             st.isend({"run_id": rid, "outputs": out}, 0, RESULT)
         else:
@@ -185,31 +193,19 @@ def _worker(st: _Rank, model: LlamaModel) -> None:
         st.maybe_fault()
 
 
-def _expand_runs(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return one full setting per generation: ``spec["runs"]`` entries over the defaults."""
-    base = {k: v for k, v in spec.items() if k not in ("runs", "model", "fault")}
-    runs = spec.get("runs") or [{}]
-    out = []
-    for i, r in enumerate(runs):
-        full = {**base, **r}
-        for key in ("strategy", "prompt", "n_new"):
-            if key not in full:
-                raise ValueError(f"run {i} of the specification lacks {key!r}")
-        out.append(full)
-    return out
-
-
-def _head(st: _Rank, model: LlamaModel, draft: Any, spec: dict[str, Any]) -> dict[str, Any]:
+def _head(
+    st: _Rank, model: LlamaModel, draft: Any, gen: GenerationSpec, first_run_id: int
+) -> RunResult:
     policy = HeadPolicy(
-        strategy=spec["strategy"],
-        prompt=[int(t) for t in spec["prompt"]],
-        n_new=int(spec["n_new"]),
+        strategy=gen.strategy,
+        prompt=list(gen.prompt),
+        n_new=int(gen.n_new),
         draft=draft,
-        k=int(spec.get("k", 4)),
-        max_inflight=int(spec.get("max_inflight", 4)),
-        max_ahead=int(spec.get("max_ahead", 12)),
-        first_run_id=int(spec.get("first_run_id", 0)),
-        plain_drafts=bool(spec.get("plain_drafts", False)),
+        k=int(gen.k),
+        max_inflight=int(gen.max_inflight),
+        max_ahead=int(gen.max_ahead),
+        first_run_id=first_run_id,
+        plain_drafts=bool(gen.plain_drafts),
     )
     cache = model.new_cache()
     last = st.size - 1
@@ -234,16 +230,14 @@ def _head(st: _Rank, model: LlamaModel, draft: Any, spec: dict[str, Any]) -> dic
             run = policy.next_run()
             if run is not None:
                 if run.speculative:
-                    st.events.append((0, run.run_id, "draft", t0, st.now(), 0, True))
+                    st.event(run.run_id, "draft", t0, 0, True)
                 t1 = st.now()
+                hdr = run.header()
                 with torch.no_grad():
-                    h = _stage_compute(model, cache, run.header(), model.embed(run.tokens))
+                    h = _stage_compute(model, cache, hdr, model.embed(run.tokens))
                 st.computed += len(run.tokens)
-                st.events.append(
-                    (0, run.run_id, "compute", t1, st.now(), len(run.tokens), run.speculative)
-                )
-                msg = {"kind": "run", "edits": pending, "run": run.header(), "h": h.numpy()}
-                st.isend(msg, 1, FWD)
+                st.event(run.run_id, "compute", t1, len(run.tokens), run.speculative)
+                st.isend({"kind": "run", "edits": pending, "run": hdr, "h": h.numpy()}, 1, FWD)
                 pending = []
                 st.messages += 1
                 st.maybe_fault()
@@ -257,74 +251,74 @@ def _head(st: _Rank, model: LlamaModel, draft: Any, spec: dict[str, Any]) -> dic
         stats.append(st.wait_for(r, STATS, "statistics"))
     times = np.asarray(policy.commit_times[: policy.n_new]) - t_start
     gaps = np.diff(times) if len(times) > 1 else np.zeros(1)
-    return {
-        "strategy": policy.strategy,
-        "tokens": policy.generated(),
-        "n_new": policy.n_new,
-        "ranks": st.size,
-        "draft": getattr(draft, "name", None),
-        "elapsed_s": t_end - t_start,
-        "tokens_per_s": policy.n_new / (t_end - t_start),
-        "ttft_s": float(times[0]),
-        "itl_mean_s": float((times[-1] - times[0]) / max(len(times) - 1, 1)),
-        "itl_p90_s": float(np.percentile(gaps, 90)),
-        "acceptance_rate": policy.acceptance_rate(),
-        "drafted": policy.drafted,
-        "accepted": policy.accepted,
-        "runs": policy.n_runs,
-        "cancelled_runs": policy.n_cancelled,
-        "computed": [s["computed"] for s in stats],
-        "skipped": [s["skipped"] for s in stats],
-        "useful_positions": policy.seq0_len,
-        "events": [e for s in stats for e in s["events"]],
-    }
+    return RunResult(
+        strategy=policy.strategy,
+        tokens=tuple(policy.generated()),
+        n_new=policy.n_new,
+        ranks=st.size,
+        draft=getattr(draft, "name", None),
+        elapsed_s=t_end - t_start,
+        tokens_per_s=policy.n_new / (t_end - t_start),
+        ttft_s=float(times[0]),
+        itl_mean_s=float((times[-1] - times[0]) / max(len(times) - 1, 1)),
+        itl_p90_s=float(np.percentile(gaps, 90)),
+        acceptance_rate=policy.acceptance_rate(),
+        drafted=policy.drafted,
+        accepted=policy.accepted,
+        runs=policy.n_runs,
+        cancelled_runs=policy.n_cancelled,
+        computed=tuple(s["computed"] for s in stats),
+        skipped=tuple(s["skipped"] for s in stats),
+        useful_positions=policy.seq0_len,
+        events=tuple(e for s in stats for e in s["events"]),
+    )
 
 
 def _rank_stats(st: _Rank) -> dict[str, Any]:
     return {"computed": st.computed, "skipped": st.skipped, "events": st.events}
 
 
+def _run_rank(comm: Any, job: JobSpec, out_path: Path) -> None:
+    """One rank's share of the job: load its stage, run every generation, write results."""
+    st = _Rank(comm, job)
+    if st.size < 2:
+        raise ValueError("the pipeline runtime needs at least 2 ranks (mpiexec -n P, P >= 2)")
+    split = layer_split(job.model, st.size, job.split)
+    model, full = build_stage(job.model, split, st.rank, st.size, job.head_layers())
+    drafts = [
+        g.draft.build(full) if st.rank == 0 and g.draft is not None else None for g in job.runs
+    ]
+    del full
+    req = comm.Ibarrier()
+    deadline = time.perf_counter() + max(st.timeout, 120.0)
+    while not req.Test():
+        if time.perf_counter() > deadline:
+            raise _TimeoutError(f"rank {st.rank}: start-up barrier not reached by all ranks")
+        time.sleep(st.poll)
+    results = []
+    for g, (gen, draft) in enumerate(zip(job.runs, drafts, strict=True)):
+        st.reset()
+        if st.rank == 0:
+            results.append(_head(st, model, draft, gen, first_run_id=g * 1_000_000))
+        else:
+            st.t0 = time.perf_counter()
+            _worker(st, model)
+            st.isend(_rank_stats(st), 0, STATS)
+    st.finish()
+    if st.rank == 0:
+        out_path.write_text(json.dumps([r.to_json() for r in results]))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of one MPI rank: ``spec.json out.json``."""
+    """Entry point of one MPI rank: ``job.json out.json``."""
     from mpi4py import MPI
 
     argv = sys.argv[1:] if argv is None else argv
     comm = MPI.COMM_WORLD
     try:
-        spec = json.loads(Path(argv[0]).read_text())
-        torch.set_num_threads(int(spec.get("threads", 1)))
-        st = _Rank(comm, spec)
-        if st.size < 2:
-            raise ValueError("the pipeline runtime needs at least 2 ranks (mpiexec -n P, P >= 2)")
-        runs = _expand_runs(spec)
-        n_draft = max(
-            (int(r["draft"].get("layers", 0)) for r in runs
-             if (r.get("draft") or {}).get("kind") == "early_exit"),
-            default=0,
-        )  # fmt: skip
-        mspec = dict(spec["model"], draft_layers=n_draft)
-        model, full = build_stage(mspec, layer_split(spec, st.size), st.rank, st.size)
-        drafts = [build_draft(r, full) if st.rank == 0 else None for r in runs]
-        del full
-        req = comm.Ibarrier()
-        deadline = time.perf_counter() + max(st.timeout, 120.0)
-        while not req.Test():
-            if time.perf_counter() > deadline:
-                raise _TimeoutError(f"rank {st.rank}: start-up barrier not reached by all ranks")
-            time.sleep(st.poll)
-        results = []
-        for g, (run_spec, draft) in enumerate(zip(runs, drafts, strict=True)):
-            st.reset()
-            run_spec["first_run_id"] = g * 1_000_000
-            if st.rank == 0:
-                results.append(_head(st, model, draft, run_spec))
-            else:
-                st.t0 = time.perf_counter()
-                _worker(st, model)
-                st.isend(_rank_stats(st), 0, STATS)
-        st.finish()
-        if st.rank == 0:
-            Path(argv[1]).write_text(json.dumps(results))
+        job = JobSpec.from_json(json.loads(Path(argv[0]).read_text()))
+        with pinned_threads(job.threads, numba=False):
+            _run_rank(comm, job, Path(argv[1]))
         return 0
     except BaseException as err:  # any failure must end every rank, never hang
         sys.stderr.write(f"[hpcnb.speculative rank {comm.Get_rank()}] {err}\n")
@@ -334,36 +328,34 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def run_pipeline_mpi(
-    spec: dict[str, Any], n_ranks: int = 2, timeout_s: float = 120.0
-) -> list[dict[str, Any]]:
-    """Run generations under one ``mpiexec -n n_ranks`` job; return one result per run.
+def run_pipeline_mpi(job: JobSpec, n_ranks: int = 2, timeout_s: float = 120.0) -> list[RunResult]:
+    """Run a job's generations under one ``mpiexec -n n_ranks`` job; one result per run.
 
     Args:
-        spec: JSON-serialisable settings: ``model``, and defaults for every run
-            (``strategy``, ``prompt``, ``n_new``, ``draft``, ``k``, ``max_inflight``,
-            ``max_ahead``), overridden per generation by the entries of ``runs``; plus
-            ``timeout_s`` (per wait inside the job), ``threads``, ``split``,
-            ``stage_delay_s`` (``{rank: seconds}`` added per run, to emulate a slower
-            stage) and ``fault``
-            (``{"rank", "kind": "kill"|"hang", "after"}``, for tests).
+        job: The model, its layer split and the generations (see
+            :class:`~hpcnb.speculative.contracts.JobSpec`; ``JobSpec.from_json`` builds
+            one from a dict).
         n_ranks: MPI ranks (pipeline stages); oversubscribed when above the core count.
         timeout_s: Wall-clock limit for the whole job.
 
     Raises:
+        TypeError: ``job`` is not a :class:`~hpcnb.speculative.contracts.JobSpec`.
+        ValueError: ``n_ranks`` < 2.
         MPIRunError: Non-zero exit, timeout or missing result; the message holds the
             tail of the ranks' error output.
     """
+    if not isinstance(job, JobSpec):
+        raise TypeError(f"job must be a JobSpec (JobSpec.from_json(d) reads a dict), got {job!r}")
     if n_ranks < 2:
         raise ValueError(f"n_ranks={n_ranks}: the pipeline needs at least 2 ranks")
     with tempfile.TemporaryDirectory(prefix="hpcnb_spec_") as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-        spec_path.write_text(json.dumps(spec))
-        program = [sys.executable, "-m", __name__, str(spec_path), str(out_path)]
+        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        job_path.write_text(json.dumps(job.to_json()))
+        program = [sys.executable, "-m", __name__, str(job_path), str(out_path)]
         run_mpi(program, n_ranks, timeout_s=timeout_s, threads=1)
         if not out_path.exists():
             raise MPIRunError(f"mpiexec -n {n_ranks}: the head rank wrote no result")
-        return json.loads(out_path.read_text())
+        return [RunResult.from_json(r) for r in json.loads(out_path.read_text())]
 
 
 if __name__ == "__main__":

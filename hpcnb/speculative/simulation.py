@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcnb.speculative.contracts import StageEvent
 from hpcnb.speculative.head import HeadPolicy
 
 __all__ = ["ClusterConfig", "SimResult", "SyntheticDraft", "simulate", "sweep"]
@@ -131,7 +132,7 @@ class SimResult:
     cancelled_runs: int
     computed: list[int]
     skipped: list[int]
-    events: list[tuple]
+    events: list[StageEvent]
 
     def summary(self) -> dict[str, Any]:
         """Return the scalar metrics as a dict."""
@@ -172,7 +173,7 @@ def simulate(
     inbox: list[dict] = []
     link_free = [0.0] * P  # when the link into stage j has sent its last message
     computed, skipped = [0] * P, [0] * P
-    events: list[tuple] = []
+    events: list[StageEvent] = []
     head_busy = False
     end = 0.0
 
@@ -213,7 +214,9 @@ def simulate(
                 t_draft = cluster.draft_s * n_draft if run.speculative else 0.0
                 dur = t_draft + cluster.stage_s(0, n)
                 computed[0] += n
-                events.append((0, run.run_id, "compute", now, now + dur, n, run.speculative))
+                events.append(
+                    StageEvent(0, run.run_id, "compute", now, now + dur, n, run.speculative)
+                )
                 head_busy = True
                 push(now + dur, "head_done", run)
         elif kind == "head_done":
@@ -237,8 +240,8 @@ def simulate(
                 computed[j] += n
             else:
                 skipped[j] += n
-            events.append((j, run.run_id, "compute" if live else "skip", now, now + dur, n,
-                           run.speculative))  # fmt: skip
+            what = "compute" if live else "skip"
+            events.append(StageEvent(j, run.run_id, what, now, now + dur, n, run.speculative))
             busy[j] = True
             push(now + dur, "done", j, {"run": run, "live": live})
         elif kind == "done":
