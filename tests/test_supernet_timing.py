@@ -1,4 +1,4 @@
-"""Tests of the fork-join phase timing, the interleaved benchmark and the progress switch.
+"""Tests of the fork-join phase timing, the MPI runs, the interleaved benchmark, progress.
 
 No test asserts a duration: only that phases are measured, that they add up to the
 step, and that the sequential and MPI runs train the same weights.
@@ -17,7 +17,15 @@ from hpcnb.progress import show_progress
 from hpcnb.supernet import SandwichSampler, Supernet
 from hpcnb.supernet.benchmark import compare_models
 from hpcnb.supernet.forkjoin import PHASES, StepPhases, fork_join_step
-from hpcnb.supernet.mpi import ForkJoinBenchmark, ForkJoinJob, benchmark_fork_join, variant_name
+from hpcnb.supernet.mpi import (
+    ForkJoinBenchmark,
+    ForkJoinJob,
+    benchmark_fork_join,
+    run_forkjoin_mpi,
+    run_local,
+    variant_name,
+    write_job,
+)
 
 
 def _vit_supernet(seed: int = 0) -> tuple[Supernet, dict[str, int]]:
@@ -29,6 +37,27 @@ def _vit_supernet(seed: int = 0) -> tuple[Supernet, dict[str, int]]:
 def _data(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     return torch.randn(n, 1, 8, 8, generator=gen), torch.randint(10, (n,), generator=gen)
+
+
+def _sandwich_job(
+    sn: Supernet, kwargs: dict[str, int]
+) -> tuple[tuple[tuple[tuple[int, ...], ...], ...], ForkJoinJob]:
+    """Three sandwich-rule steps of four subnets of the ViT supernet, as an SGD job."""
+    rng = np.random.default_rng(0)
+    schedule = tuple(
+        tuple(tuple(c.values) for c in SandwichSampler(sn.space).draw(rng, 4)) for _ in range(3)
+    )
+    job = ForkJoinJob(
+        factory="hpcnb.models:vit",
+        factory_kwargs=kwargs,
+        example_shape=(1, 1, 8, 8),
+        schedule=schedule,
+        batch_size=16,
+        lr=0.05,
+        optimizer="sgd",
+        seed=0,
+    )
+    return schedule, job
 
 
 def test_step_phases_add_totals_and_json_round_trip() -> None:
@@ -136,19 +165,7 @@ def test_compare_models_gives_per_round_samples_and_counts() -> None:
 @pytest.mark.mpi
 def test_interleaved_benchmark_on_two_ranks(tmp_path: Path) -> None:
     sn, kwargs = _vit_supernet()
-    rng = np.random.default_rng(0)
-    schedule = tuple(
-        tuple(tuple(c.values) for c in SandwichSampler(sn.space).draw(rng, 4)) for _ in range(3)
-    )
-    job = ForkJoinJob(
-        factory="hpcnb.models:vit",
-        factory_kwargs=kwargs,
-        example_shape=(1, 1, 8, 8),
-        schedule=schedule,
-        batch_size=16,
-        lr=0.05,
-        optimizer="sgd",
-    )
+    _, job = _sandwich_job(sn, kwargs)
     x, y = _data(64)
     bench = benchmark_fork_join(
         tmp_path / "job", job, sn.model.state_dict(), x.numpy(), y.numpy(), rounds=2, timeout=300
@@ -163,3 +180,25 @@ def test_interleaved_benchmark_on_two_ranks(tmp_path: Path) -> None:
     seq = bench.phases["1 proc x 2 thr"][0][0]
     assert seq["allreduce"] == 0.0 and seq["wait"] == 0.0
     assert len(bench.speedups("1 proc x 1 thr")) == 2
+
+
+@pytest.mark.mpi
+def test_mpi_two_ranks_match_sequential(tmp_path: Path) -> None:
+    sn, kwargs = _vit_supernet()
+    schedule, job = _sandwich_job(sn, kwargs)
+    x, y = _data(64)
+    folder = write_job(tmp_path / "job", job, sn.model.state_dict(), x.numpy(), y.numpy())
+    seq = run_local(folder, threads=1, timeout=120)
+    par = run_forkjoin_mpi(folder, 2, timeout=120)
+    assert par["ranks"] == 2 and seq["ranks"] == 1
+    assert (seq["final"] - par["final"]).abs().max().item() <= 1e-5
+    assert not torch.equal(seq["final"], sn.flat.params)  # it trained
+    # The in-process fork-join step gives the same weights as the sequential subprocess.
+    opt = torch.optim.SGD(sn.model.parameters(), lr=0.05, momentum=0.9)
+    from hpcnb.supernet.space import SubnetConfig
+    from hpcnb.supernet.training import batches
+
+    idx = list(batches(64, 16, np.random.default_rng(0), 3))
+    for step, ix in zip(schedule, idx, strict=True):
+        fork_join_step(sn, [SubnetConfig(c) for c in step], x[ix], y[ix], opt)
+    assert (sn.flat.params - seq["final"]).abs().max().item() <= 1e-5

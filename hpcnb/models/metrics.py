@@ -5,13 +5,13 @@ digits; they count correct top-1 predictions the same way, here.
 
 Example:
     >>> import torch
-    >>> from hpcnb.models.metrics import top1_accuracy, top1_correct
+    >>> from hpcnb.models.metrics import top1_accuracy
     >>> model = torch.nn.Linear(2, 2, bias=False)
     >>> with torch.no_grad():
     ...     _ = model.weight.copy_(torch.eye(2))
     >>> x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 1.0]])
-    >>> top1_correct(model, x, torch.tensor([0, 1, 1])), top1_accuracy(model, x, [0, 1, 1])
-    (2, 0.6666666666666666)
+    >>> top1_accuracy(model, x, torch.tensor([0, 1, 1])), top1_accuracy(model, x, [0, 1, 0])
+    (0.6666666666666666, 1.0)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch import nn
 
 from hpcnb.errors import HpcnbError
 
-__all__ = ["MetricError", "top1_accuracy", "top1_correct"]
+__all__ = ["MetricError", "top1_accuracy"]
 
 
 class MetricError(HpcnbError, ValueError):
@@ -34,17 +34,18 @@ def _tensor(values: np.ndarray | torch.Tensor | list) -> torch.Tensor:
 
 
 @torch.no_grad()
-def top1_correct(
+def top1_accuracy(
     model: nn.Module,
     x: np.ndarray | torch.Tensor,
     y: np.ndarray | torch.Tensor | list,
     batch_size: int = 512,
-) -> int:
-    """Count the items whose highest logit is the label, evaluating in eval mode.
+) -> float:
+    """Return the fraction of items whose highest logit is the label (eval mode).
 
     The model is switched to eval mode for the evaluation and left in the mode it had.
     Floating-point inputs are cast to ``float32`` (integer inputs, e.g. token ids, are
-    kept); labels to ``int64``.
+    kept); labels to ``int64``. ``round(accuracy * len(y))`` is the number of items
+    classified correctly (exactly: the count is an integer far below 2**52).
 
     Args:
         model: A classifier returning logits of shape ``(batch, classes)``.
@@ -66,23 +67,10 @@ def top1_correct(
     was_training = model.training
     model.eval()
     try:
-        return sum(
+        correct = sum(
             int((model(xt[i : i + batch_size]).argmax(-1) == yt[i : i + batch_size]).sum())
             for i in range(0, len(yt), batch_size)
         )
     finally:
         model.train(was_training)
-
-
-def top1_accuracy(
-    model: nn.Module,
-    x: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor | list,
-    batch_size: int = 512,
-) -> float:
-    """Return the fraction of items classified correctly (top-1), see :func:`top1_correct`.
-
-    Raises:
-        MetricError: No items, ``x`` and ``y`` of different lengths, or ``batch_size`` < 1.
-    """
-    return top1_correct(model, x, y, batch_size) / len(y)
+    return correct / len(yt)

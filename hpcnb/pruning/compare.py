@@ -30,7 +30,7 @@ from torch import nn
 
 import hpcnb.pruning.agents as agents
 from hpcnb import ir
-from hpcnb.models.metrics import top1_accuracy, top1_correct
+from hpcnb.models.metrics import top1_accuracy
 from hpcnb.pruning.env import EnvConfig
 from hpcnb.pruning.peers import torch_pruning_at_budget
 from hpcnb.pruning.task import ModelPruningTask
@@ -247,7 +247,7 @@ def score_pruned(
     if recalibrate:
         recalibrate_batchnorm(ready, training_batches(split.x_train, calibration_batch))  # type: ignore[attr-defined]
     n_test = len(y_test)
-    return ready, top1_correct(ready, x_test, y_test), n_test
+    return ready, round(top1_accuracy(ready, x_test, y_test) * n_test), n_test
 
 
 def outcomes_table(outcomes: list[MethodOutcome]) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcnb.models.metrics import top1_correct
+from hpcnb.models.metrics import top1_accuracy
 from hpcnb.timing import median_time, pinned_threads
 
 __all__ = ["ModelComparison", "ModelMeasurement", "compare_models"]
@@ -189,7 +189,7 @@ def compare_models(
                     )
         meas = {}
         for (name, m), f in zip(models.items(), flops, strict=True):
-            correct = top1_correct(m, x_test, y_test)
+            correct = round(top1_accuracy(m, x_test, y_test) * len(y_test))
             meas[name] = ModelMeasurement(
                 flops=float(f),
                 params=sum(p.numel() for p in m.parameters()),
