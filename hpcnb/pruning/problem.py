@@ -13,6 +13,23 @@ A channel-pruning problem, as the environment and every search method see it, is
 
 :class:`PruningProblem` is the protocol; :class:`~hpcnb.pruning.task.ModelPruningTask`
 implements it for a real ``nn.Module`` through ``hpcnb.ir``.
+
+Example: the FLOPs of ``Linear(8, 16) -> Linear(16, 4)`` (one group: the 16 hidden
+channels; multiply-add = 2) when half the hidden channels are kept:
+
+    >>> import numpy as np
+    >>> from hpcnb.pruning.problem import FlopsModel, keep_counts
+    >>> fm = FlopsModel(
+    ...     constant=0.0,
+    ...     coef=np.array([2 * 8 * 16, 2 * 16 * 4], dtype=float),
+    ...     out_group=np.array([0, -1]),  # the first layer's outputs are the group
+    ...     in_group=np.array([-1, 0]),  # the second layer's inputs are the group
+    ...     num_groups=1,
+    ... )
+    >>> fm.total, fm(np.array([0.5]))
+    (384.0, 192.0)
+    >>> keep_counts(np.array([0.3]), np.array([16])).tolist()  # 0.3 * 16 rounds to 5
+    [5]
 """
 
 from __future__ import annotations
