@@ -483,7 +483,8 @@ def test_torch_multihead_attention_is_costed_and_train_mode_state_is_kept() -> N
     assert int(model.bn.num_batches_tracked) == 0  # shape propagation left BN stats alone
     assert float(model.bn.running_mean.abs().sum()) == 0.0
     assert graph.flops_by_kind()["attention"] == _reference_flops(model, x)
-    assert not any(g.prunable for g in graph.groups())  # opaque leaf: nothing sliced
+    # The width is the model's input and output (not prunable); only the heads are.
+    assert [(g.kind, g.size) for g in graph.prunable_groups()] == [("head", 4)]
 
 
 class FunctionalAttention(nn.Module):

@@ -19,7 +19,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from hpcnb.ir.ops import OpCall, target_name
 
@@ -35,6 +34,7 @@ __all__ = [
     "mha_flops",
     "norm_flops",
     "pool_flops",
+    "projected_attention_flops",
     "reduce_flops",
     "softmax_flops",
     "tensor_bytes",
@@ -95,18 +95,34 @@ def attention_flops(call: OpCall) -> int:
 def mha_flops(call: OpCall) -> int:
     """``nn.MultiheadAttention``: q/k/v and output projections, scores and weighted sum."""
     m = call.module
-    assert isinstance(m, nn.MultiheadAttention)
-    q = call.in_shapes[0]
-    k = call.in_shapes[1] if len(call.in_shapes) > 1 else q
+    assert m is not None
+    inner = m.in_proj_weight.shape[0] // 3 if m.in_proj_weight is not None else m.embed_dim
+    return projected_attention_flops(
+        call.in_shapes, m.batch_first, inner, m.out_proj.weight.shape[0]
+    )
+
+
+def projected_attention_flops(
+    in_shapes: Sequence[Shape], batch_first: bool, inner: int, out_width: int
+) -> int:
+    """FLOPs of attention with q/k/v projections to ``inner`` and an output projection.
+
+    Args:
+        in_shapes: Query, key (default: the query) shapes, (L, E) or batched.
+        batch_first: Whether batched shapes are (B, L, E) rather than (L, B, E).
+        inner: Width of the projected q, k and v (heads x head width).
+        out_width: Width of the output projection.
+
+    Returns:
+        Projections plus scores plus weighted sum (softmax not counted).
+    """
+    q = in_shapes[0]
+    k = in_shapes[1] if len(in_shapes) > 1 else q
     if len(q) == 3:
-        (b, lq, e), (_, lk, _) = (
-            (q, k) if m.batch_first else ((q[1], q[0], q[2]), (k[1], k[0], k[2]))
-        )
+        (b, lq, e), (_, lk, _) = (q, k) if batch_first else ((q[1], q[0], q[2]), (k[1], k[0], k[2]))
     else:
         (lq, e), (lk, _), b = q, k, 1
-    inner = m.in_proj_weight.shape[0] // 3 if m.in_proj_weight is not None else m.embed_dim
-    out = m.out_proj.weight.shape[0]
-    proj = 2 * b * e * inner * (lq + 2 * lk) + 2 * b * lq * inner * out
+    proj = 2 * b * e * inner * (lq + 2 * lk) + 2 * b * lq * inner * out_width
     return proj + 2 * 2 * b * lq * lk * inner
 
 

@@ -154,10 +154,9 @@ def _slice_tensors(
             owner._buffers[attr] = new
         touched.add(pname.rpartition(".")[0])
     modules = dict(gm.named_modules())
-    for path in sorted(touched, key=len, reverse=True):
-        for prefix in _prefixes(path):
-            if prefix in modules:
-                _refresh(gm, prefix, modules[prefix])
+    owners = {prefix for path in touched for prefix in _prefixes(path) if prefix in modules}
+    for path in sorted(owners, key=lambda p: (-p.count(".") - bool(p), p)):  # children first
+        _refresh(gm, path, modules[path])
 
 
 def _prefixes(path: str) -> list[str]:

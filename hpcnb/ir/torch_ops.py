@@ -18,6 +18,7 @@ from torch import nn
 
 import hpcnb.ir.costs as costs
 import hpcnb.ir.rules as rules
+from hpcnb.ir.attention import SlicedMultiheadAttention, mha_refresh, mha_rule, sliced_refresh
 from hpcnb.ir.ops import OpSpec, register_op
 
 __all__: list[str] = []
@@ -134,7 +135,11 @@ register_op(
 )
 register_op(
     nn.MultiheadAttention,
-    OpSpec("attention", costs.mha_flops),
+    OpSpec("attention", costs.mha_flops, channel_rule=mha_rule, refresh=mha_refresh),
+)
+register_op(
+    SlicedMultiheadAttention,
+    OpSpec("attention", costs.mha_flops, channel_rule=mha_rule, refresh=sliced_refresh),
 )
 register_op(nn.Flatten, OpSpec("reshape", channel_rule=rules.flatten_rule))
 register_op(nn.Unflatten, OpSpec("reshape"))
