@@ -1,9 +1,13 @@
 """Code generation: straight-line Winograd transforms as Numba CPU and ``numba.cuda`` kernels.
 
 One set of optimised expressions (:class:`~hpcnb.winograd.opcount.TransformPrograms`)
-is rendered into loop bodies by :func:`input_body` and :func:`output_body`; a target only
-supplies the kernel header, the index computation and the syntax of constants. The
-module text is written to a cache folder under the hpcnb cache root and imported, so
+is rendered into loop bodies by :func:`input_body` and :func:`output_body`. The index
+computation of the drivers and the tile bodies are written once (:func:`render_module`);
+a Python-syntax target (:class:`PythonTarget`: :data:`CPU_TARGET`, :data:`CUDA_TARGET`)
+supplies only what differs: its imports, the drivers' decorator, how a work item is
+bound, what a driver does with its tile, and extra functions. A C-syntax target
+(:mod:`~hpcnb.winograd.opencl`) renders the same expression lines with its own constants
+and declarations. The module text is written to a cache folder under the hpcnb cache root and imported, so
 that Numba's on-disk cache (``cache=True``) keeps the compiled machine code between
 sessions; a cached file is compared with the generated text before it is used
 (:mod:`hpcnb.codecache`).
@@ -24,6 +28,7 @@ Kernels (NCHW, tile ``p`` of ``P = N·tiles_h·tiles_w`` covers outputs
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +39,9 @@ from hpcnb.winograd.opcount import TransformPrograms, transform_programs
 from hpcnb.winograd.slp import LinearProgram
 
 __all__ = [
+    "CPU_TARGET",
+    "CUDA_TARGET",
+    "PythonTarget",
     "cache_dir",
     "constants_of",
     "cpu_kernels",
@@ -43,11 +51,13 @@ __all__ = [
     "input_body",
     "load_module",
     "output_body",
+    "render_module",
     "render_program",
+    "target_kernels",
 ]
 
 ConstFmt = Callable[[Fraction], str]
-_CODEGEN_VERSION = "7"
+_CODEGEN_VERSION = "8"
 
 
 def cache_dir() -> Path:
@@ -125,21 +135,47 @@ def render_program(
     return lines
 
 
+def _nested_2d(
+    prog: LinearProgram,
+    sizes: tuple[int, int],
+    names: tuple[str, str, str],
+    tags: tuple[str, str],
+    const: ConstFmt,
+    decl: str,
+    end: str,
+) -> list[str]:
+    """A 1-D program applied to the columns of ``src``, then to the rows of the result.
+
+    Args:
+        prog: The 1-D program (``k`` inputs, ``l`` outputs).
+        sizes: ``(k, l)``.
+        names: Prefixes of the ``k x k`` inputs, the ``l x k`` intermediates and the
+            ``l x l`` outputs (locals named ``<prefix>_<row>_<col>``).
+        tags: Prefixes of the temporaries of the column and the row passes.
+        const: Renders a constant magnitude.
+        decl: Declaration prefix of each assignment.
+        end: Statement terminator.
+    """
+    k, l = sizes
+    src, mid, dst = names
+    lines: list[str] = []
+    for j in range(k):
+        ins = [f"{src}_{i}_{j}" for i in range(k)]
+        outs = [f"{mid}_{a}_{j}" for a in range(l)]
+        lines += render_program(prog, ins, outs, f"{tags[0]}{j}_", const, decl, end)
+    for a in range(l):
+        ins = [f"{mid}_{a}_{j}" for j in range(k)]
+        outs = [f"{dst}_{a}_{b}" for b in range(l)]
+        lines += render_program(prog, ins, outs, f"{tags[1]}{a}_", const, decl, end)
+    return lines
+
+
 def input_body(
     progs: TransformPrograms, const: ConstFmt, decl: str = "", end: str = ""
 ) -> list[str]:
     """Nested 2-D input transform ``v = BT d B`` on locals ``d_i_j`` -> ``v_a_b``."""
     n = progs.transform.n
-    lines: list[str] = []
-    for j in range(n):
-        ins = [f"d_{i}_{j}" for i in range(n)]
-        outs = [f"s_{a}_{j}" for a in range(n)]
-        lines += render_program(progs.input, ins, outs, f"ic{j}_", const, decl, end)
-    for a in range(n):
-        ins = [f"s_{a}_{j}" for j in range(n)]
-        outs = [f"v_{a}_{b}" for b in range(n)]
-        lines += render_program(progs.input, ins, outs, f"ir{a}_", const, decl, end)
-    return lines
+    return _nested_2d(progs.input, (n, n), ("d", "s", "v"), ("ic", "ir"), const, decl, end)
 
 
 def output_body(
@@ -147,16 +183,7 @@ def output_body(
 ) -> list[str]:
     """Nested 2-D output transform ``y = AT M A`` on locals ``m_a_b`` -> ``y_i_j``."""
     n, m = progs.transform.n, progs.transform.m
-    lines: list[str] = []
-    for b in range(n):
-        ins = [f"m_{a}_{b}" for a in range(n)]
-        outs = [f"u_{i}_{b}" for i in range(m)]
-        lines += render_program(progs.output, ins, outs, f"oc{b}_", const, decl, end)
-    for i in range(m):
-        ins = [f"u_{i}_{b}" for b in range(n)]
-        outs = [f"y_{i}_{j}" for j in range(m)]
-        lines += render_program(progs.output, ins, outs, f"or{i}_", const, decl, end)
-    return lines
+    return _nested_2d(progs.output, (n, m), ("m", "u", "y"), ("oc", "or"), const, decl, end)
 
 
 def _indent(lines: list[str], k: int) -> list[str]:
@@ -164,12 +191,16 @@ def _indent(lines: list[str], k: int) -> list[str]:
 
 
 def _tile_lines(progs: TransformPrograms, checked: bool) -> dict[str, list[str]]:
-    """Bodies of the per-tile functions (Python syntax, shared by CPU and CUDA)."""
+    """Bodies of the per-tile code (Python syntax, shared by CPU and CUDA).
+
+    ``checked``: loads and stores test the image bounds (``H``, ``W``, ``Ho``, ``Wo``)
+    instead of relying on a scratch patch.
+    """
     n, m = progs.transform.n, progs.transform.m
     const = _const_name
     if checked:
-        load = [f"rv{i} = 0 <= h0 + {i} < x.shape[2]" for i in range(n)]
-        load += [f"cv{j} = 0 <= w0 + {j} < x.shape[3]" for j in range(n)]
+        load = [f"rv{i} = 0 <= h0 + {i} < H" for i in range(n)]
+        load += [f"cv{j} = 0 <= w0 + {j} < W" for j in range(n)]
         load += [
             f"d_{i}_{j} = x[b, c, h0 + {i}, w0 + {j}] if rv{i} and cv{j} else ZERO"
             for i in range(n)
@@ -183,7 +214,7 @@ def _tile_lines(progs: TransformPrograms, checked: bool) -> dict[str, list[str]]
         store = []
         for i in range(m):
             for j in range(m):
-                store += [f"if oh + {i} < out.shape[2] and ow + {j} < out.shape[3]:"]
+                store += [f"if oh + {i} < Ho and ow + {j} < Wo:"]
                 store += [f"    out[b, ko, oh + {i}, ow + {j}] = y_{i}_{j}"]
     else:
         store = [f"out[b, ko, oh + {i}, ow + {j}] = y_{i}_{j}" for i in range(m) for j in range(m)]
@@ -193,174 +224,178 @@ def _tile_lines(progs: TransformPrograms, checked: bool) -> dict[str, list[str]]
     }
 
 
-def _consts(progs: TransformPrograms, dtype: str) -> list[str]:
-    return [f"{_const_name(c)} = np.{dtype}({float(c)!r})" for c in constants_of(progs)] + [
-        f"ZERO = np.{dtype}(0.0)"
-    ]
-
-
-def _header(progs: TransformPrograms, target: str) -> list[str]:
-    tr = progs.transform
+def _index_lines(kind: str, m: int) -> list[str]:
+    """From the work item ``idx`` to channel (or filter), tile, image and tile origin."""
+    ch, count, h, w, shift = (
+        ("c", "C", "h0", "w0", " - pad") if kind == "input" else ("k", "K", "oh", "ow", "")
+    )
     return [
-        f'"""Generated {target} Winograd kernels for {tr.name},',
-        f"points {list(map(str, tr.points))} and infinity.",
-        "",
-        f"Input transform {progs.input.cost} (adds, mults) per 1-D application,",
-        f"output transform {progs.output.cost}. Do not edit: made by hpcnb.winograd.codegen.",
-        '"""',
-        "",
+        "if channel_major:",
+        f"    {ch} = idx // nt",
+        f"    q = idx - {ch} * nt",
+        "else:",
+        f"    q = idx // {count}",
+        f"    {ch} = idx - q * {count}",
+        "p = p0 + q",
+        "b = p // tpi",
+        "rem = p - b * tpi",
+        f"{h} = (rem // tiles_w) * {m}{shift}",
+        f"{w} = (rem % tiles_w) * {m}{shift}",
     ]
 
 
-def cpu_source(progs: TransformPrograms, dtype: str = "float32") -> str:
-    """Return the source of a Python module with the Numba CPU kernels of ``progs``.
+# signature, set-up lines and number of work items of the two transform drivers
+_DRIVERS: dict[str, tuple[str, list[str], str]] = {
+    "input": (
+        "input_transform(x, V, pad, tiles_h, tiles_w, p0, p1, channel_major)",
+        ["C = x.shape[1]", "H = x.shape[2]", "W = x.shape[3]", "nt = p1 - p0"],
+        "C * nt",
+    ),
+    "output": (
+        "output_transform(Mt, out, tiles_h, tiles_w, p0, channel_major)",
+        ["K = out.shape[1]", "Ho = out.shape[2]", "Wo = out.shape[3]", "nt = Mt.shape[2]"],
+        "K * nt",
+    ),
+}
 
-    The straight-line tile code sits in two small non-parallel functions (``in_tile``,
-    ``out_tile``), which keeps Numba's compile time low; the parallel drivers send
-    border tiles through a zero-filled scratch patch.
+
+@dataclass(frozen=True)
+class PythonTarget:
+    """What one Python-syntax target supplies; the index code and tile bodies are shared.
+
+    Attributes:
+        key: Short name in the cached file's name (``"cpu"``, ``"cuda"``).
+        name: Named in the generated module's docstring.
+        imports: Import lines of the module.
+        decorator: Decorator of the two transform drivers.
+        launch: ``launch(total)`` -> ``(lines, indent)``: the lines that bind ``idx`` to
+            one of ``total`` work items, and the indentation of the driver body under them.
+        tails: ``tails(progs)`` -> ``{"input": lines, "output": lines}``: what each driver
+            does with its tile once ``b``, the channel, ``q`` and the origin are known.
+        before: ``before(progs)`` -> source lines placed before the drivers.
+        after: ``after(progs)`` -> source lines placed after the drivers.
+    """
+
+    key: str
+    name: str
+    imports: tuple[str, ...]
+    decorator: str
+    launch: Callable[[str], tuple[list[str], int]]
+    tails: Callable[[TransformPrograms], dict[str, list[str]]]
+    before: Callable[[TransformPrograms], list[str]] = lambda progs: []
+    after: Callable[[TransformPrograms], list[str]] = lambda progs: []
+
+
+def _driver(progs: TransformPrograms, kind: str, target: PythonTarget) -> list[str]:
+    sig, setup, total = _DRIVERS[kind]
+    head, indent = target.launch(total)
+    inner = _indent(_index_lines(kind, progs.transform.m) + target.tails(progs)[kind], indent)
+    body = [*setup, "tpi = tiles_h * tiles_w", *head, *inner]
+    return [target.decorator, f"def {sig}:", *_indent(body, 4)]
+
+
+def render_module(progs: TransformPrograms, target: PythonTarget, dtype: str = "float32") -> str:
+    """Return the source of a module with ``target``'s kernels of ``progs``.
 
     Args:
         progs: Optimised programs of one ``F(m, r)``.
+        target: What the target supplies (:data:`CPU_TARGET`, :data:`CUDA_TARGET`).
         dtype: ``"float32"`` or ``"float64"`` (type of the constants).
 
     Returns:
         Module source text.
     """
     n, m = progs.transform.n, progs.transform.m
-    bodies = _tile_lines(progs, checked=False)
-    src = [*_header(progs, "Numba CPU"), "import numba", "import numpy as np", ""]
-    src += [*_consts(progs, dtype), f"N_TILE = {n}", f"M_TILE = {m}", "", ""]
-    src += ["@numba.njit(cache=True)", "def in_tile(x, b, c, h0, w0, V, vc, q):"]
-    src += [*_indent(bodies["input"], 4), "", ""]
-    src += ["@numba.njit(cache=True)", "def out_tile(Mt, k, q, out, b, ko, oh, ow):"]
-    src += [*_indent(bodies["output"], 4), "", ""]
-    src += [
-        "@numba.njit(parallel=True, cache=True)",
-        "def input_transform(x, V, pad, tiles_h, tiles_w, p0, p1, channel_major):",
-        "    C = x.shape[1]",
-        "    H = x.shape[2]",
-        "    W = x.shape[3]",
-        "    nt = p1 - p0",
-        "    tpi = tiles_h * tiles_w",
-        "    for idx in numba.prange(C * nt):",
-        "        if channel_major:",
-        "            c = idx // nt",
-        "            q = idx - c * nt",
-        "        else:",
-        "            q = idx // C",
-        "            c = idx - q * C",
-        "        p = p0 + q",
-        "        b = p // tpi",
-        "        rem = p - b * tpi",
-        f"        h0 = (rem // tiles_w) * {m} - pad",
-        f"        w0 = (rem % tiles_w) * {m} - pad",
-        f"        if h0 >= 0 and w0 >= 0 and h0 + {n} <= H and w0 + {n} <= W:",
-        "            in_tile(x, b, c, h0, w0, V, c, q)",
-        "        else:",
-        f"            patch = np.zeros((1, 1, {n}, {n}), dtype=x.dtype)",
-        f"            for i in range(max(0, -h0), min({n}, H - h0)):",
-        f"                for j in range(max(0, -w0), min({n}, W - w0)):",
-        "                    patch[0, 0, i, j] = x[b, c, h0 + i, w0 + j]",
-        "            in_tile(patch, 0, 0, 0, 0, V, c, q)",
+    tr = progs.transform
+    src = [
+        f'"""Generated {target.name} Winograd kernels for {tr.name},',
+        f"points {list(map(str, tr.points))} and infinity.",
         "",
+        f"Input transform {progs.input.cost} (adds, mults) per 1-D application,",
+        f"output transform {progs.output.cost}. Do not edit: made by hpcnb.winograd.codegen.",
+        '"""',
         "",
-        "@numba.njit(parallel=True, cache=True)",
-        "def output_transform(Mt, out, tiles_h, tiles_w, p0, channel_major):",
-        "    K = out.shape[1]",
-        "    Ho = out.shape[2]",
-        "    Wo = out.shape[3]",
-        "    nt = Mt.shape[2]",
-        "    tpi = tiles_h * tiles_w",
-        "    for idx in numba.prange(K * nt):",
-        "        if channel_major:",
-        "            k = idx // nt",
-        "            q = idx - k * nt",
-        "        else:",
-        "            q = idx // K",
-        "            k = idx - q * K",
-        "        p = p0 + q",
-        "        b = p // tpi",
-        "        rem = p - b * tpi",
-        f"        oh = (rem // tiles_w) * {m}",
-        f"        ow = (rem % tiles_w) * {m}",
-        f"        if oh + {m} <= Ho and ow + {m} <= Wo:",
-        "            out_tile(Mt, k, q, out, b, k, oh, ow)",
-        "        else:",
-        f"            patch = np.empty((1, 1, {m}, {m}), dtype=out.dtype)",
-        "            out_tile(Mt, k, q, patch, 0, 0, 0, 0)",
-        f"            for i in range(min({m}, Ho - oh)):",
-        f"                for j in range(min({m}, Wo - ow)):",
-        "                    out[b, k, oh + i, ow + j] = patch[0, 0, i, j]",
+        *target.imports,
+        "",
+        *[f"{_const_name(c)} = np.{dtype}({float(c)!r})" for c in constants_of(progs)],
+        f"ZERO = np.{dtype}(0.0)",
+        f"N_TILE = {n}",
+        f"M_TILE = {m}",
     ]
+    blocks = [
+        target.before(progs),
+        _driver(progs, "input", target),
+        _driver(progs, "output", target),
+        target.after(progs),
+    ]
+    for block in blocks:
+        if block:
+            src += ["", "", *block]
     return "\n".join(src) + "\n"
 
 
-def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
-    """Return the source of a module with ``numba.cuda`` kernels of ``progs``.
-
-    One thread per ``(channel, tile)`` in the transforms and per ``(ab, k, tile)`` in the
-    batched products; the tile bodies are the same generated lines as on the CPU, with
-    bounds-checked loads and stores instead of a scratch patch, inlined into the kernels
-    (no device-function calls, so ``numba.cuda.compile_ptx`` needs no GPU driver).
-
-    Args:
-        progs: Optimised programs of one ``F(m, r)``.
-        dtype: ``"float32"`` or ``"float64"``.
-
-    Returns:
-        Module source text.
-    """
-    n, m = progs.transform.n, progs.transform.m
-    bodies = _tile_lines(progs, checked=True)
-    src = [*_header(progs, "numba.cuda"), "import numpy as np", "from numba import cuda", ""]
-    src += [*_consts(progs, dtype), f"N_TILE = {n}", f"M_TILE = {m}", "", ""]
-    src += [
-        "@cuda.jit",
-        "def input_transform(x, V, pad, tiles_h, tiles_w, p0, p1, channel_major):",
-        "    C = x.shape[1]",
-        "    nt = p1 - p0",
-        "    tpi = tiles_h * tiles_w",
-        "    idx = cuda.grid(1)",
-        "    if idx >= C * nt:",
-        "        return",
-        "    if channel_major:",
-        "        c = idx // nt",
-        "        q = idx - c * nt",
-        "    else:",
-        "        q = idx // C",
-        "        c = idx - q * C",
-        "    p = p0 + q",
-        "    b = p // tpi",
-        "    rem = p - b * tpi",
-        f"    h0 = (rem // tiles_w) * {m} - pad",
-        f"    w0 = (rem % tiles_w) * {m} - pad",
-        "    vc = c",
+def _cpu_tile_functions(progs: TransformPrograms) -> list[str]:
+    bodies = _tile_lines(progs, checked=False)
+    return [
+        "@numba.njit(cache=True)",
+        "def in_tile(x, b, c, h0, w0, V, vc, q):",
         *_indent(bodies["input"], 4),
         "",
         "",
-        "@cuda.jit",
-        "def output_transform(Mt, out, tiles_h, tiles_w, p0, channel_major):",
-        "    K = out.shape[1]",
-        "    nt = Mt.shape[2]",
-        "    tpi = tiles_h * tiles_w",
-        "    idx = cuda.grid(1)",
-        "    if idx >= K * nt:",
-        "        return",
-        "    if channel_major:",
-        "        k = idx // nt",
-        "        q = idx - k * nt",
-        "    else:",
-        "        q = idx // K",
-        "        k = idx - q * K",
-        "    p = p0 + q",
-        "    b = p // tpi",
-        "    rem = p - b * tpi",
-        f"    oh = (rem // tiles_w) * {m}",
-        f"    ow = (rem % tiles_w) * {m}",
-        "    ko = k",
+        "@numba.njit(cache=True)",
+        "def out_tile(Mt, k, q, out, b, ko, oh, ow):",
         *_indent(bodies["output"], 4),
-        "",
-        "",
+    ]
+
+
+def _cpu_tails(progs: TransformPrograms) -> dict[str, list[str]]:
+    """Whole tiles straight from the image, border tiles through a scratch patch."""
+    n, m = progs.transform.n, progs.transform.m
+    return {
+        "input": [
+            f"if h0 >= 0 and w0 >= 0 and h0 + {n} <= H and w0 + {n} <= W:",
+            "    in_tile(x, b, c, h0, w0, V, c, q)",
+            "else:",
+            f"    patch = np.zeros((1, 1, {n}, {n}), dtype=x.dtype)",
+            f"    for i in range(max(0, -h0), min({n}, H - h0)):",
+            f"        for j in range(max(0, -w0), min({n}, W - w0)):",
+            "            patch[0, 0, i, j] = x[b, c, h0 + i, w0 + j]",
+            "    in_tile(patch, 0, 0, 0, 0, V, c, q)",
+        ],
+        "output": [
+            f"if oh + {m} <= Ho and ow + {m} <= Wo:",
+            "    out_tile(Mt, k, q, out, b, k, oh, ow)",
+            "else:",
+            f"    patch = np.empty((1, 1, {m}, {m}), dtype=out.dtype)",
+            "    out_tile(Mt, k, q, patch, 0, 0, 0, 0)",
+            f"    for i in range(min({m}, Ho - oh)):",
+            f"        for j in range(min({m}, Wo - ow)):",
+            "            out[b, k, oh + i, ow + j] = patch[0, 0, i, j]",
+        ],
+    }
+
+
+CPU_TARGET = PythonTarget(
+    key="cpu",
+    name="Numba CPU",
+    imports=("import numba", "import numpy as np"),
+    decorator="@numba.njit(parallel=True, cache=True)",
+    launch=lambda total: ([f"for idx in numba.prange({total}):"], 4),
+    tails=_cpu_tails,
+    before=_cpu_tile_functions,
+)
+"""Numba CPU: small non-parallel tile functions (``in_tile``, ``out_tile``) called from
+``prange`` drivers; border tiles go through a zero-filled scratch patch."""
+
+
+def _cuda_tails(progs: TransformPrograms) -> dict[str, list[str]]:
+    """The tile bodies inlined, with bounds-checked loads and stores."""
+    bodies = _tile_lines(progs, checked=True)
+    return {"input": ["vc = c", *bodies["input"]], "output": ["ko = k", *bodies["output"]]}
+
+
+def _cuda_gemm(progs: TransformPrograms) -> list[str]:
+    return [
         "@cuda.jit",
         "def batched_gemm(U, V, Mt):",
         "    T = U.shape[0]",
@@ -379,7 +414,53 @@ def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
         "        acc += U[t, k, c] * V[t, c, p]",
         "    Mt[t, k, p] = acc",
     ]
-    return "\n".join(src) + "\n"
+
+
+CUDA_TARGET = PythonTarget(
+    key="cuda",
+    name="numba.cuda",
+    imports=("import numpy as np", "from numba import cuda"),
+    decorator="@cuda.jit",
+    launch=lambda total: (["idx = cuda.grid(1)", f"if idx >= {total}:", "    return"], 0),
+    tails=_cuda_tails,
+    after=_cuda_gemm,
+)
+"""``numba.cuda``: one thread per work item, tile bodies inlined (no device-function calls,
+so ``numba.cuda.compile_ptx`` needs no GPU driver), plus the batched products."""
+
+
+def cpu_source(progs: TransformPrograms, dtype: str = "float32") -> str:
+    """Return the source of a Python module with the Numba CPU kernels of ``progs``.
+
+    The straight-line tile code sits in two small non-parallel functions (``in_tile``,
+    ``out_tile``), which keeps Numba's compile time low; the parallel drivers send
+    border tiles through a zero-filled scratch patch.
+
+    Args:
+        progs: Optimised programs of one ``F(m, r)``.
+        dtype: ``"float32"`` or ``"float64"`` (type of the constants).
+
+    Returns:
+        Module source text.
+    """
+    return render_module(progs, CPU_TARGET, dtype)
+
+
+def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
+    """Return the source of a module with ``numba.cuda`` kernels of ``progs``.
+
+    One thread per ``(channel, tile)`` in the transforms and per ``(ab, k, tile)`` in the
+    batched products; the tile bodies are the same generated lines as on the CPU, with
+    bounds-checked loads and stores instead of a scratch patch, inlined into the kernels.
+
+    Args:
+        progs: Optimised programs of one ``F(m, r)``.
+        dtype: ``"float32"`` or ``"float64"``.
+
+    Returns:
+        Module source text.
+    """
+    return render_module(progs, CUDA_TARGET, dtype)
 
 
 _LOADED: dict[str, ModuleType] = {}
@@ -412,12 +493,18 @@ def _stem(m: int, r: int, points: str | tuple, dtype: str, level: str) -> str:
     return f"m{m}_r{r}_{ptag}_{dtype}_{level}_v{_CODEGEN_VERSION}"
 
 
-def cpu_kernels(
-    m: int, r: int, points: str | tuple = "default", dtype: str = "float32", level: str = "searched"
+def target_kernels(
+    target: PythonTarget,
+    m: int,
+    r: int,
+    points: str | tuple = "default",
+    dtype: str = "float32",
+    level: str = "searched",
 ) -> ModuleType:
-    """Generate (or reuse) and import the Numba CPU kernels of ``F(m, r)``.
+    """Generate (or reuse) and import ``target``'s kernels of ``F(m, r)``.
 
     Args:
+        target: What the target supplies (:data:`CPU_TARGET`, :data:`CUDA_TARGET`).
         m: Outputs per tile.
         r: Filter size.
         points: Point set.
@@ -425,35 +512,34 @@ def cpu_kernels(
         level: Optimisation level of the transforms (``"naive"``, ``"paired"``, ``"searched"``).
 
     Returns:
-        Module with ``input_transform``, ``batched_gemm``, ``output_transform`` and
-        ``SOURCE`` (the generated text).
+        The module, with ``SOURCE`` (the generated text) and ``PROGRAMS`` set.
     """
     progs = transform_programs(m, r, points, level)
-    src = cpu_source(progs, dtype)
-    mod = load_module(src, "cpu_" + _stem(m, r, points, dtype, level))
+    src = render_module(progs, target, dtype)
+    mod = load_module(src, f"{target.key}_" + _stem(m, r, points, dtype, level))
     mod.SOURCE = src
     mod.PROGRAMS = progs
     return mod
+
+
+def cpu_kernels(
+    m: int, r: int, points: str | tuple = "default", dtype: str = "float32", level: str = "searched"
+) -> ModuleType:
+    """The Numba CPU kernels of ``F(m, r)``: :func:`target_kernels` of :data:`CPU_TARGET`.
+
+    The module holds ``in_tile``, ``out_tile``, ``input_transform`` and
+    ``output_transform``; the products are a BLAS or Numba batched GEMM
+    (:mod:`hpcnb.winograd.conv`).
+    """
+    return target_kernels(CPU_TARGET, m, r, points, dtype, level)
 
 
 def cuda_kernels(
     m: int, r: int, points: str | tuple = "default", dtype: str = "float32", level: str = "searched"
 ) -> ModuleType:
-    """Generate and import the ``numba.cuda`` kernels of ``F(m, r)`` (GPU or simulator).
+    """The ``numba.cuda`` kernels of ``F(m, r)``: :func:`target_kernels` of :data:`CUDA_TARGET`.
 
-    Args:
-        m: Outputs per tile.
-        r: Filter size.
-        points: Point set.
-        dtype: ``"float32"`` or ``"float64"``.
-        level: Optimisation level of the transforms.
-
-    Returns:
-        Module with the three CUDA kernels and ``SOURCE``.
+    The module holds ``input_transform``, ``batched_gemm`` and ``output_transform`` (run
+    on a GPU or in Numba's simulator).
     """
-    progs = transform_programs(m, r, points, level)
-    src = cuda_source(progs, dtype)
-    mod = load_module(src, "cuda_" + _stem(m, r, points, dtype, level))
-    mod.SOURCE = src
-    mod.PROGRAMS = progs
-    return mod
+    return target_kernels(CUDA_TARGET, m, r, points, dtype, level)

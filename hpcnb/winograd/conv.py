@@ -249,6 +249,20 @@ def _direct_kernel(x, w, out, pad):  # pragma: no cover - compiled
                             out[b, k, oh, ow] += wv * x[b, c, ih, ow + j - pad]
 
 
+def _baseline(x: np.ndarray, w: np.ndarray, padding: int, threads: int, kernel) -> np.ndarray:
+    """Check the arguments, run ``kernel(x, w, padding, Ho, Wo)`` in float32, threads pinned."""
+    Ho, Wo = check_conv_args(x.shape, w.shape, padding)
+    x32, w32 = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32)
+    with _pinned(threads):
+        return kernel(x32, w32, padding, Ho, Wo)
+
+
+def _direct(x: np.ndarray, w: np.ndarray, padding: int, Ho: int, Wo: int) -> np.ndarray:
+    out = np.empty((x.shape[0], w.shape[0], Ho, Wo), dtype=np.float32)
+    _direct_kernel(x, w, out, padding)
+    return out
+
+
 def conv2d_direct(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int = 0) -> np.ndarray:
     """Direct convolution: a parallel Numba loop nest over (image, filter), float32.
 
@@ -261,13 +275,7 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int =
     Returns:
         ``(N, K, Ho, Wo)`` float32.
     """
-    Ho, Wo = check_conv_args(x.shape, w.shape, padding)
-    out = np.empty((x.shape[0], w.shape[0], Ho, Wo), dtype=np.float32)
-    with _pinned(threads):
-        _direct_kernel(
-            np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32), out, padding
-        )
-    return out
+    return _baseline(x, w, padding, threads, _direct)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -287,27 +295,21 @@ def _im2col_kernel(x, cols, b, r, pad, Ho, Wo):  # pragma: no cover - compiled
                     cols[row, oh * Wo + ow] = 0
 
 
+def _im2col(x: np.ndarray, w: np.ndarray, padding: int, Ho: int, Wo: int) -> np.ndarray:
+    N, C = x.shape[:2]
+    K, _, r, _ = w.shape
+    wm = w.reshape(K, C * r * r)
+    cols = np.empty((C * r * r, Ho * Wo), dtype=np.float32)
+    out = np.empty((N, K, Ho * Wo), dtype=np.float32)
+    for b in range(N):
+        _im2col_kernel(x, cols, b, r, padding, Ho, Wo)
+        np.matmul(wm, cols, out=out[b])
+    return out.reshape(N, K, Ho, Wo)
+
+
 def conv2d_im2col(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int = 0) -> np.ndarray:
     """im2col (Numba) followed by one BLAS GEMM per image, float32.
 
-    Args:
-        x: Input ``(N, C, H, W)``.
-        w: Filters ``(K, C, r, r)``.
-        padding: Zero padding.
-        threads: Thread count (0: current setting).
-
-    Returns:
-        ``(N, K, Ho, Wo)`` float32.
+    Arguments and result as for :func:`conv2d_direct`.
     """
-    Ho, Wo = check_conv_args(x.shape, w.shape, padding)
-    N, C = x.shape[:2]
-    K, _, r, _ = w.shape
-    x = np.ascontiguousarray(x, np.float32)
-    wm = np.ascontiguousarray(w, np.float32).reshape(K, C * r * r)
-    cols = np.empty((C * r * r, Ho * Wo), dtype=np.float32)
-    out = np.empty((N, K, Ho * Wo), dtype=np.float32)
-    with _pinned(threads):
-        for b in range(N):
-            _im2col_kernel(x, cols, b, r, padding, Ho, Wo)
-            np.matmul(wm, cols, out=out[b])
-    return out.reshape(N, K, Ho, Wo)
+    return _baseline(x, w, padding, threads, _im2col)
