@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from hpcnb.errors import HpcnbError
-from hpcnb.speculative.head import STRATEGIES
+from hpcnb.speculative.head import STRATEGIES, HeadPolicy
 
 __all__ = [
     "DRAFT_KINDS",
@@ -76,10 +76,32 @@ def _checked(cls: type, data: Any, what: str) -> dict[str, Any]:
     return dict(data)
 
 
+def _one_of(value: str, allowed: Sequence[str], what: str) -> None:
+    if value not in allowed:
+        raise SpecError(f"{what}={value!r}; expected one of {tuple(allowed)}")
+
+
+class _FlatJson:
+    """Mixin of flat frozen dataclasses whose JSON form is their fields."""
+
+    _what: ClassVar[str] = "value"
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        """Build from the JSON form (raises :class:`SpecError` naming a bad key)."""
+        return cls(**_checked(cls, data, cls._what))
+
+
 # -- drafts: a registry of kinds ----------------------------------------------------------
 
 DRAFT_KINDS: dict[str, type[DraftSpec]] = {}
-"""Registered draft kinds: ``kind`` -> its :class:`DraftSpec` subclass."""
+"""Registered draft kinds: ``kind`` -> its :class:`DraftSpec` subclass (the built-in kinds
+register when :mod:`hpcnb.speculative.drafts` is imported, as the package and the runtime
+do)."""
 
 _D = TypeVar("_D", bound="type[DraftSpec]")
 
@@ -149,7 +171,7 @@ class DraftSpec:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(_FlatJson):
     """The target model.
 
     Attributes:
@@ -167,20 +189,11 @@ class ModelSpec:
     seed: int = 0
     scale: float = 1.0
     path: str | None = None
+    _what: ClassVar[str] = "model"
 
     def __post_init__(self) -> None:
         """Check the kind."""
-        if self.kind not in MODEL_KINDS:
-            raise SpecError(f"model kind={self.kind!r}; expected one of {MODEL_KINDS}")
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the JSON form."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Any) -> ModelSpec:
-        """Build from the JSON form (raises :class:`SpecError` naming a bad key)."""
-        return cls(**_checked(cls, data, "model"))
+        _one_of(self.kind, MODEL_KINDS, "model kind")
 
 
 @dataclass(frozen=True)
@@ -209,8 +222,7 @@ class GenerationSpec:
 
     def __post_init__(self) -> None:
         """Check the strategy; store the prompt as a tuple of ints."""
-        if self.strategy not in STRATEGIES:
-            raise SpecError(f"strategy={self.strategy!r}; expected one of {STRATEGIES}")
+        _one_of(self.strategy, STRATEGIES, "strategy")
         object.__setattr__(self, "prompt", tuple(int(t) for t in self.prompt))
 
     def to_json(self) -> dict[str, Any]:
@@ -230,7 +242,7 @@ class GenerationSpec:
 
 
 @dataclass(frozen=True)
-class FaultSpec:
+class FaultSpec(_FlatJson):
     """An injected failure, for tests: rank ``rank`` dies or hangs after ``after`` messages.
 
     Attributes:
@@ -242,11 +254,11 @@ class FaultSpec:
     rank: int
     kind: str
     after: int = 0
+    _what: ClassVar[str] = "the job's fault"
 
     def __post_init__(self) -> None:
         """Check the kind."""
-        if self.kind not in FAULT_KINDS:
-            raise SpecError(f"fault kind={self.kind!r}; expected one of {FAULT_KINDS}")
+        _one_of(self.kind, FAULT_KINDS, "fault kind")
 
 
 @dataclass(frozen=True)
@@ -299,7 +311,7 @@ class JobSpec:
             "timeout_s": self.timeout_s,
             "poll_s": self.poll_s,
             "stage_delay_s": {str(r): s for r, s in self.stage_delay_s.items()},
-            "fault": None if self.fault is None else dataclasses.asdict(self.fault),
+            "fault": None if self.fault is None else self.fault.to_json(),
         }
 
     @classmethod
@@ -330,7 +342,7 @@ class JobSpec:
         if kwargs.get("stage_delay_s") is None:
             kwargs.pop("stage_delay_s", None)
         if kwargs.get("fault") is not None:
-            kwargs["fault"] = FaultSpec(**_checked(FaultSpec, kwargs["fault"], "the job's fault"))
+            kwargs["fault"] = FaultSpec.from_json(kwargs["fault"])
         return cls(**kwargs)
 
 
@@ -344,7 +356,7 @@ def _checked_map(data: Any, what: str) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True)
-class StageEvent:
+class StageEvent(_FlatJson):
     """One thing a rank did, for timelines (MPI runtime and simulator alike).
 
     Attributes:
@@ -365,20 +377,12 @@ class StageEvent:
     t1: float
     n_tokens: int
     speculative: bool
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the JSON form."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Any) -> StageEvent:
-        """Build from the JSON form (raises :class:`SpecError` naming a bad key)."""
-        return cls(**_checked(cls, data, "event"))
+    _what: ClassVar[str] = "event"
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """Metrics and logs of one generation of an MPI job.
+    """Metrics and logs of one generation, run over MPI or simulated.
 
     Attributes:
         strategy: The strategy.
@@ -421,6 +425,52 @@ class RunResult:
     skipped: tuple[int, ...]
     useful_positions: int
     events: tuple[StageEvent, ...] = ()
+
+    @classmethod
+    def from_policy(
+        cls,
+        policy: HeadPolicy,
+        *,
+        ranks: int,
+        elapsed_s: float,
+        computed: Sequence[int],
+        skipped: Sequence[int],
+        events: Sequence[StageEvent],
+        t_start: float = 0.0,
+    ) -> RunResult:
+        """Collect the result of a finished generation driven by ``policy``.
+
+        Args:
+            policy: The head's policy, after its last commit.
+            ranks: Pipeline stages.
+            elapsed_s: Seconds from the first launch to the end.
+            computed: Per rank, tokens computed.
+            skipped: Per rank, tokens of cancelled runs dropped.
+            events: Every rank's events.
+            t_start: Time of the first launch on the clock of ``policy.commit_times``.
+        """
+        ttft, itl_mean, itl_p90 = policy.latencies(t_start)
+        return cls(
+            strategy=policy.strategy,
+            tokens=tuple(policy.generated()),
+            n_new=policy.n_new,
+            ranks=ranks,
+            draft=getattr(policy.draft, "name", None),
+            elapsed_s=elapsed_s,
+            tokens_per_s=policy.n_new / elapsed_s,
+            ttft_s=ttft,
+            itl_mean_s=itl_mean,
+            itl_p90_s=itl_p90,
+            acceptance_rate=policy.acceptance_rate(),
+            drafted=policy.drafted,
+            accepted=policy.accepted,
+            runs=policy.n_runs,
+            cancelled_runs=policy.n_cancelled,
+            computed=tuple(computed),
+            skipped=tuple(skipped),
+            useful_positions=policy.seq0_len,
+            events=tuple(events),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""

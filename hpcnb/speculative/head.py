@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 __all__ = ["STRATEGIES", "Draft", "HeadPolicy", "Run", "RunHeader", "lcp"]
 
 STRATEGIES = ("pipeline", "speculative", "pipeinfer")
@@ -283,6 +285,17 @@ class HeadPolicy:
                     cancels.append(r.run_id)
         self.n_cancelled += len(cancels)
         return edits, cancels
+
+    def latencies(self, t_start: float = 0.0) -> tuple[float, float, float]:
+        """Return ``(ttft_s, itl_mean_s, itl_p90_s)`` of the committed tokens.
+
+        Time to the first generated token (from ``t_start``), mean inter-token latency and
+        the 90th percentile of the gaps between commits.
+        """
+        times = np.asarray(self.commit_times[: self.n_new]) - t_start
+        gaps = np.diff(times) if len(times) > 1 else np.zeros(1)
+        itl_mean = (times[-1] - times[0]) / max(len(times) - 1, 1)
+        return float(times[0]), float(itl_mean), float(np.percentile(gaps, 90))
 
     def acceptance_rate(self) -> float:
         """Accepted draft tokens / drafted tokens (0 when nothing was drafted)."""

@@ -37,9 +37,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+import hpcnb.speculative.drafts  # noqa: F401  (registers the draft kinds a job may name)
 from hpcnb.launch import MPIRunError, run_mpi
 from hpcnb.speculative.contracts import GenerationSpec, JobSpec, RunResult, StageEvent
 from hpcnb.speculative.head import HeadPolicy, RunHeader
@@ -249,28 +249,14 @@ def _head(
     stats = [_rank_stats(st)]
     for r in range(1, st.size):
         stats.append(st.wait_for(r, STATS, "statistics"))
-    times = np.asarray(policy.commit_times[: policy.n_new]) - t_start
-    gaps = np.diff(times) if len(times) > 1 else np.zeros(1)
-    return RunResult(
-        strategy=policy.strategy,
-        tokens=tuple(policy.generated()),
-        n_new=policy.n_new,
+    return RunResult.from_policy(
+        policy,
         ranks=st.size,
-        draft=getattr(draft, "name", None),
         elapsed_s=t_end - t_start,
-        tokens_per_s=policy.n_new / (t_end - t_start),
-        ttft_s=float(times[0]),
-        itl_mean_s=float((times[-1] - times[0]) / max(len(times) - 1, 1)),
-        itl_p90_s=float(np.percentile(gaps, 90)),
-        acceptance_rate=policy.acceptance_rate(),
-        drafted=policy.drafted,
-        accepted=policy.accepted,
-        runs=policy.n_runs,
-        cancelled_runs=policy.n_cancelled,
-        computed=tuple(s["computed"] for s in stats),
-        skipped=tuple(s["skipped"] for s in stats),
-        useful_positions=policy.seq0_len,
-        events=tuple(e for s in stats for e in s["events"]),
+        computed=[s["computed"] for s in stats],
+        skipped=[s["skipped"] for s in stats],
+        events=[e for s in stats for e in s["events"]],
+        t_start=t_start,
     )
 
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcnb.speculative.contracts import StageEvent
+from hpcnb.speculative.contracts import RunResult, StageEvent
 from hpcnb.speculative.head import HeadPolicy
 
-__all__ = ["ClusterConfig", "SimResult", "SyntheticDraft", "simulate", "sweep"]
+__all__ = ["ClusterConfig", "SyntheticDraft", "simulate", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -118,27 +118,6 @@ class SyntheticDraft:
         return out
 
 
-@dataclass
-class SimResult:
-    """Metrics of one simulated generation (same meaning as the MPI runtime's)."""
-
-    strategy: str
-    tokens_per_s: float
-    ttft_s: float
-    itl_mean_s: float
-    itl_p90_s: float
-    acceptance_rate: float
-    runs: int
-    cancelled_runs: int
-    computed: list[int]
-    skipped: list[int]
-    events: list[StageEvent]
-
-    def summary(self) -> dict[str, Any]:
-        """Return the scalar metrics as a dict."""
-        return {k: v for k, v in self.__dict__.items() if k != "events"}
-
-
 def simulate(
     cluster: ClusterConfig,
     strategy: str,
@@ -150,8 +129,8 @@ def simulate(
     max_ahead: int = 12,
     seed: int = 0,
     plain_drafts: bool = False,
-) -> SimResult:
-    """Simulate one generation of ``n_new`` tokens and return its metrics."""
+) -> RunResult:
+    """Simulate one generation of ``n_new`` tokens and return its metrics and events."""
     P = cluster.n_ranks
     truth = list(range(1000, 1000 + prompt_len + n_new + 64))
     prompt = truth[:prompt_len]
@@ -259,20 +238,8 @@ def simulate(
             push(now, "head")
     if pol.generated() != truth[prompt_len : prompt_len + n_new]:
         raise RuntimeError(f"simulated {strategy} run was not lossless (policy error)")
-    times = np.asarray(pol.commit_times[:n_new])
-    gaps = np.diff(times) if len(times) > 1 else np.zeros(1)
-    return SimResult(
-        strategy=strategy,
-        tokens_per_s=n_new / end,
-        ttft_s=float(times[0]),
-        itl_mean_s=float((times[-1] - times[0]) / max(len(times) - 1, 1)),
-        itl_p90_s=float(np.percentile(gaps, 90)),
-        acceptance_rate=pol.acceptance_rate(),
-        runs=pol.n_runs,
-        cancelled_runs=pol.n_cancelled,
-        computed=computed,
-        skipped=skipped,
-        events=events,
+    return RunResult.from_policy(
+        pol, ranks=P, elapsed_s=end, computed=computed, skipped=skipped, events=events
     )
 
 
