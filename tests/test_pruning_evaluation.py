@@ -139,3 +139,20 @@ def test_bar_table_three_valued_and_count():
     assert count_passing(table, exclude=())[0] == 1
     with pytest.raises(ValueError, match="no outcome named"):
         bar_table(outcomes[1:], flops_max=0.52, max_drop=0.01)
+
+
+def test_top1_accuracy_keeps_the_mode_and_refuses_bad_sets():
+    from hpcnb.errors import HpcnbError
+    from hpcnb.models.metrics import MetricError
+
+    model = _mlp()
+    model.train()
+    x = np.random.default_rng(0).normal(size=(10, 64))  # float64 arrays are cast to float32
+    y = model.eval()(torch.as_tensor(x).float()).argmax(-1).numpy()
+    model.train()
+    assert top1_accuracy(model, x, y, batch_size=3) == 1.0
+    assert model.training
+    with pytest.raises(MetricError, match="non-empty"):
+        top1_accuracy(model, x[:0], y[:0])
+    with pytest.raises(HpcnbError, match="10 inputs, 9 labels"):
+        top1_accuracy(model, x, y[:9])
