@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -243,6 +243,14 @@ def simulate(
     )
 
 
+class _Best(NamedTuple):
+    """The best setting of a strategy (ordered by tokens/s, then ``k``, then latency)."""
+
+    tokens_per_s: float
+    k: int
+    itl_mean_s: float
+
+
 def sweep(
     cluster: ClusterConfig,
     acceptances: list[float],
@@ -277,7 +285,7 @@ def sweep(
     rows = []
     for a in acceptances:
 
-        def best(strategy: str, kset: tuple[int, ...], mis: tuple[int, ...], a: float = a) -> tuple:
+        def best(strategy: str, kset: tuple[int, ...], mis: tuple[int, ...], a: float = a) -> _Best:
             out = []
             for kk in kset:
                 for mi in mis:
@@ -288,7 +296,7 @@ def sweep(
                     ]  # fmt: skip
                     tps = float(np.mean([r.tokens_per_s for r in res]))
                     itl = float(np.mean([r.itl_mean_s for r in res]))
-                    out.append((tps, kk, itl))
+                    out.append(_Best(tps, kk, itl))
             return max(out)
 
         pipe = simulate(cl, "pipeline", a, n_new)
@@ -300,15 +308,15 @@ def sweep(
                 "n_ranks": cl.n_ranks,
                 "bandwidth_bps": cl.bandwidth_bps,
                 "pipeline_tps": pipe.tokens_per_s,
-                "speculative_tps": spec[0],
-                "pipeinfer_tps": pinf[0],
-                "speculative_k": spec[1],
-                "pipeinfer_k": pinf[1],
-                "pipeinfer_vs_speculative": pinf[0] / spec[0],
-                "pipeinfer_vs_pipeline": pinf[0] / pipe.tokens_per_s,
+                "speculative_tps": spec.tokens_per_s,
+                "pipeinfer_tps": pinf.tokens_per_s,
+                "speculative_k": spec.k,
+                "pipeinfer_k": pinf.k,
+                "pipeinfer_vs_speculative": pinf.tokens_per_s / spec.tokens_per_s,
+                "pipeinfer_vs_pipeline": pinf.tokens_per_s / pipe.tokens_per_s,
                 "itl_pipeline_s": pipe.itl_mean_s,
-                "itl_speculative_s": spec[2],
-                "itl_pipeinfer_s": pinf[2],
+                "itl_speculative_s": spec.itl_mean_s,
+                "itl_pipeinfer_s": pinf.itl_mean_s,
             }
         )
     return rows
