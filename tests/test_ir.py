@@ -512,22 +512,17 @@ def test_functional_attention_costs_like_its_matmul_form() -> None:
     assert attention.in_shapes == [(2, 2, 6, 8)] * 3
 
 
-class HandWrittenAttention(nn.Module):
-    """timm-style attention written with plain ops (no leaf): heads found by traversal."""
+class HandWrittenAttention(models.MultiHeadSelfAttention):
+    """timm-style attention written with plain ops (no leaf): heads found by traversal.
+
+    The forward of :class:`MultiHeadSelfAttention`, with the leaf protocol switched off
+    (``ir_kind`` not a string), so the tracer follows its reshapes and matmuls.
+    """
+
+    ir_kind = None
 
     def __init__(self, dim: int = 16, heads: int = 4) -> None:
-        super().__init__()
-        self.heads, self.head_dim = heads, dim // heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
-        qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = (torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5).softmax(dim=-1)
-        out = torch.matmul(attn, v).transpose(1, 2).reshape(b, n, self.heads * self.head_dim)
-        return self.proj(out)
+        super().__init__(dim, heads)
 
 
 class Wrap(nn.Module):

@@ -16,17 +16,59 @@ from __future__ import annotations
 
 from torch import nn
 
-import hpcnb.ir.costs as costs
-import hpcnb.ir.rules as rules
 from hpcnb.ir.attention import SlicedMultiheadAttention, mha_refresh, mha_rule, sliced_refresh
+from hpcnb.ir.costs import (
+    attention_flops,
+    batch_norm_flops,
+    conv_flops,
+    conv_transpose_flops,
+    einsum_flops,
+    elementwise_flops,
+    linear_flops,
+    matmul_flops,
+    mha_flops,
+    norm_flops,
+    pool_flops,
+    reduce_flops,
+    softmax_flops,
+)
 from hpcnb.ir.ops import OpSpec, register_op
+from hpcnb.ir.rules import (
+    batch_norm_rule,
+    concat_rule,
+    conv_rule,
+    conv_transpose_rule,
+    elementwise_rule,
+    embedding_rule,
+    expand_rule,
+    flatten_rule,
+    functional_norm_rule,
+    getitem_rule,
+    group_norm_rule,
+    layer_norm_rule,
+    linear_function_rule,
+    linear_rule,
+    matmul_rule,
+    pad_rule,
+    permute_rule,
+    pool2d_rule,
+    pool_rule,
+    reduce_rule,
+    reshape_rule,
+    same_axes,
+    sdpa_rule,
+    split_rule,
+    t_rule,
+    transpose_rule,
+    unbind_rule,
+)
 
 __all__: list[str] = []
 
 # --- modules -----------------------------------------------------------------------------
 
 
-def _refresh_conv(module: nn.Module) -> None:
+def _resize_conv(module: nn.Module) -> None:
     out_c = module.weight.shape[0]
     if module.groups > 1 and module.groups == module.in_channels == module.out_channels:
         module.groups = module.in_channels = out_c
@@ -35,63 +77,51 @@ def _refresh_conv(module: nn.Module) -> None:
     module.out_channels = out_c
 
 
-def _refresh_conv_transpose(module: nn.Module) -> None:
+def _resize_conv_t(module: nn.Module) -> None:
     module.in_channels = module.weight.shape[0]
     module.out_channels = module.weight.shape[1] * module.groups
 
 
-def _refresh_linear(module: nn.Module) -> None:
+def _resize_linear(module: nn.Module) -> None:
     module.out_features, module.in_features = module.weight.shape
 
 
-def _refresh_batch_norm(module: nn.Module) -> None:
+def _resize_batch_norm(module: nn.Module) -> None:
     ref = module.weight if module.weight is not None else module.running_mean
     module.num_features = ref.shape[0]
 
 
-def _refresh_layer_norm(module: nn.Module) -> None:
+def _resize_layer_norm(module: nn.Module) -> None:
     if module.weight is not None:
         module.normalized_shape = tuple(module.weight.shape)
 
 
-def _refresh_embedding(module: nn.Module) -> None:
+def _resize_embedding(module: nn.Module) -> None:
     module.embedding_dim = module.weight.shape[1]
 
 
 register_op(
     (nn.Conv1d, nn.Conv2d, nn.Conv3d),
-    OpSpec("conv", costs.conv_flops, channel_rule=rules.conv_rule, refresh=_refresh_conv),
+    OpSpec("conv", conv_flops, channel_rule=conv_rule, refresh=_resize_conv),
 )
 register_op(
     (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d),
-    OpSpec(
-        "conv",
-        costs.conv_transpose_flops,
-        channel_rule=rules.conv_transpose_rule,
-        refresh=_refresh_conv_transpose,
-    ),
+    OpSpec("conv", conv_transpose_flops, channel_rule=conv_transpose_rule, refresh=_resize_conv_t),
 )
 register_op(
     nn.Linear,
-    OpSpec("linear", costs.linear_flops, channel_rule=rules.linear_rule, refresh=_refresh_linear),
+    OpSpec("linear", linear_flops, channel_rule=linear_rule, refresh=_resize_linear),
 )
 register_op(
     (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d),
-    OpSpec(
-        "norm",
-        costs.batch_norm_flops,
-        channel_rule=rules.batch_norm_rule,
-        refresh=_refresh_batch_norm,
-    ),
+    OpSpec("norm", batch_norm_flops, channel_rule=batch_norm_rule, refresh=_resize_batch_norm),
 )
 register_op(
     (nn.LayerNorm, nn.RMSNorm),
-    OpSpec(
-        "norm", costs.norm_flops, channel_rule=rules.layer_norm_rule, refresh=_refresh_layer_norm
-    ),
+    OpSpec("norm", norm_flops, channel_rule=layer_norm_rule, refresh=_resize_layer_norm),
 )
-register_op(nn.GroupNorm, OpSpec("norm", costs.norm_flops, channel_rule=rules.group_norm_rule))
-register_op((nn.InstanceNorm1d, nn.InstanceNorm2d), OpSpec("norm", costs.norm_flops))
+register_op(nn.GroupNorm, OpSpec("norm", norm_flops, channel_rule=group_norm_rule))
+register_op((nn.InstanceNorm1d, nn.InstanceNorm2d), OpSpec("norm", norm_flops))
 register_op(
     (
         nn.ReLU,
@@ -107,11 +137,11 @@ register_op(
         nn.ELU,
         nn.Mish,
     ),
-    OpSpec("activation", costs.elementwise_flops, channel_rule=rules.same_axes),
+    OpSpec("activation", elementwise_flops, channel_rule=same_axes),
 )
 register_op(
     (nn.Softmax, nn.LogSoftmax),
-    OpSpec("softmax", costs.softmax_flops, channel_rule=rules.same_axes),
+    OpSpec("softmax", softmax_flops, channel_rule=same_axes),
 )
 register_op(
     (
@@ -123,25 +153,23 @@ register_op(
         nn.AdaptiveAvgPool2d,
         nn.AdaptiveMaxPool2d,
     ),
-    OpSpec("pool", costs.pool_flops, channel_rule=rules.pool_rule),
+    OpSpec("pool", pool_flops, channel_rule=pool_rule),
 )
-register_op(
-    (nn.Dropout, nn.Dropout1d, nn.Dropout2d), OpSpec("dropout", channel_rule=rules.same_axes)
-)
-register_op(nn.Identity, OpSpec("identity", channel_rule=rules.same_axes))
+register_op((nn.Dropout, nn.Dropout1d, nn.Dropout2d), OpSpec("dropout", channel_rule=same_axes))
+register_op(nn.Identity, OpSpec("identity", channel_rule=same_axes))
 register_op(
     nn.Embedding,
-    OpSpec("embedding", channel_rule=rules.embedding_rule, refresh=_refresh_embedding),
+    OpSpec("embedding", channel_rule=embedding_rule, refresh=_resize_embedding),
 )
 register_op(
     nn.MultiheadAttention,
-    OpSpec("attention", costs.mha_flops, channel_rule=mha_rule, refresh=mha_refresh),
+    OpSpec("attention", mha_flops, channel_rule=mha_rule, refresh=mha_refresh),
 )
 register_op(
     SlicedMultiheadAttention,
-    OpSpec("attention", costs.mha_flops, channel_rule=mha_rule, refresh=sliced_refresh),
+    OpSpec("attention", mha_flops, channel_rule=mha_rule, refresh=sliced_refresh),
 )
-register_op(nn.Flatten, OpSpec("reshape", channel_rule=rules.flatten_rule))
+register_op(nn.Flatten, OpSpec("reshape", channel_rule=flatten_rule))
 register_op(nn.Unflatten, OpSpec("reshape"))
 
 # --- functions and methods (by name: torch.relu, F.relu and x.relu() alike) --------------
@@ -172,67 +200,63 @@ _ACTIVATIONS = (
     "sin",
     "cos",
 )
-register_op(
-    _ACTIVATIONS, OpSpec("activation", costs.elementwise_flops, channel_rule=rules.elementwise_rule)
-)
+register_op(_ACTIVATIONS, OpSpec("activation", elementwise_flops, channel_rule=elementwise_rule))
 register_op(
     ("add", "sub", "iadd", "isub"),
-    OpSpec("add", costs.elementwise_flops, channel_rule=rules.elementwise_rule),
+    OpSpec("add", elementwise_flops, channel_rule=elementwise_rule),
 )
 register_op(
     ("mul", "truediv", "div", "imul"),
-    OpSpec("mul", costs.elementwise_flops, channel_rule=rules.elementwise_rule),
+    OpSpec("mul", elementwise_flops, channel_rule=elementwise_rule),
 )
 # Element-wise ops we do not cost (kind "other") but whose channels we follow.
 register_op(
     ("where", "masked_fill", "maximum", "minimum"),
-    OpSpec("other", channel_rule=rules.elementwise_rule),
+    OpSpec("other", channel_rule=elementwise_rule),
 )
 register_op(
     ("softmax", "log_softmax"),
-    OpSpec("softmax", costs.softmax_flops, channel_rule=rules.elementwise_rule),
+    OpSpec("softmax", softmax_flops, channel_rule=elementwise_rule),
 )
-register_op("dropout", OpSpec("dropout", channel_rule=rules.elementwise_rule))
+register_op("dropout", OpSpec("dropout", channel_rule=elementwise_rule))
 register_op(
     ("contiguous", "float", "to", "type_as", "clone", "detach"),
-    OpSpec("reshape", channel_rule=rules.elementwise_rule),
+    OpSpec("reshape", channel_rule=elementwise_rule),
 )
 register_op(
     ("view", "reshape", "flatten", "squeeze", "unsqueeze"),
-    OpSpec("reshape", channel_rule=rules.reshape_rule),
+    OpSpec("reshape", channel_rule=reshape_rule),
 )
-register_op("permute", OpSpec("reshape", channel_rule=rules.permute_rule))
-register_op(("transpose", "swapaxes"), OpSpec("reshape", channel_rule=rules.transpose_rule))
-register_op("t", OpSpec("reshape", channel_rule=rules.t_rule))
-register_op(("expand", "expand_as"), OpSpec("reshape", channel_rule=rules.expand_rule))
-register_op("pad", OpSpec("reshape", channel_rule=rules.pad_rule))
-register_op(("cat", "concat", "stack"), OpSpec("concat", channel_rule=rules.concat_rule))
-register_op(("chunk", "split", "tensor_split"), OpSpec("split", channel_rule=rules.split_rule))
-register_op("unbind", OpSpec("split", channel_rule=rules.unbind_rule))
-register_op("getitem", OpSpec("getitem", channel_rule=rules.getitem_rule))
-register_op(
-    ("matmul", "bmm", "mm"), OpSpec("matmul", costs.matmul_flops, channel_rule=rules.matmul_rule)
-)
-register_op("einsum", OpSpec("matmul", costs.einsum_flops))
-register_op("linear", OpSpec("linear", costs.linear_flops, channel_rule=rules.linear_function_rule))
-register_op(("conv1d", "conv2d", "conv3d"), OpSpec("conv", costs.conv_flops))
-register_op(("group_norm", "rms_norm"), OpSpec("norm", costs.norm_flops))
-register_op("layer_norm", OpSpec("norm", costs.norm_flops, channel_rule=rules.functional_norm_rule))
+register_op("permute", OpSpec("reshape", channel_rule=permute_rule))
+register_op(("transpose", "swapaxes"), OpSpec("reshape", channel_rule=transpose_rule))
+register_op("t", OpSpec("reshape", channel_rule=t_rule))
+register_op(("expand", "expand_as"), OpSpec("reshape", channel_rule=expand_rule))
+register_op("pad", OpSpec("reshape", channel_rule=pad_rule))
+register_op(("cat", "concat", "stack"), OpSpec("concat", channel_rule=concat_rule))
+register_op(("chunk", "split", "tensor_split"), OpSpec("split", channel_rule=split_rule))
+register_op("unbind", OpSpec("split", channel_rule=unbind_rule))
+register_op("getitem", OpSpec("getitem", channel_rule=getitem_rule))
+register_op(("matmul", "bmm", "mm"), OpSpec("matmul", matmul_flops, channel_rule=matmul_rule))
+register_op("einsum", OpSpec("matmul", einsum_flops))
+register_op("linear", OpSpec("linear", linear_flops, channel_rule=linear_function_rule))
+register_op(("conv1d", "conv2d", "conv3d"), OpSpec("conv", conv_flops))
+register_op(("group_norm", "rms_norm"), OpSpec("norm", norm_flops))
+register_op("layer_norm", OpSpec("norm", norm_flops, channel_rule=functional_norm_rule))
 register_op(
     "batch_norm",
-    OpSpec("norm", costs.batch_norm_flops, channel_rule=rules.functional_norm_rule),
+    OpSpec("norm", batch_norm_flops, channel_rule=functional_norm_rule),
 )
 register_op(
     ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"),
-    OpSpec("pool", costs.pool_flops, channel_rule=rules.pool2d_rule),
+    OpSpec("pool", pool_flops, channel_rule=pool2d_rule),
 )
-register_op(("max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"), OpSpec("pool", costs.pool_flops))
+register_op(("max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"), OpSpec("pool", pool_flops))
 register_op(
     ("mean", "sum", "amax", "amin"),
-    OpSpec("reduce", costs.reduce_flops, channel_rule=rules.reduce_rule),
+    OpSpec("reduce", reduce_flops, channel_rule=reduce_rule),
 )
 register_op(
     "scaled_dot_product_attention",
-    OpSpec("attention", costs.attention_flops, channel_rule=rules.sdpa_rule),
+    OpSpec("attention", attention_flops, channel_rule=sdpa_rule),
 )
 register_op("embedding", OpSpec("embedding"))

@@ -34,19 +34,51 @@ def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> l
 class PooledClassifier(nn.Module):
     """Base of the CNNs whose head is ``features`` → global ``pool`` → ``classifier``.
 
-    Subclasses build ``self.features``, ``self.pool`` and ``self.classifier``.
+    Subclasses build their feature layers and hand them to :meth:`build`.
     """
 
     features: nn.Module
     pool: nn.Module
     classifier: nn.Module
 
+    def build(self, layers: Sequence[nn.Module], classifier: nn.Module) -> None:
+        """Set ``features`` (``layers`` in order), a global average pool and ``classifier``.
+
+        Then initialise the weights (:func:`~hpcnb.models.layers.init_weights`).
+        """
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = classifier
+        init_weights(self)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits."""
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
-class BasicBlock(nn.Module):
+def _shortcut(cin: int, cout: int, stride: int) -> nn.Module:
+    """Identity, or a strided 1x1 conv and BN where the block changes the shape."""
+    if stride != 1 or cin != cout:
+        return nn.Sequential(*_conv_bn(cin, cout, 1, stride))
+    return nn.Identity()
+
+
+class ResidualBlock(nn.Module):
+    """Base of the ResNet blocks: ``relu(residual(x) + shortcut(x))``."""
+
+    relu: nn.Module
+    shortcut: nn.Module
+
+    def residual(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual branch ``f(x)`` (subclasses)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Residual block output ``relu(f(x) + shortcut(x))``."""
+        return self.relu(self.residual(x) + self.shortcut(x))
+
+
+class BasicBlock(ResidualBlock):
     """Two 3x3 convolutions with an identity or 1x1-projection shortcut."""
 
     def __init__(self, cin: int, cout: int, stride: int) -> None:
@@ -54,20 +86,15 @@ class BasicBlock(nn.Module):
         self.conv1, self.bn1 = _conv_bn(cin, cout, 3, stride)
         self.conv2, self.bn2 = _conv_bn(cout, cout, 3)
         self.relu = nn.ReLU()
-        self.shortcut = (
-            nn.Sequential(*_conv_bn(cin, cout, 1, stride))
-            if stride != 1 or cin != cout
-            else nn.Identity()
-        )
+        self.shortcut = _shortcut(cin, cout, stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Residual block output ``relu(shortcut(x) + f(x))``."""
+    def residual(self, x: torch.Tensor) -> torch.Tensor:
+        """3x3 conv, BN, ReLU, 3x3 conv, BN."""
         out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.relu(out + self.shortcut(x))
+        return self.bn2(self.conv2(out))
 
 
-class Bottleneck(nn.Module):
+class Bottleneck(ResidualBlock):
     """1x1 reduce, 3x3, 1x1 expand (x4) with shortcut (ResNet-50 style)."""
 
     def __init__(self, cin: int, mid: int, stride: int) -> None:
@@ -77,18 +104,13 @@ class Bottleneck(nn.Module):
         self.conv2, self.bn2 = _conv_bn(mid, mid, 3, stride)
         self.conv3, self.bn3 = _conv_bn(mid, cout, 1)
         self.relu = nn.ReLU()
-        self.shortcut = (
-            nn.Sequential(*_conv_bn(cin, cout, 1, stride))
-            if stride != 1 or cin != cout
-            else nn.Identity()
-        )
+        self.shortcut = _shortcut(cin, cout, stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Residual block output."""
+    def residual(self, x: torch.Tensor) -> torch.Tensor:
+        """1x1 reduce, 3x3, 1x1 expand, each with BN (ReLU between)."""
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + self.shortcut(x))
+        return self.bn3(self.conv3(out))
 
 
 class ResNet(nn.Module):
@@ -186,12 +208,10 @@ class VGG(PooledClassifier):
             else:
                 layers += [*_conv_bn(cin, int(item), 3), nn.ReLU()]
                 cin = int(item)
-        self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Sequential(
+        classifier = nn.Sequential(
             nn.Linear(cin, hidden), nn.ReLU(), nn.Dropout(0.1), nn.Linear(hidden, num_classes)
         )
-        init_weights(self)
+        self.build(layers, classifier)
 
 
 def vgg(
@@ -254,10 +274,7 @@ class MobileNetV2(PooledClassifier):
                 layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
                 cin = c
         layers += [*_conv_bn(cin, last, 1), nn.ReLU6()]
-        self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Linear(last, num_classes)
-        init_weights(self)
+        self.build(layers, nn.Linear(last, num_classes))
 
 
 def mobilenet_v2(
@@ -341,10 +358,7 @@ class ShuffleNetV2(PooledClassifier):
                 layers.append(ShuffleUnit(cin, width, 2 if i == 0 else 1))
                 cin = width
         layers += [*_conv_bn(cin, last, 1), nn.ReLU()]
-        self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Linear(last, num_classes)
-        init_weights(self)
+        self.build(layers, nn.Linear(last, num_classes))
 
 
 def shufflenet(
@@ -418,10 +432,7 @@ class DenseNet(PooledClassifier):
                 ]
                 cin = cout
         layers += [nn.BatchNorm2d(cin), nn.ReLU()]
-        self.features = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Linear(cin, num_classes)
-        init_weights(self)
+        self.build(layers, nn.Linear(cin, num_classes))
 
 
 def densenet(

@@ -105,15 +105,7 @@ class MultiHeadSelfAttention(nn.Module):
         return proj + core
 
     def ir_channels(self, ctx: Any, in_axes: list[list[Any]]) -> list[Any]:
-        """Tie the input/output width to the projections; one head group.
-
-        Args:
-            ctx: The channel analysis (:class:`hpcnb.ir.channels.ChannelAnalysis`).
-            in_axes: Per input, the per-axis segment lists.
-
-        Returns:
-            The per-axis segments of the output.
-        """
+        """Tie the input/output width to the projections; one head group (see ``IRLeaf``)."""
         x = in_axes[0]
         inner = self.heads * self.head_dim
         ctx.unify(x[-1], ctx.param("qkv.weight", 1))
@@ -185,15 +177,7 @@ class SelectiveScan(nn.Module):
         return 8 * bsz * length * inner * state + 2 * bsz * length * inner
 
     def ir_channels(self, ctx: Any, in_axes: list[list[Any]]) -> list[Any]:
-        """Tie x, delta, A rows and D to one width; B, C and A columns to the state size.
-
-        Args:
-            ctx: The channel analysis (:class:`hpcnb.ir.channels.ChannelAnalysis`).
-            in_axes: Per input, the per-axis segment lists.
-
-        Returns:
-            The per-axis segments of the output.
-        """
+        """Tie x, delta, A rows and D to one width; B, C and A columns to the state size."""
         x, delta, b, c = in_axes
         for axis in range(len(x) - 1):
             for other in (delta, b, c):

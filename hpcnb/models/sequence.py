@@ -60,7 +60,37 @@ class TransformerBlock(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class ViT(nn.Module):
+class PatchClassifier(nn.Module):
+    """Base of the patch models: patch embedding, ``blocks``, norm, linear head.
+
+    Args:
+        name: Model name for error messages.
+        image_size: Square input size.
+        patch_size: Square patch size (divides ``image_size``).
+        in_channels: Input image channels.
+        dim: Token width.
+    """
+
+    def __init__(
+        self, name: str, image_size: int, patch_size: int, in_channels: int, dim: int
+    ) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(
+                f"{name}: image_size={image_size} must be divisible by patch_size={patch_size}"
+            )
+        self.tokens = (image_size // patch_size) ** 2
+        self.patch = PatchEmbed(in_channels, dim, patch_size)
+
+    def build(self, blocks: Sequence[nn.Module], dim: int, num_classes: int) -> None:
+        """Set ``blocks``, the final norm and the head, then initialise the weights."""
+        self.blocks = nn.Sequential(*blocks)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+        init_weights(self)
+
+
+class ViT(PatchClassifier):
     """Vision transformer with a class token and learned position embeddings."""
 
     def __init__(
@@ -74,19 +104,10 @@ class ViT(nn.Module):
         mlp_dim: int,
         num_classes: int,
     ) -> None:
-        super().__init__()
-        if image_size % patch_size:
-            raise ValueError(
-                f"vit: image_size={image_size} must be divisible by patch_size={patch_size}"
-            )
-        tokens = (image_size // patch_size) ** 2
-        self.patch = PatchEmbed(in_channels, dim, patch_size)
+        super().__init__("vit", image_size, patch_size, in_channels, dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.randn(1, tokens + 1, dim) * 0.02)
-        self.blocks = nn.Sequential(*[TransformerBlock(dim, heads, mlp_dim) for _ in range(depth)])
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, num_classes)
-        init_weights(self)
+        self.pos_embed = nn.Parameter(torch.randn(1, self.tokens + 1, dim) * 0.02)
+        self.build([TransformerBlock(dim, heads, mlp_dim) for _ in range(depth)], dim, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits."""
@@ -141,7 +162,7 @@ class MixerBlock(nn.Module):
         return x + self.channel_mlp(self.norm2(x))
 
 
-class MLPMixer(nn.Module):
+class MLPMixer(PatchClassifier):
     """Patch embedding, mixer blocks, norm, mean over tokens, classifier."""
 
     def __init__(
@@ -155,19 +176,9 @@ class MLPMixer(nn.Module):
         channel_hidden: int,
         num_classes: int,
     ) -> None:
-        super().__init__()
-        if image_size % patch_size:
-            raise ValueError(
-                f"mlp_mixer: image_size={image_size} must be divisible by patch_size={patch_size}"
-            )
-        tokens = (image_size // patch_size) ** 2
-        self.patch = PatchEmbed(in_channels, dim, patch_size)
-        self.blocks = nn.Sequential(
-            *[MixerBlock(tokens, dim, token_hidden, channel_hidden) for _ in range(depth)]
-        )
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, num_classes)
-        init_weights(self)
+        super().__init__("mlp_mixer", image_size, patch_size, in_channels, dim)
+        blocks = [MixerBlock(self.tokens, dim, token_hidden, channel_hidden) for _ in range(depth)]
+        self.build(blocks, dim, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits."""
