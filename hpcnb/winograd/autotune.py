@@ -22,7 +22,7 @@ import numpy as np
 
 from hpcnb.timing import interleaved, median_time
 from hpcnb.winograd.backend import check_conv_args
-from hpcnb.winograd.config import WinogradConfig, default_config
+from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
 from hpcnb.winograd.conv import filter_transform, winograd_numpy
 from hpcnb.winograd.wisdom import read_wisdom, shape_key, store_entry, stored_entry
 
@@ -127,7 +127,7 @@ def autotune(
     """
     check_conv_args(tuple(x_shape), tuple(w_shape), padding)
     if finalists < 1 or final_reps < 1:
-        raise ValueError(
+        raise WinogradError(
             f"autotune: finalists and final_reps must be >= 1, got {finalists}, {final_reps}"
         )
     r = int(w_shape[2])
@@ -166,7 +166,7 @@ def autotune(
     if knobs is not None:  # coordinate search: one knob at a time, the others at their best
         unknown = set(knobs) - {"m", "block_tiles", "channel_major", "threads", "gemm"}
         if unknown:
-            raise ValueError(f"autotune: unknown knobs {sorted(unknown)}")
+            raise WinogradError(f"autotune: unknown knobs {sorted(unknown)}")
         best = default
         for _ in range(rounds):
             for knob, values in knobs.items():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hpcnb.timing import Timing, interleaved, pinned_threads, ratios
-from hpcnb.winograd.config import WinogradConfig, default_config
+from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
 from hpcnb.winograd.conv import (
     conv2d_direct,
     conv2d_im2col,
@@ -111,16 +111,16 @@ def round_geometric_means(per_layer: Sequence[Sequence[float]]) -> list[float]:
         ValueError: No layers, an empty or non-positive sequence, or unequal lengths.
     """
     if not per_layer:
-        raise ValueError("round_geometric_means: no layers")
+        raise WinogradError("round_geometric_means: no layers")
     lengths = {len(r) for r in per_layer}
     if len(lengths) != 1 or 0 in lengths:
-        raise ValueError(
+        raise WinogradError(
             f"round_geometric_means: every layer needs the same number (>= 1) of rounds, "
             f"got lengths {sorted(lengths)}"
         )
     a = np.asarray([list(r) for r in per_layer], dtype=np.float64)
     if not np.all(a > 0) or not np.all(np.isfinite(a)):
-        raise ValueError("round_geometric_means: ratios must be finite and positive")
+        raise WinogradError("round_geometric_means: ratios must be finite and positive")
     return [float(v) for v in np.exp(np.log(a).mean(axis=0))]
 
 

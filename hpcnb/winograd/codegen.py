@@ -7,9 +7,9 @@ a Python-syntax target (:class:`PythonTarget`: :data:`CPU_TARGET`, :data:`CUDA_T
 supplies only what differs: its imports, the drivers' decorator, how a work item is
 bound, what a driver does with its tile, and extra functions. A C-syntax target
 (:mod:`~hpcnb.winograd.opencl`) renders the same expression lines with its own constants
-and declarations. The module text is written to a cache folder under the hpcnb cache root and imported, so
-that Numba's on-disk cache (``cache=True``) keeps the compiled machine code between
-sessions; a cached file is compared with the generated text before it is used
+and declarations. The module text is written to a cache folder under the hpcnb cache
+root and imported, so that Numba's on-disk cache (``cache=True``) keeps the compiled
+machine code between sessions; a cached file is compared with the generated text before it is used
 (:mod:`hpcnb.codecache`).
 
 Kernels (NCHW, tile ``p`` of ``P = N·tiles_h·tiles_w`` covers outputs

@@ -4,8 +4,21 @@
 no bias, NCHW) for any batch, channel counts and image size. The filter transform is done
 once in float64 (``U = G w Gᵀ``), the input transform, the ``n²`` batched products and the
 output transform run as generated Numba kernels, in blocks of tiles
-(:class:`WinogradConfig`). Baselines: :func:`conv2d_direct` (a direct Numba loop nest) and
-:func:`conv2d_im2col` (im2col in Numba + one BLAS GEMM per image).
+(:class:`~hpcnb.winograd.config.WinogradConfig`). The configuration is explicit: the
+default one, a given one, or with ``config="wisdom"`` the one tuned for this machine
+(:mod:`~hpcnb.winograd.wisdom`). This is the ``"cpu"`` target of
+:mod:`~hpcnb.winograd.backend`. Baselines: :func:`conv2d_direct` (a direct Numba loop
+nest) and :func:`conv2d_im2col` (im2col in Numba + one BLAS GEMM per image).
+
+Example:
+    >>> import numpy as np
+    >>> from hpcnb.winograd.config import WinogradConfig
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((1, 3, 9, 9), dtype=np.float32)
+    >>> w = rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
+    >>> y = conv2d_winograd(x, w, padding=1, config=WinogradConfig(m=2))
+    >>> y.shape, bool(np.allclose(y, conv2d_direct(x, w, padding=1), atol=1e-4))
+    ((1, 4, 9, 9), True)
 """
 
 from __future__ import annotations
@@ -127,7 +140,7 @@ def winograd_numpy(
     if U is None:
         U = filter_transform(w, m, config.points, dtype=np_dtype)
     elif U.shape != (n * n, K, C):
-        raise ValueError(f"winograd_numpy: U must have shape {(n * n, K, C)}, got {U.shape}")
+        raise WinogradError(f"winograd_numpy: U must have shape {(n * n, K, C)}, got {U.shape}")
     U = U.astype(np_dtype, copy=False)
     if config.storage == "fp16":
         U = U.astype(np.float16).astype(np_dtype)

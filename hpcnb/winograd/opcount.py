@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from hpcnb.winograd.config import WinogradError
 from hpcnb.winograd.slp import LinearProgram, dense_cost, naive_program, optimise
 from hpcnb.winograd.transforms import WinogradTransform, cook_toom
 
@@ -66,7 +67,7 @@ def _sympy_count(expr: sp.Expr) -> tuple[int, int]:
         if abs(coeff) != 1:
             m += 1
         return a, m
-    raise ValueError(f"unexpected non-linear expression {expr}")
+    raise WinogradError(f"unexpected non-linear expression {expr}")
 
 
 def sympy_cse_cost(M) -> tuple[int, int]:
@@ -155,7 +156,7 @@ def transform_programs(
                 seed=m * 100 + r,
             )
         else:
-            raise ValueError(
+            raise WinogradError(
                 f"transform_programs: level must be naive/paired/searched, got {level!r}"
             )
     return TransformPrograms(tr, progs["input"], progs["kernel"], progs["output"])

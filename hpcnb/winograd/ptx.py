@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from hpcnb.winograd.backend import BackendUnavailableError
 from hpcnb.winograd.codegen import cuda_kernels
+from hpcnb.winograd.config import WinogradError
 
 __all__ = [
     "ARCHS",
@@ -188,13 +190,13 @@ def compile_kernel(
     """
     home = cuda_toolkit()
     if home is None:
-        raise RuntimeError("CUDA toolkit (ptxas + libNVVM) not found; set CUDA_HOME")
+        raise BackendUnavailableError("CUDA toolkit (ptxas + libNVVM) not found; set CUDA_HOME")
     os.environ.setdefault("CUDA_HOME", str(home))
     if arch not in ARCHS:
-        raise ValueError(f"arch={arch!r}: expected one of {sorted(ARCHS)}")
+        raise WinogradError(f"arch={arch!r}: expected one of {sorted(ARCHS)}")
     sigs = kernel_signatures()
     if kernel not in sigs:
-        raise ValueError(f"kernel={kernel!r}: expected one of {sorted(sigs)}")
+        raise WinogradError(f"kernel={kernel!r}: expected one of {sorted(sigs)}")
     from numba import cuda
 
     spec = ARCHS[arch]

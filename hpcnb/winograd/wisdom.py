@@ -60,7 +60,7 @@ from pathlib import Path
 from hpcnb.codecache import atomic_write
 from hpcnb.errors import HpcnbError
 from hpcnb.paths import cache_root, machine_key
-from hpcnb.winograd.config import WinogradConfig
+from hpcnb.winograd.config import WinogradConfig, WinogradError
 from hpcnb.winograd.transforms import POINT_SETS, validate_mr
 
 __all__ = [
@@ -334,7 +334,7 @@ def write_wisdom(data: dict, path: str | os.PathLike | None = None) -> Path:
     try:
         _validate(data)
     except _WisdomError as exc:
-        raise ValueError(f"wisdom for {wp} does not validate: {exc}") from None
+        raise WinogradError(f"wisdom for {wp} does not validate: {exc}") from None
     atomic_write(wp, json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return wp
 
