@@ -8,6 +8,9 @@
 >>> keep = {g.id: g.size // 2 for g in graph.groups() if g.prunable and g.size > 1}
 >>> extract(model, graph, keep)(x).shape
 torch.Size([2, 10])
+
+Supporting a new op is one :func:`hpcnb.ir.ops.register_op` (see :mod:`hpcnb.ir.ops`);
+a module can also describe itself (:mod:`hpcnb.ir.leaf`).
 """
 
 import hpcnb.ir.torch_ops  # noqa: F401  (registers the PyTorch ops)
@@ -27,22 +30,25 @@ from hpcnb.ir.graph import (
 from hpcnb.ir.trace import trace
 
 __all__ = [
+    # tracing a model into the IR, and the IR's data model
     "COUNTED_KINDS",
     "KINDS",
-    "PYG_FEATURES",
-    "Block",
     "ChannelGroup",
     "Graph",
     "IRTraceError",
     "Node",
     "ParamSlice",
-    "draw_graph",
+    "trace",
+    # subnets: residual blocks, extraction, channel importance
+    "Block",
     "extract",
     "find_blocks",
     "importance",
     "reorder",
+    "uniform_keep",
+    # exports (PyG, networkx, a drawing: matplotlib is imported on use)
+    "PYG_FEATURES",
+    "draw_graph",
     "to_networkx",
     "to_pyg",
-    "trace",
-    "uniform_keep",
 ]

@@ -1,4 +1,4 @@
-"""Channel-dependency groups by graph traversal.
+"""Finding the channel-dependency groups of a graph: the traversal that applies the channel rules.
 
 Every axis of every tensor in the graph is described by a list of *segments*
 ``(space, start, end)``: pieces of *spaces*. A space is either a parameter (or

@@ -1,4 +1,8 @@
-"""``trace``: torch.fx symbolic trace, shape propagation, op kinds and costs."""
+"""Tracing a model into the IR: torch.fx symbolic trace, shape propagation, op kinds and costs.
+
+:func:`trace` asks the op registry (:mod:`hpcnb.ir.ops`) for each call's kind and
+costs, and hands the graph the channel analysis of :mod:`hpcnb.ir.groups`.
+"""
 
 from __future__ import annotations
 

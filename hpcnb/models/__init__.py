@@ -2,6 +2,11 @@
 
 ``ZOO`` maps a name to a :class:`ModelSpec` with ``build(size)`` and
 ``example_input(size, batch)``; the factory functions build any size.
+
+>>> from hpcnb import models
+>>> spec = models.ZOO["resnet"]
+>>> spec.build("tiny")(spec.example_input("tiny", batch=3)).shape
+torch.Size([3, 10])
 """
 
 from hpcnb.models.cnn import densenet, mobilenet_v2, resnet50_like, resnet_cifar, shufflenet, vgg
@@ -10,14 +15,13 @@ from hpcnb.models.sequence import mamba, mlp, mlp_mixer, vit
 from hpcnb.models.zoo import SIZES, ZOO, ModelSpec, describe
 
 __all__ = [
+    # the zoo: every family at a "tiny" and a "default" size
     "SIZES",
     "ZOO",
-    "ChannelShuffle",
     "ModelSpec",
-    "MultiHeadSelfAttention",
-    "SelectiveScan",
-    "densenet",
     "describe",
+    # factories of any size
+    "densenet",
     "mamba",
     "mlp",
     "mlp_mixer",
@@ -27,4 +31,8 @@ __all__ = [
     "shufflenet",
     "vgg",
     "vit",
+    # layers: two IR leaf operators and a channel shuffle
+    "ChannelShuffle",
+    "MultiHeadSelfAttention",
+    "SelectiveScan",
 ]
