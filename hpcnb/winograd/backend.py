@@ -119,7 +119,8 @@ def get_backend(name: str) -> Backend:
         return _BACKENDS[name]
     except (KeyError, TypeError):
         raise WinogradError(
-            f"Winograd target {name!r} is not registered; registered: {list(_BACKENDS)}"
+            f"Winograd target {name!r} is not registered (a target registers when its module "
+            f"is imported); registered: {list(_BACKENDS)}"
         ) from None
 
 

@@ -61,7 +61,7 @@ _CODEGEN_VERSION = "8"
 
 
 def cache_dir() -> Path:
-    """Return the cache root of the Winograd code (generated kernels, wisdom file).
+    """Return the cache root of the generated Winograd kernels.
 
     This is the one cache root of hpcnb, :func:`hpcnb.paths.cache_root` (``$HPCNB_CACHE``,
     else the user cache folder). ``$HPCNB_CACHE_DIR``, the variable of older versions, is
