@@ -26,12 +26,13 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from hpcnb.errors import HpcnbError
 
 __all__ = [
     "Clock",
+    "Fresh",
     "Timing",
     "TimingError",
     "compare",
@@ -42,10 +43,26 @@ __all__ = [
     "set_threads",
 ]
 
-Clock = Literal["wall", "cpu"]
+Clock = Literal["wall", "cpu", "thread"]
 """``"wall"``: :func:`time.perf_counter`; ``"cpu"``: :func:`time.process_time` (CPU seconds
 of this process: on a shared machine it does not count the time spent waiting for a core,
-which makes it repeatable for one-thread work; with several threads it sums them)."""
+which makes it repeatable for one-thread work; with several threads it sums them);
+``"thread"``: :func:`time.thread_time` (CPU seconds of the calling thread only)."""
+
+
+class Fresh(NamedTuple):
+    """A timed call on inputs made just before it: ``run(make())``, only ``run`` timed.
+
+    For kernels that change their inputs in place (each call must start from the same
+    state) or whose input creation must stay out of the measurement.
+
+    Attributes:
+        make: Returns fresh inputs (untimed).
+        run: Takes them; this call is timed.
+    """
+
+    make: Callable[[], Any]
+    run: Callable[[Any], object]
 
 
 class TimingError(HpcnbError, ValueError):
@@ -94,7 +111,9 @@ def _clock(clock: Clock) -> Callable[[], float]:
         return time.perf_counter
     if clock == "cpu":
         return time.process_time
-    raise TimingError(f"clock={clock!r}: expected 'wall' or 'cpu'")
+    if clock == "thread":
+        return time.thread_time
+    raise TimingError(f"clock={clock!r}: expected 'wall', 'cpu' or 'thread'")
 
 
 def _check(repeats: int, warmup: int) -> None:
@@ -191,8 +210,11 @@ def median_time(
     return interleaved([fn], repeats=repeats, warmup=warmup, clock=clock)[0]
 
 
+Timed = Callable[[], object] | Fresh
+
+
 def interleaved(
-    fns: Mapping[Any, Callable[[], object]] | Sequence[Callable[[], object]],
+    fns: Mapping[Any, Timed] | Sequence[Timed],
     *,
     repeats: int = 5,
     warmup: int = 1,
@@ -205,7 +227,8 @@ def interleaved(
     drifts of machine load.
 
     Args:
-        fns: Callables, as a mapping (name -> callable) or a sequence.
+        fns: Callables, as a mapping (name -> callable) or a sequence; an entry may be a
+            :class:`Fresh` pair, whose ``make()`` runs untimed before each timed ``run``.
         repeats: Timed rounds.
         warmup: Untimed rounds first.
         clock: ``"wall"`` or ``"cpu"``.
@@ -224,12 +247,20 @@ def interleaved(
         raise TimingError("interleaved() needs at least one callable")
     for _ in range(warmup):
         for _, fn in items:
-            fn()
+            if isinstance(fn, Fresh):
+                fn.run(fn.make())
+            else:
+                fn()
     samples: list[list[float]] = [[] for _ in items]
     for _ in range(repeats):
         for acc, (_, fn) in zip(samples, items, strict=True):
-            start = now()
-            fn()
+            if isinstance(fn, Fresh):
+                inputs = fn.make()
+                start = now()
+                fn.run(inputs)
+            else:
+                start = now()
+                fn()
             acc.append(now() - start)
     timings = [Timing.of(s) for s in samples]
     if isinstance(fns, Mapping):

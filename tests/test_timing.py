@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hpcnb import HpcnbError
-from hpcnb.timing import Timing, TimingError, interleaved, pinned_threads, ratios
+from hpcnb.timing import Fresh, Timing, TimingError, interleaved, pinned_threads, ratios
 
 
 def test_interleaved_order_and_samples():
@@ -48,3 +48,18 @@ def test_ratios_and_timing_of():
         ratios(Timing.of([1.0]), Timing.of([1.0, 1.0]))
     with pytest.raises(TimingError):
         Timing.of([])
+
+
+def test_fresh_inputs_are_made_untimed_before_each_call():
+    import time
+
+    made: list[int] = []
+    t = interleaved(
+        {"fresh": Fresh(make=lambda: (time.sleep(0.02), made.append(1))[1], run=lambda _: None)},
+        repeats=3,
+        warmup=1,
+    )
+    assert len(made) == 4  # one per warm-up and timed call
+    assert t["fresh"].maximum < 0.02  # the sleep in make() is not timed
+    thread = interleaved([lambda: None], repeats=2, clock="thread")
+    assert thread[0].repeats == 2

@@ -14,9 +14,9 @@ import numpy as np
 
 import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel, kernel, prange
-from hpcnb.commprof.runtime import Schedule, run_native, time_with_fresh_inputs
+from hpcnb.commprof.runtime import Schedule, run_native
 from hpcnb.records import median_interval
-from hpcnb.timing import Timing
+from hpcnb.timing import Fresh, Timing, interleaved
 
 __all__ = [
     "CASE_STUDIES",
@@ -176,7 +176,7 @@ def measure_case(
     """Wall times of the native parallel (``prange``) kernel before and after the fix.
 
     The variants alternate (before, after, before, ...) on fresh inputs after ``warmup``
-    untimed rounds (:func:`hpcnb.commprof.runtime.time_with_fresh_inputs`), as
+    untimed rounds (:class:`hpcnb.timing.Fresh`), as
     :func:`hpcnb.timing.compare` does; input creation is not timed.
     ``hpcnb.timing.ratios(before, after)`` gives the per-round speedups.
 
@@ -187,15 +187,15 @@ def measure_case(
         ValueError: ``repeats`` < 1 or ``warmup`` < 0.
     """
 
-    def timed(v: Variant) -> tuple[Callable[[], tuple[Args, int]], Callable[..., None]]:
+    def timed(v: Variant) -> Fresh:
         def run(inputs: tuple[Args, int]) -> None:
             args, nphases = inputs
             run_native(v.kernel, args, nthreads=nthreads, nphases=nphases, schedule=v.schedule,
                        parallel=True)  # fmt: skip
 
-        return (lambda: v.make(size, nthreads, seed)), run
+        return Fresh(lambda: v.make(size, nthreads, seed), run)
 
-    t = time_with_fresh_inputs(
+    t = interleaved(
         {"before": timed(cs.before), "after": timed(cs.after)}, repeats=repeats, warmup=warmup
     )
     return t["before"], t["after"], t["before"].median / t["after"].median

@@ -17,8 +17,7 @@ bytes and ``read_slots`` last-reader bytes, indexed by a hash of the byte addres
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,7 @@ import numpy as np
 
 import hpcnb.commprof.hooks as hooks
 from hpcnb.commprof.instrument import Kernel, Region
-from hpcnb.timing import Timing
+from hpcnb.timing import Clock, Fresh, Timing, interleaved
 
 __all__ = [
     "EXACT_BYTES_PER_ELEMENT",
@@ -39,7 +38,6 @@ __all__ = [
     "signature_bytes",
     "time_variant_samples",
     "time_variants",
-    "time_with_fresh_inputs",
 ]
 
 #: Bytes of exact shadow memory per array element (int8 writer + uint64 reader mask).
@@ -327,47 +325,6 @@ def run_native(
         mod.drive_native(nthreads, nphases, _order(nthreads, nphases, "ascending", 0), sched, *vals)
 
 
-def time_with_fresh_inputs(
-    runs: Mapping[str, tuple[Callable[[], Any], Callable[[Any], object]]],
-    *,
-    repeats: int = 5,
-    warmup: int = 1,
-    clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, Timing]:
-    """Time callables in interleaved rounds, each call on inputs made just before it.
-
-    Every round calls each ``run(make())`` once, in the order given; only ``run`` is timed,
-    so input creation is not, and a kernel that changes its inputs in place starts from the
-    same state every time. A drift in machine load affects all of them alike; pair the
-    rounds with :func:`hpcnb.timing.ratios`. (:func:`hpcnb.timing.interleaved` times
-    argument-free callables; this is the same scheme with an untimed set-up per call.)
-
-    Args:
-        runs: Name -> ``(make, run)``: ``make()`` returns fresh inputs, ``run(inputs)`` is
-            what is timed.
-        repeats: Timed rounds.
-        warmup: Untimed rounds first (compilation, caches).
-        clock: The clock, e.g. :func:`time.perf_counter` or :func:`time.thread_time`.
-
-    Returns:
-        ``{name: Timing}`` with ``repeats`` samples each.
-
-    Raises:
-        ValueError: ``repeats`` < 1 or ``warmup`` < 0.
-    """
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for r in range(warmup + repeats):
-        for name, (make, run) in runs.items():
-            inputs = make()
-            t0 = clock()
-            run(inputs)
-            if r >= warmup:
-                times[name].append(clock() - t0)
-    return {name: Timing.of(ts) for name, ts in times.items()}
-
-
 def time_variant_samples(
     k: Kernel,
     make_args: object,
@@ -384,7 +341,7 @@ def time_variant_samples(
     """Wall times of native serial, native parallel and instrumented runs, interleaved.
 
     Every round runs each variant once, in the order given, on fresh arguments (argument
-    creation is not timed, :func:`time_with_fresh_inputs`), so a drift in machine load
+    creation is not timed, :class:`hpcnb.timing.Fresh`), so a drift in machine load
     affects all variants alike; pair the rounds with :func:`hpcnb.timing.ratios` (e.g.
     ``ratios(t["instrumented"], t["native"])`` are per-round overheads).
 
@@ -416,9 +373,7 @@ def time_variant_samples(
     """
     if not callable(make_args):
         raise TypeError("make_args must be a callable returning the kernel arguments")
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    clocks = {"wall": time.perf_counter, "cpu": time.thread_time}
+    clocks: dict[str, Clock] = {"wall": "wall", "cpu": "thread"}
     if clock not in clocks:
         raise ValueError(f"clock {clock!r}: expected one of {sorted(clocks)}")
     if clock == "cpu" and "parallel" in variants:
@@ -436,8 +391,8 @@ def time_variant_samples(
     unknown = set(variants) - set(runs)
     if unknown:
         raise ValueError(f"unknown variants {sorted(unknown)}; expected some of {sorted(runs)}")
-    return time_with_fresh_inputs(
-        {name: (make_args, runs[name]) for name in variants},
+    return interleaved(
+        {name: Fresh(make_args, runs[name]) for name in variants},
         repeats=repeats,
         warmup=warmup,
         clock=clocks[clock],
