@@ -66,6 +66,7 @@ def registered():
         OpSpec(
             "mul",
             flops=lambda call: 2 * call.out_numel,
+            bytes=lambda call: (call.bytes_read + 1, 2 * call.bytes_written),
             channel_rule=_gate_channels,
             refresh=_gate_refresh,
         ),
@@ -82,6 +83,7 @@ def test_custom_module_and_function_ops_flow_through_trace_costs_groups_extract(
     assert graph.unsupported() == []
     gate = next(n for n in graph.nodes if n.module == "gate")
     assert gate.op == "call_module" and gate.kind == "mul" and gate.flops == 2 * 3 * 6
+    assert (gate.bytes_read, gate.bytes_written) == ((3 * 6 + 6) * 4 + 1, 2 * 3 * 6 * 4)
     add = next(n for n in graph.nodes if n.target == "scaled_add")
     assert add.op == "call_function" and add.kind == "add" and add.flops == 2 * 3 * 6
     (group,) = graph.prunable_groups()
