@@ -1,10 +1,12 @@
-"""Subnet extraction, residual blocks, channel importance and function-preserving reorder.
+"""Subnet extraction, keep counts, channel importance and function-preserving reorder.
 
 :func:`extract` copies the traced ``GraphModule``, slices every parameter
 tensor along the axes the channel groups name (real smaller tensors, no
-masks), re-sizes the modules (``in_channels``, ``out_features``, ...) and the
-constant arguments of split / slice / view nodes, and optionally removes
-skippable residual blocks (``x + f(x)`` becomes ``x``).
+masks), re-sizes the modules (each op's registered ``refresh``, see
+:mod:`hpcnb.ir.ops`) and the constant arguments of split / slice / view nodes,
+and optionally removes skippable residual blocks (``x + f(x)`` becomes ``x``;
+the blocks are found by :func:`hpcnb.ir.graph.find_blocks`). The channel
+analysis it follows is an explicit argument (the graph's own by default).
 """
 
 from __future__ import annotations
