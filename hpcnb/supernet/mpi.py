@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from hpcnb.launch import python_env, run_bounded, run_mpi
+from hpcnb.timing import pinned_threads
 
 from .forkjoin import StepPhases, fork_join_step
 
@@ -272,14 +273,14 @@ def run_benchmark_job(
 
     def run_variant(threads: int | None, steps: int | None = None) -> tuple[Any, ...] | None:
         if threads is None:
-            torch.set_num_threads(job.threads)
-            seconds, _, phases = trainer.run(comm, steps)
+            with pinned_threads(job.threads, numba=False, blas=False):
+                seconds, _, phases = trainer.run(comm, steps)
             per_rank = comm.gather(phases.mean_per_step())
             return seconds, per_rank, trainer.supernet.flat.params.clone()
         out = None
         if rank == 0:
-            torch.set_num_threads(threads)
-            seconds, _, phases = trainer.run(None, steps)
+            with pinned_threads(threads, numba=False, blas=False):
+                seconds, _, phases = trainer.run(None, steps)
             out = seconds, [phases.mean_per_step()], trainer.supernet.flat.params.clone()
         _idle_until_all_arrive(comm)
         return out
@@ -302,7 +303,6 @@ def run_benchmark_job(
             for name, _ in variants[:-1]:
                 diff = float((finals[name] - finals[mpi_name]).abs().max())
                 max_diff = max(max_diff, diff)
-    torch.set_num_threads(job.threads)
     if rank != 0:
         return None
     result = {
