@@ -18,19 +18,14 @@ import pytest
 
 from conftest import REPO
 from hpcnb.cli import main
-from hpcnb.data import (
+from hpcnb.data import available, data_path, fetch, fetch_all, path, registry, verify
+from hpcnb.data.registry import (
     ChecksumError,
     DataNotFoundError,
     DownloadError,
-    available,
-    data_path,
-    fetch,
-    fetch_all,
-    path,
-    registry,
-    verify,
+    files_read,
+    sha256_of,
 )
-from hpcnb.data.registry import files_read, sha256_of
 
 SHARED = REPO.parent / "shared" / "data"
 NAME = "swf/hpc2n-seth-first3170.swf"

@@ -114,6 +114,10 @@ def test_registry_lookup_and_bad_registrations() -> None:
         register_op(int, OpSpec("other"))
     with pytest.raises(TypeError, match="OpSpec"):
         register_op("relu", "activation")
+    relu = op_spec("relu")
+    with pytest.raises(ValueError, match="registered already"):  # nothing overwritten silently
+        register_op(("my_new_op", "relu"), OpSpec("other"))
+    assert op_spec("relu") is relu and op_spec("my_new_op") is None  # all or nothing
     call = OpCall("relu", None, ((2, 3),), (2, 3))
     assert call.out_numel == 6 and op_spec("relu").flops(call) == 6
 

@@ -128,6 +128,8 @@ def test_a_new_target_is_one_registration(monkeypatch):
         return winograd_reference(x, w, config.m, padding, config.points)
 
     register_backend(Backend("numpy_test", run, lambda r: WinogradConfig(m=2)))
+    with pytest.raises(ValueError, match="registered already"):
+        register_backend(Backend("cpu", run, lambda r: WinogradConfig(m=2)))
     x, w = torch.randn(2, 3, 7, 6), torch.randn(4, 3, 3, 3)
     y = convolve(x, w, 1, target="numpy_test")
     assert isinstance(y, torch.Tensor) and seen == [WinogradConfig(m=2)]

@@ -138,35 +138,48 @@ _NAMES: dict[str, OpSpec] = {}
 OpTarget = type | str | Callable[..., Any]
 
 
-def register_op(target: OpTarget | Iterable[OpTarget], spec: OpSpec) -> None:
+def register_op(
+    target: OpTarget | Iterable[OpTarget], spec: OpSpec, *, replace: bool = False
+) -> None:
     """Register ``spec`` for a module type, a function, a name, or a tuple/list of them.
 
-    A later registration of the same target replaces the earlier one. Module types
-    match their subclasses too (the most specific registration wins); a registered
-    type itself is traced as a leaf.
+    Module types match their subclasses too (the most specific registration wins); a
+    registered type itself is traced as a leaf. A target registered already is refused
+    unless ``replace`` is set, so no registration is overwritten by accident.
 
     Args:
         target: ``nn.Module`` subclass, function object, function/method name, or a
             tuple/list of these.
         spec: What the IR should know about the op.
+        replace: Replace an existing registration of the same target.
 
     Raises:
         TypeError: For a target of another kind or a spec that is not an :class:`OpSpec`.
+        ValueError: A target is registered already and ``replace`` is not set (nothing of
+            this call is registered then).
     """
     if not isinstance(spec, OpSpec):
         raise TypeError(f"register_op: spec must be an OpSpec, got {type(spec).__name__}")
     targets = list(target) if isinstance(target, tuple | list) else [target]
+    tables: list[dict[Any, OpSpec]] = []
     for t in targets:
         if isinstance(t, type):
             if not issubclass(t, nn.Module):
                 raise TypeError(f"register_op: {t.__name__} is a type but not an nn.Module")
-            _MODULES[t] = spec
+            tables.append(_MODULES)
         elif isinstance(t, str):
-            _NAMES[t] = spec
+            tables.append(_NAMES)
         elif callable(t):
-            _FUNCTIONS[t] = spec
+            tables.append(_FUNCTIONS)
         else:
             raise TypeError(f"register_op: expected a module type, function or name, got {t!r}")
+        if t in tables[-1] and not replace:
+            raise ValueError(
+                f"register_op: {t!r} is registered already (kind {tables[-1][t].kind!r}); "
+                "pass replace=True to replace it"
+            )
+    for t, table in zip(targets, tables, strict=True):
+        table[t] = spec
 
 
 def target_name(target: Any) -> str:

@@ -86,20 +86,27 @@ class Backend:
 _BACKENDS: dict[str, Backend] = {}
 
 
-def register_backend(backend: Backend) -> Backend:
-    """Add ``backend`` to the table of targets (replacing one of the same name).
+def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
+    """Add ``backend`` to the table of targets.
 
     Args:
         backend: The target.
+        replace: Replace a registered target of the same name (refused otherwise).
 
     Returns:
         ``backend``, so a module can write ``TARGET = register_backend(Backend(...))``.
 
     Raises:
-        WinogradError: ``backend`` is not a :class:`Backend` or has no name.
+        WinogradError: ``backend`` is not a :class:`Backend`, has no name, or its name is
+            taken and ``replace`` is not set.
     """
     if not isinstance(backend, Backend) or not backend.name:
         raise WinogradError(f"register_backend: expected a named Backend, got {backend!r}")
+    if backend.name in _BACKENDS and not replace:
+        raise WinogradError(
+            f"register_backend: a target named {backend.name!r} is registered already; "
+            "pass replace=True to replace it"
+        )
     _BACKENDS[backend.name] = backend
     return backend
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
 
+from hpcnb.launch import run_bounded
 from hpcnb.winograd.backend import Backend, check_conv_args, convolve, register_backend
 from hpcnb.winograd.codegen import cuda_kernels
 from hpcnb.winograd.config import WinogradConfig, WinogradError
@@ -166,14 +166,11 @@ def validate_in_simulator(
     """
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     payload = json.dumps({"cases": [list(c) for c in cases], "seed": seed})
-    proc = subprocess.run(
-        [sys.executable, "-m", "hpcnb.winograd.cuda", payload],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    # run through the package (not ``-m``, which would execute this module a second time)
+    code = (
+        "import sys; from hpcnb.winograd.cuda import _simulator_main; _simulator_main(sys.argv[1])"
     )
+    proc = run_bounded([sys.executable, "-c", code, payload], env=env, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(
             f"CUDA simulator run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
@@ -181,6 +178,7 @@ def validate_in_simulator(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-if __name__ == "__main__":  # pragma: no cover - runs in the simulator subprocess
-    args = json.loads(sys.argv[1])
+def _simulator_main(payload: str) -> None:  # pragma: no cover - runs in the subprocess
+    """Check the cases of ``payload`` (JSON) in the simulator and print the results."""
+    args = json.loads(payload)
     print(json.dumps(_check_cases([tuple(c) for c in args["cases"]], args["seed"])))
