@@ -13,12 +13,15 @@ Task timing (on ``n`` nodes, platform of :mod:`hpcnb.batchsim.platform`):
 * ``cpu`` / ``gpu``: ``flops`` with ``computation_pattern`` ``uniform`` (each node does
   ``flops``), ``total`` / ``all_ranks`` (``flops / n`` each) or ``root_only``; divided by
   the node (or per-node GPU) speed. Communication ``bytes`` with
-  ``communication_pattern`` as in :meth:`Platform.communication_time`. Coupled tasks
-  compute then communicate (sum); uncoupled ones overlap (max).
+  ``communication_pattern`` as in :meth:`Platform.communication_time`. As in ElastiSim
+  (SimGrid's parallel-task model ``ptask_L07``), compute and communication of a task
+  progress together: a coupled task is one parallel task whose duration is set by its
+  bottleneck (``max``); an uncoupled one runs both side by side (also ``max``). On a
+  crossbar a job's node links are its own, so this is exact without sharing.
 * ``pfs_read`` / ``pfs_write``: the PFS latency, then ``bytes`` in total (``all_ranks`` /
-  ``total``), on the root (``root_only``) or ``bytes`` per node (``uniform``) through the
-  PFS read or write link, whose bandwidth the engine shares equally among the jobs
-  transferring at the moment (:class:`~hpcnb.batchsim.platform.SharedLink`).
+  ``total``: one flow per node), on the root (``root_only``: one flow) or ``bytes`` per
+  node (``uniform``) through the node links and the PFS read or write link, shared
+  max-min fairly with every other job's flows (:mod:`~hpcnb.batchsim.network`).
 * ``idle`` / ``busy_wait``: ``delay`` seconds. ``sequence``: its ``tasks``, ``iterations``
   times.
 
@@ -63,6 +66,7 @@ from hpcnb.batchsim.inputs import (
 from hpcnb.batchsim.jobs import RunContext, WorkModel
 from hpcnb.batchsim.platform import (
     COMMUNICATION_PATTERNS,
+    SEGMENT_KINDS,
     Platform,
     Segment,
     merge_segments,
@@ -256,7 +260,7 @@ def read_application_model(
 
 def _aggregate(segments: list[Segment], count: int | float) -> list[Segment]:
     """Return ``count`` repetitions of ``segments`` in closed form: total time, read, write."""
-    totals = {"time": 0.0, "pfs_read": 0.0, "pfs_write": 0.0}
+    totals = dict.fromkeys(SEGMENT_KINDS, 0.0)
     for kind, amount in merge_segments(segments):
         totals[kind] += amount
     return [(kind, amount * count) for kind, amount in totals.items() if amount]
@@ -410,7 +414,8 @@ class ApplicationWork(WorkModel):
             size = self._eval(task.payload, env, f"{path}.bytes")
             if task.spread == "uniform":
                 size *= n
-            one = [("time", p.pfs_latency), (task.type, size)]
+            kind = f"{task.type}_root" if task.spread == "root" else task.type
+            one = [("time", p.pfs_latency), (kind, size)]
         else:
             compute = 0.0
             if task.payload is not None:
@@ -427,7 +432,8 @@ class ApplicationWork(WorkModel):
             if task.comm_bytes is not None:
                 size = self._eval(task.comm_bytes, env, f"{path}.bytes")
                 comm = p.communication_time(task.comm_pattern, size, n)
-            one = [("time", compute + comm if task.coupled else max(compute, comm))]
+            # a parallel task: compute and communication progress together (ptask_L07)
+            one = [("time", max(compute, comm))]
         return self._repeat(one, reps, path)
 
     def _segments(

@@ -2,7 +2,7 @@
 
 Sub-commands::
 
-    hpcnb batchsim simulate WORKLOAD --scheduler NAME [--nodes N] [--strict]
+    hpcnb batchsim simulate WORKLOAD [--scheduler NAME] [--nodes N] [--strict]
         [--malleable-fraction F] [--seed S] [--on-error error|skip] --out DIR
     hpcnb batchsim generate OUT.swf [--jobs N] [--nodes N] [--seed S]
     hpcnb batchsim schedulers
@@ -140,7 +140,10 @@ def _one_line(exc: BaseException) -> str:
 def simulate_command(args: argparse.Namespace) -> int:
     """Run ``simulate`` for parsed arguments; return the exit code (0 ok, 2 bad input)."""
     try:
-        scheduler = make_scheduler(args.scheduler)
+        name = args.scheduler or (
+            "elastisim-fcfs" if str(args.workload).endswith(".json") else "fcfs"
+        )
+        scheduler = make_scheduler(name)
         jobs, platform, options, notes, count = _load(args)
         from hpcnb.batchsim.simulation import simulate  # after reading: errors come first
 
@@ -232,7 +235,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="batchsim_command", required=True)
     sim = sub.add_parser("simulate", help="simulate an SWF trace or an ElastiSim jobs.json")
     sim.add_argument("workload", help=".swf, .swf.gz or ElastiSim jobs.json")
-    sim.add_argument("--scheduler", required=True, choices=sorted(SCHEDULERS))
+    sim.add_argument("--scheduler", default=None, choices=sorted(SCHEDULERS),
+                     help="policy (default: elastisim-fcfs for an ElastiSim jobs.json, "
+                     "fcfs for an SWF trace)")  # fmt: skip
     sim.add_argument("--nodes", type=_nodes, default=None,
                      help="machine size, 1..2**31-1 (default: the workload's)")  # fmt: skip
     sim.add_argument("--strict", action="store_true",

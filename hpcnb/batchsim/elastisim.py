@@ -82,12 +82,17 @@ class ElastiSimInput:
     clip_evolving_requests: bool = True
     skipped: list[str] = field(default_factory=list)
 
-    def simulation_options(self) -> dict[str, float | bool]:
-        """Return the configuration's options as keyword arguments of ``simulate``."""
+    def simulation_options(self) -> dict[str, float | bool | str]:
+        """Return the configuration's options as keyword arguments of ``simulate``.
+
+        ElastiSim runs SimGrid's parallel-task model ``ptask_L07``, so transfers share the
+        PFS by equal progress (``fairness="ptask"``).
+        """
         return {
             "scheduling_interval": self.scheduling_interval,
             "on_scheduling_point": self.on_scheduling_point,
             "clip_evolving_requests": self.clip_evolving_requests,
+            "fairness": "ptask",
         }
 
 

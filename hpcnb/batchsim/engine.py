@@ -19,9 +19,14 @@ reserved at once, nodes of a shrink are freed then). Each resize pays the work
 model's reconfiguration cost before the next unit.
 
 A unit runs as a list of segments (:meth:`WorkModel.unit_segments`): timed segments are
-single events; PFS transfers join the PFS read or write :class:`SharedLink`, whose
-bandwidth is shared equally by the transfers active on it, so their completion times
-move whenever another job starts or finishes a transfer.
+single events; PFS transfers become flows of the engine's
+:class:`~hpcnb.batchsim.network.FlowNetwork` (one per node of the job, or one for the
+root), each through its node's link (a bound: on a crossbar the link is the node's own)
+and the PFS read or write link, which the flows of all jobs share max-min fairly, so
+their completion times move whenever another job starts or finishes a transfer. With
+``network="isolated"`` each job sees the PFS alone (the contention-free model); with
+``fairness="ptask"`` flows share by equal progress of their transfers, as SimGrid's
+parallel-task model ``ptask_L07`` that ElastiSim uses, instead of equal bytes per second.
 """
 
 from __future__ import annotations
@@ -37,10 +42,10 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from hpcnb.batchsim.jobs import Job, JobType, RunContext
+from hpcnb.batchsim.network import FlowNetwork
 from hpcnb.batchsim.platform import (
     Platform,
     Segment,
-    SharedLink,
     merge_segments,
     nominal_duration,
 )
@@ -63,7 +68,7 @@ class Event(IntEnum):
     """Kinds of simulation events; at one time stamp they are handled in this order."""
 
     UNIT_END = 0  # a timed segment ends (it may end a unit and free nodes)
-    LINK = 1  # a transfer on a shared PFS link may have completed
+    LINK = 1  # a flow of the shared network may have completed
     SUBMIT = 2  # a job is submitted
     PERIODIC = 3  # the periodic scheduler tick
 
@@ -79,10 +84,9 @@ class _SegmentEnd:
 
 @dataclass(slots=True)
 class _LinkCompletion:
-    """The next transfer on a link completes, unless the link changed (token changed)."""
+    """The next flow completes, unless the rates changed since (token changed)."""
 
     kind: ClassVar[Event] = Event.LINK
-    link: SharedLink
     token: int
 
 
@@ -147,14 +151,16 @@ class JobRecord:
         at_point: Whether the job sits at a scheduling point now.
         evolving_request: Size an evolving job asked for at its last point, or ``None``.
         resizes: ``(time, old, new)`` for each applied reconfiguration.
+        seq: Position in submission order (submit time, then input order).
     """
 
     __slots__ = ("active", "at_point", "end_time", "epoch", "evolving_request", "job", "link",
-                 "nodes", "resizes", "segments", "start_time", "status", "target", "unit",
-                 "unit_end")  # fmt: skip
+                 "nodes", "resizes", "segments", "seq", "start_time", "status", "target",
+                 "unit", "unit_end")  # fmt: skip
 
     def __init__(self, job: Job) -> None:
         self.job = job
+        self.seq = 0  # position in submission order
         self.status = JobStatus.PENDING
         self.nodes = 0
         self.target = 0
@@ -168,7 +174,7 @@ class JobRecord:
         self.resizes: list[tuple[float, int, int]] = []
         self.epoch = 0
         self.segments: deque[Segment] = deque()
-        self.link: SharedLink | None = None
+        self.link = False  # whether a flow of the job is active
 
     @property
     def id(self) -> int:
@@ -352,6 +358,11 @@ class Simulator:
         scheduling_interval: Periodic invocation interval (s); 0 for none.
         on_scheduling_point: Invoke the scheduler when a resizable job reaches a point.
         clip_evolving_requests: Clip evolving requests to the job's size range.
+        network: ``"shared"`` (flows of all jobs share the PFS links max-min fairly) or
+            ``"isolated"`` (each job alone on the network: the contention-free model).
+        fairness: ``"flow"`` (equal bytes per second per flow, SimGrid's flow model) or
+            ``"ptask"`` (equal progress per transfer, SimGrid's ``ptask_L07``).
+        node_links: Bound each flow by its node's link (``Platform.link_bandwidth``).
     """
 
     def __init__(
@@ -361,7 +372,17 @@ class Simulator:
         scheduling_interval: float = 0.0,
         on_scheduling_point: bool = True,
         clip_evolving_requests: bool = True,
+        network: str = "shared",
+        fairness: str = "flow",
+        node_links: bool = True,
     ) -> None:
+        if network not in ("shared", "isolated"):
+            raise ValueError(f"network={network!r}: expected 'shared' or 'isolated'")
+        if fairness not in ("flow", "ptask"):
+            raise ValueError(f"fairness={fairness!r}: expected 'flow' or 'ptask'")
+        self.network = network
+        self.fairness = fairness
+        self.node_links = node_links
         self.platform = platform
         self.scheduler = scheduler
         self.interval = float(scheduling_interval)
@@ -426,16 +447,25 @@ class Simulator:
         if kind == "time":
             self._push(now + amount, _SegmentEnd(rec, rec.epoch))
             return
-        link = self._links[kind]
-        link.join(rec, amount, now)
-        rec.link = link
-        self._reschedule_link(link)
+        root = kind.endswith("_root")
+        base = kind.removesuffix("_root")
+        count = 1 if root else max(1, rec.active)
+        per_flow = amount / count
+        cap = self.platform.link_bandwidth if self.node_links else math.inf
+        resource = base if self.network == "shared" else (base, rec.id)
+        if resource not in self._net.capacity:
+            self._net.add_resource(resource, self._net.capacity[base])
+        if self.fairness == "ptask":
+            self._net.add(rec, 1.0, {resource: per_flow}, now, bound=cap / per_flow, count=count)
+        else:
+            self._net.add(rec, per_flow, {resource: 1.0}, now, bound=cap, count=count)
+        rec.link = True
+        self._reschedule_flows()
 
-    def _reschedule_link(self, link: SharedLink) -> None:
-        link.token += 1
-        when = link.next_completion(self._view.time)
+    def _reschedule_flows(self) -> None:
+        when = self._net.next_completion(self._view.time)
         if when is not None:
-            self._push(when, _LinkCompletion(link, link.token))
+            self._push(when, _LinkCompletion(self._net.token))
 
     def _unit_done(self, rec: JobRecord) -> None:
         rec.unit += 1
@@ -475,10 +505,10 @@ class Simulator:
         else:
             view.running.remove(rec)
             self._alloc(-rec.nodes)
-        if rec.link is not None and rec in rec.link.active:
-            rec.link.leave(rec, view.time)
-            self._reschedule_link(rec.link)
-        rec.link = None
+        if rec.link:
+            self._net.remove(rec, view.time)
+            self._reschedule_flows()
+        rec.link = False
         rec.status = status
         rec.end_time = view.time
         rec.epoch += 1
@@ -522,16 +552,16 @@ class Simulator:
             ids.add(job.id)
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
         records = [JobRecord(jobs[i]) for i in order]
+        for k, rec in enumerate(records):
+            rec.seq = k
         self._heap: list[tuple[float, Event, int, _Payload]] = []
         self._seq = 0
         self._view = view = SchedulerView(self)
         self._usage_t: list[float] = [0.0]
         self._usage_n: list[int] = [0]
         self._open = len(records)
-        self._links = {
-            "pfs_read": SharedLink("pfs_read", self.platform.pfs_read_bandwidth),
-            "pfs_write": SharedLink("pfs_write", self.platform.pfs_write_bandwidth),
-        }
+        self._net = FlowNetwork({"pfs_read": self.platform.pfs_read_bandwidth,
+                                 "pfs_write": self.platform.pfs_write_bandwidth})  # fmt: skip
         self._reasons: set[InvocationReason] = set()
         self._paused: list[JobRecord] = []
         for rec in records:
@@ -557,13 +587,13 @@ class Simulator:
                     case _SegmentEnd(rec, epoch):
                         if epoch == rec.epoch:
                             self._next_segment(rec)
-                    case _LinkCompletion(link, token):
-                        if token != link.token:
+                    case _LinkCompletion(token):
+                        if token != self._net.token:
                             continue
-                        done = link.pop_finished(now)
-                        self._reschedule_link(link)
+                        done = self._net.pop_finished(now)
+                        self._reschedule_flows()
                         for rec in done:
-                            rec.link = None
+                            rec.link = False
                             self._next_segment(rec)
                     case _Tick():
                         reasons.add(InvocationReason.PERIODIC)

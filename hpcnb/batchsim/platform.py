@@ -15,13 +15,12 @@ On one node all patterns cost nothing. ``bytes`` is the total payload of the tas
 
 **The PFS.** A job's unit of work is a list of *segments*: ``("time", seconds)`` for
 computation, communication and latencies, and ``("pfs_read", bytes)`` /
-``("pfs_write", bytes)`` for transfers through the PFS. The PFS read and write links
-each split their bandwidth equally among the jobs transferring on them at the moment
-(processor sharing, a fluid model of fair sharing of a bottleneck link): with ``k`` jobs
-active each progresses at ``bandwidth / k`` bytes/s, and the rate changes whenever a
-job joins or leaves. :class:`SharedLink` keeps this in *virtual bytes*: ``v`` is the
-number of bytes every continuously active job has received so far; a job joining at
-``v0`` with ``b`` bytes finishes when ``v`` reaches ``v0 + b``.
+``("pfs_write", bytes)`` (every node of the job moves its share: one flow per node) or
+``("pfs_read_root", bytes)`` / ``("pfs_write_root", bytes)`` (the root node alone) for
+transfers through the PFS. The engine runs transfers as flows of the flow-level network
+(:mod:`~hpcnb.batchsim.network`): each flow crosses its node's link (``link_bandwidth``)
+and the PFS read or write link, shared max-min fairly with the flows of every other
+job active at the moment.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from __future__ import annotations
 import math
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +36,6 @@ __all__ = [
     "SEGMENT_KINDS",
     "Platform",
     "Segment",
-    "SharedLink",
     "merge_segments",
     "nominal_duration",
     "parse_quantity",
@@ -271,68 +268,9 @@ def simgrid_platform_xml(
 
 
 Segment = tuple[str, float]
-SEGMENT_KINDS = ("time", "pfs_read", "pfs_write")
-
-
-class SharedLink:
-    """A link whose bandwidth is shared equally by the transfers active on it.
-
-    Args:
-        name: Name for messages (``"pfs_read"``).
-        bandwidth: Bytes per second of the whole link.
-    """
-
-    def __init__(self, name: str, bandwidth: float) -> None:
-        if not bandwidth > 0:
-            raise ValueError(f"link {name}: bandwidth {bandwidth} must be > 0")
-        self.name = name
-        self.bandwidth = float(bandwidth)
-        self.virtual = 0.0
-        self.last = 0.0
-        self.active: dict[Hashable, float] = {}
-        self.token = 0
-
-    def _advance(self, now: float) -> None:
-        if self.active and now > self.last:
-            self.virtual += (now - self.last) * self.bandwidth / len(self.active)
-        self.last = max(self.last, now)
-
-    def join(self, key: Hashable, nbytes: float, now: float) -> None:
-        """Start a transfer of ``nbytes`` for ``key`` at time ``now``."""
-        if key in self.active:
-            raise ValueError(f"link {self.name}: {key!r} is already transferring")
-        self._advance(now)
-        self.active[key] = self.virtual + float(nbytes)
-
-    def leave(self, key: Hashable, now: float) -> None:
-        """Abort the transfer of ``key`` (a killed job)."""
-        self._advance(now)
-        self.active.pop(key, None)
-
-    def pop_finished(self, now: float) -> list[Hashable]:
-        """Return (and remove) the transfers complete at ``now``, in joining order."""
-        self._advance(now)
-        tol = 1e-9 * max(1.0, abs(self.virtual))
-        if self.active:
-            # a transfer closer to completion than the bytes moved in one floating-point
-            # step of the clock could never be scheduled after ``now``: it is done
-            tol = max(tol, 2.0 * math.ulp(now) * self.bandwidth / len(self.active))
-        done = [k for k, finish in self.active.items() if finish <= self.virtual + tol]
-        for key in done:
-            del self.active[key]
-        return done
-
-    def next_completion(self, now: float) -> float | None:
-        """Return when the next transfer completes at the current sharing, or ``None``."""
-        if not self.active:
-            return None
-        self._advance(now)
-        remaining = min(self.active.values()) - self.virtual
-        return now + max(0.0, remaining) * len(self.active) / self.bandwidth
-
-    def remaining(self, key: Hashable) -> float:
-        """Return the bytes ``key`` still has to transfer (as of the last update)."""
-        return max(0.0, self.active[key] - self.virtual)
+SEGMENT_KINDS = ("time", "pfs_read", "pfs_write", "pfs_read_root", "pfs_write_root")
+"""``time`` (seconds), PFS transfers by every node of the job (``pfs_read`` / ``pfs_write``:
+one flow per node, bytes in total) or by its root node only (``..._root``: one flow)."""
 
 
 def merge_segments(segments: list[Segment], where: str = "") -> list[Segment]:
@@ -365,6 +303,6 @@ def nominal_duration(
         if kind == "time":
             total += amount
         else:
-            bandwidth = read_bandwidth if kind == "pfs_read" else write_bandwidth
+            bandwidth = read_bandwidth if kind.startswith("pfs_read") else write_bandwidth
             total += amount * max(1, sharers) / bandwidth
     return total

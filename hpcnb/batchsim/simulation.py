@@ -219,6 +219,9 @@ def simulate(
     on_scheduling_point: bool = True,
     clip_evolving_requests: bool = True,
     compiled: bool = True,
+    network: str = "shared",
+    fairness: str = "flow",
+    node_links: bool = True,
 ) -> SimulationResult:
     """Simulate ``jobs`` on ``platform`` under ``scheduler``.
 
@@ -230,6 +233,9 @@ def simulate(
         on_scheduling_point: Invoke the scheduler when a resizable job reaches a
             scheduling point (ElastiSim's ``schedule_on_scheduling_point``).
         clip_evolving_requests: Clip evolving requests to the job's size range.
+        network: ``"shared"`` or ``"isolated"`` (see :class:`~hpcnb.batchsim.engine.Simulator`).
+        fairness: ``"flow"`` or ``"ptask"`` (idem).
+        node_links: Bound each PFS flow by its node's link (idem).
         compiled: Use the compiled rigid kernel when the workload and the scheduler
             allow it (same schedule as the general engine, much faster): every job rigid
             with a fixed run time, no periodic invocations, and the scheduler exactly
@@ -266,7 +272,7 @@ def simulate(
         times, used = _usage(start, end, size)
         return SimulationResult(df, times, used, platform.num_nodes, scheduler.name, wall, 0, True)
     sim = Simulator(platform, scheduler, scheduling_interval, on_scheduling_point,
-                    clip_evolving_requests)  # fmt: skip
+                    clip_evolving_requests, network, fairness, node_links)  # fmt: skip
     trace = sim.run(jobs)
     wall = time.perf_counter() - t0
     recs = trace.records
