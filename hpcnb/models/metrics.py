@@ -22,7 +22,7 @@ from torch import nn
 
 from hpcnb.errors import HpcnbError
 
-__all__ = ["MetricError", "top1_accuracy"]
+__all__ = ["MetricError", "top1_accuracy", "top1_correct"]
 
 
 class MetricError(HpcnbError, ValueError):
@@ -31,6 +31,47 @@ class MetricError(HpcnbError, ValueError):
 
 def _tensor(values: np.ndarray | torch.Tensor | list) -> torch.Tensor:
     return values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
+
+
+@torch.no_grad()
+def top1_correct(
+    model: nn.Module,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor | list,
+    batch_size: int = 512,
+) -> np.ndarray:
+    """Return, per item, whether the highest logit is the label (eval mode), as booleans.
+
+    The per-item view of :func:`top1_accuracy` (its mean is the accuracy), for paired
+    comparisons of two models on the same items.
+
+    Args:
+        model: A classifier returning logits of shape ``(batch, classes)``.
+        x: Inputs, shape ``(n, ...)``.
+        y: Integer labels, shape ``(n,)``.
+        batch_size: Items per forward pass.
+
+    Raises:
+        MetricError: No items, ``x`` and ``y`` of different lengths, or ``batch_size`` < 1.
+    """
+    xt, yt = _tensor(x), _tensor(y).long()
+    if xt.is_floating_point():
+        xt = xt.float()
+    if len(yt) == 0 or len(xt) != len(yt) or batch_size < 1:
+        raise MetricError(
+            f"top-1 correctness needs a non-empty evaluation set with one label per input and "
+            f"batch_size >= 1; got {len(xt)} inputs, {len(yt)} labels, batch_size={batch_size}"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        parts = [
+            (model(xt[i : i + batch_size]).argmax(-1) == yt[i : i + batch_size]).numpy()
+            for i in range(0, len(yt), batch_size)
+        ]
+    finally:
+        model.train(was_training)
+    return np.concatenate(parts).astype(bool)
 
 
 @torch.no_grad()

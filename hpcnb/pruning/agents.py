@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,9 @@ from hpcnb.pruning.encoder import GNNFeaturesExtractor
 from hpcnb.pruning.env import EnvConfig, LayerwiseEnv, PruningEnv, _PruningEpisode
 from hpcnb.pruning.problem import PruningProblem, keep_counts, uniform_ratios
 from hpcnb.timing import pinned_threads
+
+if TYPE_CHECKING:
+    from hpcnb.pruning.latency import LatencyModel
 
 __all__ = [
     "AgentConfig",
@@ -122,10 +126,15 @@ class PolicySearchResult:
 
 
 def _result(
-    problem: PruningProblem, method: str, keep: np.ndarray, seconds: float, rewards=()
+    problem: PruningProblem,
+    method: str,
+    keep: np.ndarray,
+    seconds: float,
+    rewards=(),
+    counts: np.ndarray | None = None,
 ) -> PolicySearchResult:
     sizes = np.asarray(problem.group_sizes)
-    counts = keep_counts(keep, sizes)
+    counts = keep_counts(keep, sizes) if counts is None else np.asarray(counts, dtype=np.int64)
     return PolicySearchResult(
         method=method,
         keep=np.asarray(keep, dtype=np.float64),
@@ -213,8 +222,7 @@ def _best_of(
         candidates.append(final_keep)
     if not candidates:
         raise RuntimeError("search found no policy that meets the FLOPs budget; train longer")
-    sizes = np.asarray(problem.group_sizes)
-    scores = [problem.accuracy(keep_counts(k, sizes)) for k in candidates]
+    scores = [env.score(k) for k in candidates]
     return candidates[int(np.argmax(scores))]
 
 
@@ -238,16 +246,19 @@ def _train_agent(
     config: AgentConfig,
     agent_type: type[PPO] | type[DDPG],
     policy: str,
+    latency: LatencyModel | None = None,
     **agent_kwargs: object,
 ) -> PolicySearchResult:
     """Train an SB3 agent on a fresh episode, pick its best policy and time the whole search.
 
     The agent is undiscounted (the reward comes at the end of an episode), seeded with
-    ``config.seed`` and trained on the CPU with ``config.threads`` torch threads.
+    ``config.seed`` and trained on the CPU with ``config.threads`` torch threads. The best
+    policy is the one with the highest reward (accuracy, minus the latency term when the
+    episode has one); its counts are the episode's (snapped when ``env_config.round_to``).
     """
     start = time.perf_counter()
     torch.manual_seed(config.seed)
-    env = env_type(problem, env_config)
+    env = env_type(problem, env_config, latency)
     env.reset(seed=config.seed)
     model = agent_type(
         policy, env, gamma=1.0, seed=config.seed, device="cpu", verbose=0, **agent_kwargs
@@ -256,27 +267,37 @@ def _train_agent(
     with pinned_threads(config.threads, numba=False, blas=False):
         model.learn(total_timesteps=config.timesteps, callback=log)
         keep = _best_of(problem, env, _rollout(model, env))
-    return _result(problem, method, keep, time.perf_counter() - start, log.rewards)
+    counts = env.counts(keep)
+    return _result(problem, method, keep, time.perf_counter() - start, log.rewards, counts)
 
 
 def gnnrl_search(
-    problem: PruningProblem, env_config: EnvConfig, config: PPOConfig = PPOConfig()
+    problem: PruningProblem,
+    env_config: EnvConfig,
+    config: PPOConfig = PPOConfig(),
+    *,
+    latency: LatencyModel | None = None,
+    method: str = "gnnrl",
 ) -> PolicySearchResult:
     """Train the GNN-RL agent (PPO + multi-stage GNN extractor) and return its policy.
 
     Args:
         problem: The pruning problem.
-        env_config: Budget and episode settings.
+        env_config: Budget and episode settings (``round_to`` and ``latency_weight`` make
+            the search latency-aware).
         config: PPO and GNN settings.
+        latency: Latency model of the reward (needed when ``env_config.latency_weight``).
+        method: Name the result carries.
     """
     return _train_agent(
-        "gnnrl",
+        method,
         problem,
         PruningEnv,
         env_config,
         config,
         PPO,
         "MultiInputPolicy",
+        latency,
         n_steps=config.n_steps,
         batch_size=config.batch_size,
         n_epochs=config.n_epochs,

@@ -15,12 +15,22 @@ before and after fine-tuning; the accuracy with the inherited statistics is kept
 :func:`accuracy_gap` turns two outcomes into an accuracy difference with Newcombe's
 interval on the shared test set, and :func:`bar_table` says which methods pass the same
 bar (FLOPs within a budget and accuracy drop within a tolerance) as the headline.
+
+Over several seeds (:func:`compare_over_seeds`: the searches' and the fine-tuning's seeds
+change, the pretrained network stays), :func:`gap_over_seeds` gives the mean accuracy
+difference of two methods with a two-level bootstrap interval: each resample draws seeds
+with replacement and test items with replacement (the same items for both methods, so the
+comparison is paired), which covers both the spread between seeds and the sampling of the
+test set. The method ``"gnnrl_latency"`` is the latency-aware GNN-RL search (a latency
+term in the reward, channel counts snapped to multiples of ``round_to``).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +40,7 @@ from torch import nn
 
 import hpcnb.pruning.agents as agents
 from hpcnb import ir
-from hpcnb.models.metrics import top1_accuracy
+from hpcnb.models.metrics import top1_accuracy, top1_correct
 from hpcnb.pruning.env import EnvConfig
 from hpcnb.pruning.peers import torch_pruning_at_budget
 from hpcnb.pruning.task import ModelPruningTask
@@ -45,18 +55,24 @@ from hpcnb.pruning.training import (
 from hpcnb.records import INCONCLUSIVE, MET, difference_interval, evaluate_target
 
 __all__ = [
+    "DEFAULT_METHODS",
     "METHODS",
     "MethodOutcome",
     "accuracy_gap",
     "bar_table",
     "compare_methods",
+    "compare_over_seeds",
     "count_passing",
+    "gap_over_seeds",
     "outcomes_table",
     "score_pruned",
 ]
 
-METHODS = ("gnnrl", "uniform", "random", "amc_ddpg", "torch_pruning")
+METHODS = ("gnnrl", "gnnrl_latency", "uniform", "random", "amc_ddpg", "torch_pruning")
 """Method names understood by :func:`compare_methods`."""
+
+DEFAULT_METHODS = ("gnnrl", "uniform", "random", "amc_ddpg", "torch_pruning")
+"""The methods :func:`compare_methods` runs unless told (no latency model needed)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,10 @@ class MethodOutcome:
         correct_after: Test items right after fine-tuning (recalibrated).
         keep: Per-group keep ratios (empty for the original and the peer).
         speedup_samples: The per-round ratios whose median is ``speedup``.
+        items_before: Per test item, right before fine-tuning (recalibrated).
+        items_after: Per test item, right after fine-tuning (recalibrated).
+        model: The pruned network as extracted (not fine-tuned), for further timing.
+        seed: The seed of the searches and the fine-tuning.
     """
 
     method: str
@@ -99,6 +119,10 @@ class MethodOutcome:
     correct_after: int = 0
     keep: tuple[float, ...] = ()
     speedup_samples: tuple[float, ...] = field(default=(), repr=False)
+    items_before: np.ndarray = field(default_factory=lambda: np.zeros(0, bool), repr=False)
+    items_after: np.ndarray = field(default_factory=lambda: np.zeros(0, bool), repr=False)
+    model: nn.Module | None = field(default=None, repr=False, compare=False)
+    seed: int = 0
 
 
 def _flops(model: nn.Module, example: torch.Tensor) -> int:
@@ -110,7 +134,7 @@ def compare_methods(
     split: object,
     target: float,
     *,
-    methods: tuple[str, ...] = METHODS,
+    methods: tuple[str, ...] = DEFAULT_METHODS,
     ppo: agents.PPOConfig | None = None,
     ddpg: agents.DDPGConfig | None = None,
     random_samples: int = 100,
@@ -120,6 +144,9 @@ def compare_methods(
     seed: int = 0,
     recalibrate: bool = True,
     calibration_batch: int = 64,
+    latency_model: object | None = None,
+    latency_weight: float = 0.5,
+    round_to: int = 8,
 ) -> tuple[list[MethodOutcome], dict[str, agents.PolicySearchResult]]:
     """Prune ``task.model`` to ``target`` FLOPs with each method and measure the results.
 
@@ -127,7 +154,7 @@ def compare_methods(
         task: The pruning task (its model is the trained original).
         split: A :class:`hpcnb.data.DigitsSplit` (train for fine-tuning, test for scores).
         target: FLOPs budget fraction.
-        methods: Subset of :data:`METHODS`.
+        methods: Subset of :data:`METHODS` (default :data:`DEFAULT_METHODS`).
         ppo: GNN-RL agent settings (default :class:`~hpcnb.pruning.agents.PPOConfig`).
         ddpg: AMC-style agent settings (default :class:`~hpcnb.pruning.agents.DDPGConfig`).
         random_samples: Candidates of the random search.
@@ -139,6 +166,10 @@ def compare_methods(
             training batches before each accuracy measurement (all methods alike).
         calibration_batch: Batch size of the recalibration passes (all training items
             are used once).
+        latency_model: A :class:`~hpcnb.pruning.latency.LatencyModel` for
+            ``"gnnrl_latency"`` (needed when that method is asked for).
+        latency_weight: Weight of the latency term of ``"gnnrl_latency"``'s reward.
+        round_to: Channel multiple of ``"gnnrl_latency"`` (1: no snapping).
 
     Returns:
         ``(outcomes, searches)``: one :class:`MethodOutcome` per method plus the original
@@ -147,6 +178,8 @@ def compare_methods(
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"compare_methods: unknown methods {sorted(unknown)}; known: {METHODS}")
+    if "gnnrl_latency" in methods and latency_model is None:
+        raise ValueError("compare_methods: 'gnnrl_latency' needs latency_model=...")
     ppo = ppo or agents.PPOConfig()
     ddpg = ddpg or agents.DDPGConfig()
     finetune = finetune or TrainConfig(epochs=5, lr=1e-3)
@@ -165,6 +198,13 @@ def compare_methods(
             continue
         if method == "gnnrl":
             result = agents.gnnrl_search(task, env_config, ppo)
+        elif method == "gnnrl_latency":
+            aware = dataclasses.replace(
+                env_config, round_to=round_to, latency_weight=latency_weight
+            )
+            result = agents.gnnrl_search(
+                task, aware, ppo, latency=latency_model, method="gnnrl_latency"
+            )  # type: ignore[arg-type]
         elif method == "uniform":
             result = agents.uniform_search(task, target)
         elif method == "random":
@@ -181,22 +221,23 @@ def compare_methods(
     latency = measure_latency(models, batch.float(), repeats=latency_repeats)
     n_test = len(y_test)
 
-    def evaluated(model: nn.Module) -> tuple[nn.Module, int]:
-        ready, correct, _ = score_pruned(
-            model, split, recalibrate=recalibrate, calibration_batch=calibration_batch
-        )
-        return ready, correct
+    def evaluated(model: nn.Module) -> tuple[nn.Module, np.ndarray]:
+        ready = copy.deepcopy(model)
+        if recalibrate:
+            recalibrate_batchnorm(ready, training_batches(x_train, calibration_batch))
+        return ready, top1_correct(ready, x_test, y_test)
 
     base_samples = np.asarray(latency["original"].samples_s)
     outcomes = []
     for name, model in models.items():
         inherited = top1_accuracy(model, x_test, y_test)
-        ready, before = evaluated(model)
-        after = (
-            before
+        ready, items_before = evaluated(model)
+        items_after = (
+            items_before
             if name == "original"
             else evaluated(fine_tune(ready, x_train, y_train, finetune))[1]
         )
+        before, after = int(items_before.sum()), int(items_after.sum())
         samples = tuple(float(r) for r in base_samples / np.asarray(latency[name].samples_s))
         outcomes.append(
             MethodOutcome(
@@ -215,6 +256,10 @@ def compare_methods(
                 correct_after=after,
                 keep=() if name == "original" else pruned[name][2],
                 speedup_samples=samples,
+                items_before=items_before,
+                items_after=items_after,
+                model=model,
+                seed=seed,
             )
         )
     return outcomes, searches
@@ -255,7 +300,16 @@ def outcomes_table(outcomes: list[MethodOutcome]) -> pd.DataFrame:
 
     Keep ratios, timing samples and the raw counts are left out.
     """
-    hidden = {"keep", "speedup_samples", "n_test", "correct_before", "correct_after"}
+    hidden = {
+        "keep",
+        "speedup_samples",
+        "n_test",
+        "correct_before",
+        "correct_after",
+        "items_before",
+        "items_after",
+        "model",
+    }
     rows = [{k: v for k, v in o.__dict__.items() if k not in hidden} for o in outcomes]
     return pd.DataFrame(rows).set_index(["target", "method"])
 
@@ -370,3 +424,108 @@ def count_passing(
     rest = table.drop(index=[m for m in exclude if m in table.index])
     passing = [str(m) for m in rest.index[rest.status == PASSES]]
     return len(passing), int((rest.status == INCONCLUSIVE).sum()), passing
+
+
+def compare_over_seeds(
+    task: ModelPruningTask,
+    split: object,
+    target: float,
+    seeds: Sequence[int],
+    *,
+    ppo: agents.PPOConfig | None = None,
+    ddpg: agents.DDPGConfig | None = None,
+    finetune: TrainConfig | None = None,
+    **options: object,
+) -> dict[int, list[MethodOutcome]]:
+    """Run :func:`compare_methods` once per seed (searches and fine-tuning reseeded).
+
+    The pretrained network and the data split stay the same; each seed replaces the seed
+    of the PPO and DDPG agents, of the random search and of the fine-tuning's batch order.
+
+    Args:
+        task: The pruning task.
+        split: The data split.
+        target: FLOPs budget fraction.
+        seeds: Seeds to run (at least one).
+        ppo: GNN-RL agent settings (its seed is replaced).
+        ddpg: AMC-style agent settings (its seed is replaced).
+        finetune: The shared fine-tuning (its seed is replaced).
+        **options: Further keyword arguments of :func:`compare_methods`.
+
+    Returns:
+        ``{seed: outcomes}``.
+    """
+    if not seeds:
+        raise ValueError("compare_over_seeds: no seeds given")
+    ppo = ppo or agents.PPOConfig()
+    ddpg = ddpg or agents.DDPGConfig()
+    finetune = finetune or TrainConfig(epochs=5, lr=1e-3)
+    runs = {}
+    for seed in seeds:
+        outs, _ = compare_methods(
+            task,
+            split,
+            target,
+            ppo=dataclasses.replace(ppo, seed=seed),
+            ddpg=dataclasses.replace(ddpg, seed=seed),
+            finetune=dataclasses.replace(finetune, seed=seed),
+            seed=seed,
+            **options,  # type: ignore[arg-type]
+        )
+        runs[int(seed)] = outs
+    return runs
+
+
+def _items(outcome: MethodOutcome, stage: str) -> np.ndarray:
+    _correct(outcome, stage)
+    items = outcome.items_before if stage == "before" else outcome.items_after
+    if len(items) != outcome.n_test:
+        raise ValueError(f"outcome {outcome.method!r} carries no per-item results")
+    return items.astype(np.float64)
+
+
+def gap_over_seeds(
+    a: Sequence[MethodOutcome],
+    b: Sequence[MethodOutcome],
+    stage_a: str = "after",
+    stage_b: str = "after",
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float, int]:
+    """Mean accuracy of ``a`` minus ``b`` over seeds, with a two-level bootstrap interval.
+
+    ``a[i]`` and ``b[i]`` come from the same seed and are scored on the same test items.
+    The value is the mean over seeds and items of ``right_a - right_b``; each of
+    ``resamples`` resamples draws the seeds with replacement and, independently, the test
+    items with replacement (shared by both methods: a paired comparison), and the
+    interval is the 2.5 and 97.5 percentiles of the resampled means. With one seed only
+    the items are resampled.
+
+    Args:
+        a: One outcome per seed of the first method.
+        b: The outcomes of the second method, same seeds in the same order.
+        stage_a: ``"before"`` or ``"after"`` fine-tuning for ``a``.
+        stage_b: The same for ``b``.
+        resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        ``(difference, low, high, n)`` with ``n`` = seeds x test items.
+
+    Raises:
+        ValueError: Different numbers of seeds or test items, or no per-item results.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"gap_over_seeds: {len(a)} vs {len(b)} outcomes; expected equal, >= 1")
+    diff = np.stack([_items(x, stage_a) - _items(y, stage_b) for x, y in zip(a, b, strict=True)])
+    n_seeds, n_items = diff.shape
+    value = float(diff.mean())
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    for r in range(resamples):
+        rows = rng.integers(0, n_seeds, n_seeds) if n_seeds > 1 else np.zeros(1, np.int64)
+        cols = rng.integers(0, n_items, n_items)
+        stats[r] = diff[np.ix_(rows, cols)].mean()
+    low, high = np.quantile(stats, [0.025, 0.975])
+    return value, float(min(low, value)), float(max(high, value)), int(diff.size)

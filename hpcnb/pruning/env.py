@@ -11,17 +11,29 @@ shortened to land on it (:func:`~hpcnb.pruning.problem.project_to_budget`).
 :class:`LayerwiseEnv` is the AMC-style episode (He et al., ECCV 2018): one group per step
 in network order, a small state embedding per group, the action is that group's keep
 ratio, limited so that the budget stays reachable; reward = accuracy at the end.
+
+Two switchable additions serve latency (both off by default, so the episodes above are
+unchanged): ``EnvConfig.round_to`` snaps kept channel counts to multiples of 8 (or any
+number; :func:`~hpcnb.pruning.problem.snap_counts`, which keeps the FLOPs budget), since
+CPU and GPU kernels run fastest on channel counts that fill their vector registers, and
+``EnvConfig.latency_weight`` with a :class:`~hpcnb.pruning.latency.LatencyModel` makes the
+reward ``accuracy - latency_weight * latency(pruned) / latency(original)``, so that of two
+policies with the same FLOPs and accuracy the one the latency model calls faster wins.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from hpcnb.pruning.problem import PruningProblem, keep_counts, project_to_budget
+from hpcnb.pruning.problem import PruningProblem, keep_counts, project_to_budget, snap_counts
+
+if TYPE_CHECKING:
+    from hpcnb.pruning.latency import LatencyModel
 
 __all__ = ["EnvConfig", "EpisodeRecord", "LayerwiseEnv", "PruningEnv"]
 
@@ -37,6 +49,9 @@ class EnvConfig:
         min_keep: Smallest keep ratio of any group (paper: 0.1).
         failure_reward: Reward when the budget is not met within ``max_steps``.
         project: Shorten the budget-crossing step to land on the budget.
+        round_to: Snap kept channel counts to multiples of this (1: no snapping).
+        latency_weight: Weight of the latency term of the reward (0: accuracy only);
+            needs a latency model given to the environment.
     """
 
     target: float = 0.5
@@ -45,6 +60,8 @@ class EnvConfig:
     min_keep: float = 0.1
     failure_reward: float = -1.0
     project: bool = True
+    round_to: int = 1
+    latency_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.target <= 1:
@@ -57,6 +74,10 @@ class EnvConfig:
             )
         if not 0 < self.min_keep <= 1:
             raise ValueError(f"EnvConfig.min_keep={self.min_keep}: expected in (0, 1]")
+        if self.round_to < 1:
+            raise ValueError(f"EnvConfig.round_to={self.round_to}: expected >= 1")
+        if not self.latency_weight >= 0:
+            raise ValueError(f"EnvConfig.latency_weight={self.latency_weight}: expected >= 0")
 
 
 @dataclass
@@ -77,24 +98,58 @@ class _PruningEpisode:
     sizes: np.ndarray
     history: list[EpisodeRecord]
 
-    def _bind(self, problem: PruningProblem, config: EnvConfig) -> int:
+    latency: LatencyModel | None
+
+    def _bind(
+        self, problem: PruningProblem, config: EnvConfig, latency: LatencyModel | None = None
+    ) -> int:
         """Keep the problem and the settings, start an empty history; return the group count.
 
         Raises:
-            ValueError: The problem has no prunable groups.
+            ValueError: The problem has no prunable groups, or a latency weight without a
+                latency model.
         """
         self.problem = problem
         self.config = config
+        self.latency = latency
         self.sizes = np.asarray(problem.group_sizes, dtype=np.int64)
         self.history = []
         if len(self.sizes) == 0:
             raise ValueError(f"{type(self).__name__}: the problem has no prunable groups")
+        if config.latency_weight > 0 and latency is None:
+            raise ValueError(
+                f"{type(self).__name__}: EnvConfig.latency_weight={config.latency_weight} "
+                "needs a latency model (latency=...)"
+            )
+        self._full_latency = float(latency.latency(self.sizes)) if latency is not None else 1.0
         return len(self.sizes)
+
+    def counts(self, keep: np.ndarray) -> np.ndarray:
+        """Kept channels per group at keep ratios ``keep`` (rounded, snapped if configured)."""
+        counts = keep_counts(keep, self.sizes)
+        if self.config.round_to == 1:
+            return counts
+        fm = self.problem.flops_model
+        budget = self.config.target * fm.total
+        return snap_counts(counts, self.sizes, self.config.round_to, fm, budget)
 
     def flops_ratio(self, keep: np.ndarray) -> float:
         """FLOPs of the network at keep ratios ``keep`` (rounded to channels) / original."""
-        counts = keep_counts(keep, self.sizes)
+        counts = self.counts(keep)
         return self.problem.flops_model(counts / self.sizes) / self.problem.flops_model.total
+
+    def latency_ratio(self, keep: np.ndarray) -> float:
+        """Latency-model latency at ``keep`` / at full width (``nan`` without a model)."""
+        if self.latency is None:
+            return float("nan")
+        return float(self.latency.latency(self.counts(keep))) / self._full_latency
+
+    def score(self, keep: np.ndarray) -> float:
+        """The reward of a feasible policy: accuracy, minus the weighted latency ratio."""
+        reward = float(self.problem.accuracy(self.counts(keep)))
+        if self.config.latency_weight > 0:
+            reward -= self.config.latency_weight * self.latency_ratio(keep)
+        return reward
 
     def _finish(self, reward: float, success: bool, flops_ratio: float, keep: np.ndarray) -> None:
         self.history.append(EpisodeRecord(reward, success, flops_ratio, keep.copy()))
@@ -115,13 +170,19 @@ class PruningEnv(_PruningEpisode, gym.Env):
     Args:
         problem: The pruning problem (groups, FLOPs model, accuracy oracle, graph).
         config: Episode settings.
+        latency: Latency model of the reward's latency term (with ``config.latency_weight``).
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium convention
 
-    def __init__(self, problem: PruningProblem, config: EnvConfig = EnvConfig()) -> None:
+    def __init__(
+        self,
+        problem: PruningProblem,
+        config: EnvConfig = EnvConfig(),
+        latency: LatencyModel | None = None,
+    ) -> None:
         super().__init__()
-        g = self._bind(problem, config)
+        g = self._bind(problem, config, latency)
         self.observation_space = problem.graph.observation_space()
         self.action_space = spaces.Box(-1.0, 1.0, (g,), np.float32)
         self.budget = config.target * problem.flops_model.total
@@ -156,8 +217,8 @@ class PruningEnv(_PruningEpisode, gym.Env):
         ratio = self.flops_ratio(self.keep)
         info: dict = {"flops_ratio": ratio, "keep": self.keep.copy()}
         if ratio <= self.config.target + 1e-12:
-            reward = float(self.problem.accuracy(keep_counts(self.keep, self.sizes)))
-            info["accuracy"] = reward
+            reward = self.score(self.keep)
+            info["reward"] = reward
             self._finish(reward, True, ratio, self.keep)
             return self._obs(), reward, True, False, info
         if self.steps >= self.config.max_steps:
@@ -180,14 +241,20 @@ class LayerwiseEnv(_PruningEpisode, gym.Env):
 
     Args:
         problem: The pruning problem.
-        config: Uses ``target`` and ``min_keep``.
+        config: Uses ``target``, ``min_keep``, ``round_to`` and ``latency_weight``.
+        latency: Latency model of the reward's latency term.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium convention
 
-    def __init__(self, problem: PruningProblem, config: EnvConfig = EnvConfig()) -> None:
+    def __init__(
+        self,
+        problem: PruningProblem,
+        config: EnvConfig = EnvConfig(),
+        latency: LatencyModel | None = None,
+    ) -> None:
         super().__init__()
-        g = self._bind(problem, config)
+        g = self._bind(problem, config, latency)
         fm = problem.flops_model
         share = np.zeros(g)
         for t in range(len(fm.coef)):
@@ -265,10 +332,6 @@ class LayerwiseEnv(_PruningEpisode, gym.Env):
             )
         ratio = self.flops_ratio(self.keep)
         success = ratio <= self.config.target + 1e-9
-        reward = (
-            float(self.problem.accuracy(keep_counts(self.keep, self.sizes)))
-            if success
-            else float(self.config.failure_reward)
-        )
+        reward = self.score(self.keep) if success else float(self.config.failure_reward)
         self._finish(reward, success, ratio, self.keep)
         return self._state(), reward, True, False, {"flops_ratio": ratio, "keep": self.keep.copy()}

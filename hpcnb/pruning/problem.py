@@ -47,6 +47,7 @@ __all__ = [
     "PruningProblem",
     "keep_counts",
     "project_to_budget",
+    "snap_counts",
     "uniform_ratios",
 ]
 
@@ -116,6 +117,67 @@ def keep_counts(ratios: np.ndarray, sizes: np.ndarray, min_keep: int = 1) -> np.
         raise ValueError(f"keep_counts: ratios {ratios.shape} vs sizes {sizes.shape}")
     counts = np.round(np.clip(ratios, 0.0, 1.0) * sizes).astype(np.int64)
     return np.clip(counts, np.minimum(min_keep, sizes), sizes)
+
+
+def snap_counts(
+    counts: np.ndarray,
+    sizes: np.ndarray,
+    round_to: int,
+    flops_model: FlopsModel | None = None,
+    budget: float | None = None,
+) -> np.ndarray:
+    """Round channel counts to multiples of ``round_to`` without breaking a FLOPs budget.
+
+    Every count goes to the nearest multiple of ``round_to`` (at least ``round_to``, at
+    most the group size; a group no larger than ``round_to`` keeps its count). If the
+    unrounded counts meet ``budget`` (FLOPs, of ``flops_model``) but the rounded ones do
+    not, the group rounded up the most is lowered by ``round_to`` until the budget holds
+    again; FLOPs grow with every count, so this ends. Counts that missed the budget
+    before rounding are returned rounded, unrepaired.
+
+    Args:
+        counts: ``(G,)`` kept channels per group.
+        sizes: ``(G,)`` group sizes.
+        round_to: The multiple (1 returns ``counts`` unchanged).
+        flops_model: FLOPs as a function of keep fractions (with ``budget``).
+        budget: Largest FLOPs allowed.
+
+    Raises:
+        ValueError: ``round_to`` < 1 or shapes that differ.
+
+    Example:
+        >>> import numpy as np
+        >>> snap_counts(np.array([5, 13, 30]), np.array([16, 32, 64]), 8).tolist()
+        [8, 16, 32]
+    """
+    if round_to < 1:
+        raise ValueError(f"snap_counts: round_to={round_to}, expected >= 1")
+    counts = np.asarray(counts, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if counts.shape != sizes.shape:
+        raise ValueError(f"snap_counts: counts {counts.shape} vs sizes {sizes.shape}")
+    if round_to == 1:
+        return counts.copy()
+    snapped = np.round(counts / round_to).astype(np.int64) * round_to
+    snapped = np.clip(snapped, round_to, sizes)
+    snapped = np.where(sizes <= round_to, counts, snapped)
+    if flops_model is None or budget is None:
+        return snapped
+
+    def flops(c: np.ndarray) -> float:
+        return flops_model(c / sizes)
+
+    if flops(counts) > budget:
+        return snapped
+    while flops(snapped) > budget:
+        lowerable = snapped - round_to >= np.minimum(round_to, sizes)
+        lowerable &= sizes > round_to
+        if not lowerable.any():
+            break
+        excess = np.where(lowerable, snapped - counts, -np.inf)
+        j = int(np.argmax(excess))
+        snapped[j] -= round_to
+    return snapped
 
 
 @runtime_checkable

@@ -188,6 +188,25 @@ class ModelPruningTask:
                     out.append((j, m.length * m.unit))
         return out
 
+    def layer_groups(self, param: str) -> tuple[int, int]:
+        """``(output group, input group)`` indices of a weight, ``-1`` where none sets it.
+
+        A group counts only when it spans the whole axis (as in the zoo's networks); a
+        weight whose axis is split between several groups reports ``-1`` there.
+
+        Args:
+            param: A weight's parameter name, e.g. ``"stem.0.weight"``.
+        """
+        if param not in self._state:
+            raise ValueError(f"layer_groups: {param!r} is not a parameter of the model")
+        shape = self._state[param].shape
+        found = []
+        for axis in (0, 1):
+            parts = self._slices(param, axis) if len(shape) > axis else []
+            full = len(parts) == 1 and parts[0][1] == shape[axis]
+            found.append(parts[0][0] if full else -1)
+        return found[0], found[1]
+
     def _node_groups(self) -> np.ndarray:
         """Group that sets each IR node's channel count (-1: none or not prunable)."""
         by_name: dict[str, int] = {}
