@@ -36,6 +36,7 @@ TECHNIQUE_CLIS: dict[str, tuple[str, str]] = {
     "data": ("hpcnb.data.cli", "list, fetch and verify the real data of the registry"),
     "batchsim": ("hpcnb.batchsim.cli", "ElastiSim-style batch-system simulation"),
     "perfmodel": ("hpcnb.perfmodel.cli", "ConvMeter performance-model tools"),
+    "commprof": ("hpcnb.commprof.cli", "communication profiles of unmodified C programs"),
 }
 
 

@@ -1,298 +1,606 @@
-"""Communication matrices of a real binary from a valgrind ``lackey`` memory trace.
+"""Profile an unmodified pthreads or OpenMP program under valgrind (lackey).
 
-Pipeline: compile a small C pthreads program (:data:`C_PROGRAM`) with gcc, run it under
-``valgrind --tool=lackey --trace-mem=yes --trace-sched=yes``, parse the log and feed the
-accesses to the shared arrays through the same exact shadow memory as the Python kernels.
+The program is any executable built with ``-g``; nothing in it changes. Four sources of
+facts are joined (our own design, documented here):
 
-Thread attribution. Valgrind runs one guest thread at a time; ``--trace-sched=yes``
-writes ``SCHED[n]:  acquired lock`` to the same log whenever thread ``n`` starts running,
-so every trace line belongs to the thread that last acquired the lock. Valgrind thread
-ids are mapped to the program's logical ids by a marker scheme: each worker's first act is
-a store to ``cp_whoami[t]``, so the thread that stores to that address is logical thread
-``t``. Regions work the same way: a store to ``cp_region[r]`` means "this thread enters
-region r" (the C program has no loop hooks, so regions are the program's phases: a
-loop-free region report). The program prints the addresses of its arrays on stdout.
+1. **valgrind's lackey tool** (``--trace-mem=yes``) writes every instruction address
+   (``I``) and data access (``L``/``S``/``M`` address,size) the program executes; with
+   ``--trace-sched=yes`` valgrind's scheduler writes ``SCHED[n]: acquired lock`` whenever
+   its thread ``n`` starts running (valgrind runs one guest thread at a time), and with
+   ``--trace-syscalls=yes`` every ``clone`` system call with its arguments. Lackey was
+   chosen because its output is plain text with the instruction address before every data
+   access, which is all a communication profile needs; it is a standard valgrind tool.
+2. **Threads** are numbered in creation order, main thread 0: a ``clone`` of a new thread
+   (flags with ``CLONE_THREAD``) takes the next number; the valgrind thread whose
+   ``starting new thread`` record follows is matched to it by its first stack access,
+   which lies at the ``child_stack`` argument of that clone (oldest pending clone when no
+   stack matches). A valgrind thread slot reused after a join is a new thread.
+3. **Data objects**: globals and statics from the symbol table
+   (:mod:`hpcnb.commprof.binary`, site = the definition's file:line); heap blocks from a
+   small allocation logger (``csrc/allocation_logger.c``) that the project compiles at
+   first use and preloads (``LD_PRELOAD``), site = the allocation call's file:line; and a
+   window of the main thread's stack (``STACK_WINDOW`` bytes below the logger's
+   constructor frame), where OpenMP programs keep shared locals. The logger writes each
+   event with a sequence number to a file and stores the number to a mailbox variable, so
+   the mailbox stores in the trace say when (and in which thread) an object came to life.
+   Only heap blocks allocated from the program's own code are objects (not libc's or
+   libgomp's internal ones).
+4. **Code locations and loops**: the last instruction a thread executed inside the program
+   (not in a library) gives the access's file:line, function and innermost loop, from the
+   line table and the back edges of :mod:`hpcnb.commprof.binary`; an access in ``memset``
+   called from a loop belongs to that loop.
 
-Only accesses to the program's shared arrays are analysed (stack, libc and the barrier's
-internals are not), word by word (8 bytes); a ``M`` (modify) line is a load then a store.
+Accesses to objects are split into words of ``word_bytes`` (8) and replayed, in trace
+order, through the exact shadow memory of the Numba profiler
+(:func:`hpcnb.commprof.shadow.replay_exact`): a communication event is a word read by one
+thread that another thread wrote last (counted once per write and reader). OpenMP
+programs are run with ``OMP_WAIT_POLICY=passive`` (unless set) so idle threads sleep
+instead of spinning through millions of traced instructions.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shutil
-import subprocess
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from hpcnb.commprof.binary import BINUTILS, BinaryInfo, read_binary
 from hpcnb.commprof.instrument import Region
 from hpcnb.commprof.runtime import MemoryConfig, Profile
+from hpcnb.errors import HpcnbError
 
 __all__ = [
-    "C_PROGRAM",
-    "REGION_NAMES",
-    "ValgrindRun",
-    "compile_program",
-    "expected_matrices",
-    "filter_log",
+    "STACK_WINDOW",
+    "DataObject",
+    "ProgramProfile",
+    "TraceError",
+    "TraceRun",
+    "allocation_logger",
+    "filter_trace",
     "missing_tools",
-    "parse_lackey",
+    "parse_trace",
+    "profile_program",
     "recorded_run",
-    "run_valgrind",
+    "run_program",
+    "save_run",
 ]
 
-#: A recorded, filtered run (T=4, N=64) for machines without gcc or valgrind: package data
-#: ``hpcnb/commprof/data/lackey_t4_n64.{log,stdout}``, read with importlib.resources.
-RECORDED = "lackey_t4_n64"
+#: Bytes of the main thread's stack below the logger's constructor frame taken as an object.
+STACK_WINDOW = 1 << 20
+#: Default limit on the size of a lackey log (bytes): use smaller inputs beyond it.
+MAX_LOG_BYTES = 1 << 30
+#: Recorded run shipped with the package (a 4-thread ring exchange, ``csrc/ring.c``).
+RECORDED = "ring_t4"
+_PIE_BASE = 0x108000  # where valgrind loads a position-independent main executable
+_CLONE_VM, _CLONE_THREAD = 0x100, 0x10000
 
-#: Regions of the C program (index = region id).
-REGION_NAMES = ("main", "init", "stencil", "gather", "broadcast")
+_SCHED_START = re.compile(r"SCHED\[(\d+)\]:\s+acquired lock \(thread_wrapper\(starting new")
+_SCHED_EXIT = re.compile(r"SCHED\[(\d+)\]: release lock in VG_\(exit_thread\)")
+_CLONE = re.compile(r"^SYSCALL\[\d+,(\d+)\]\(\d+\) sys_clone3? \( (0x)?([0-9a-f]+), 0x([0-9a-f]+)")
 
-#: The traced program: T threads, N doubles; phases separated by barriers.
-C_PROGRAM = r"""
-#include <pthread.h>
-#include <stdio.h>
-#ifndef T
-#define T 4
-#endif
-#ifndef N
-#define N 64
-#endif
-double a[N], b[N], total[1];
-volatile long cp_whoami[T];
-volatile char cp_region[8];
-pthread_barrier_t bar;
 
-static void *work(void *arg) {
-  long t = (long)arg;
-  int lo = t * N / T, hi = (t + 1) * N / T;
-  cp_whoami[t] = t;
-  cp_region[1] = 1;                       /* init: own block of a */
-  for (int i = lo; i < hi; i++) a[i] = i;
-  pthread_barrier_wait(&bar);
-  cp_region[2] = 1;                       /* stencil: reads the neighbours' edge values */
-  for (int i = lo; i < hi; i++) {
-    double l = i > 0 ? a[i - 1] : 0.0;
-    double r = i < N - 1 ? a[i + 1] : 0.0;
-    b[i] = l + r;
-  }
-  pthread_barrier_wait(&bar);
-  cp_region[3] = 1;                       /* gather: thread 0 sums b */
-  if (t == 0) {
-    double s = 0.0;
-    for (int i = 0; i < N; i++) s += b[i];
-    total[0] = s;
-  }
-  pthread_barrier_wait(&bar);
-  cp_region[4] = 1;                       /* broadcast: everybody reads total */
-  b[lo] = b[lo] / total[0];
-  return 0;
-}
-
-int main(void) {
-  pthread_t th[T];
-  pthread_barrier_init(&bar, 0, T);
-  printf("ADDR a %p %d\nADDR b %p %d\nADDR total %p 1\n", (void *)a, N, (void *)b, N,
-         (void *)total);
-  printf("ADDR cp_whoami %p %d\nADDR cp_region %p 8\n", (void *)cp_whoami, T,
-         (void *)cp_region);
-  fflush(stdout);
-  for (long t = 0; t < T; t++) pthread_create(&th[t], 0, work, (void *)t);
-  for (long t = 0; t < T; t++) pthread_join(th[t], 0);
-  return 0;
-}
-"""
-
-_SCHED = re.compile(r"SCHED\[(\d+)\]:\s+acquired lock")
-_ACCESS = re.compile(r"^ ?([ILSM])\s+([0-9a-fA-F]+),(\d+)")
-_ADDR = re.compile(r"^ADDR (\w+) (0x[0-9a-fA-F]+) (\d+)$", re.M)
+class TraceError(HpcnbError, RuntimeError):
+    """Running or reading a valgrind trace failed (the message says what and where)."""
 
 
 def missing_tools() -> list[str]:
-    """Return the names of the tools (gcc, valgrind) that are not installed."""
-    return [t for t in ("gcc", "valgrind") if shutil.which(t) is None]
+    """Names of the tools (valgrind, gcc, binutils) that are not installed."""
+    return [t for t in ("valgrind", "gcc", *BINUTILS) if shutil.which(t) is None]
 
 
-def compile_program(workdir: Path, nthreads: int = 4, n: int = 64) -> Path:
-    """Write :data:`C_PROGRAM` to ``workdir`` and compile it (``-O0`` keeps every access).
+def _csource(name: str) -> str:
+    return resources.files("hpcnb.commprof").joinpath("csrc", name).read_text(encoding="utf-8")
+
+
+def allocation_logger() -> Path:
+    """Compile the allocation logger (once per source and machine) and return the ``.so``.
+
+    Cached under ``hpcnb.paths.cache_dir("commprof")`` keyed by the source's hash and
+    :func:`hpcnb.paths.machine_key`.
 
     Raises:
-        RuntimeError: When gcc is missing or fails (its message is included).
+        TraceError: gcc is missing or fails.
     """
+    from hpcnb.launch import run_bounded
+    from hpcnb.paths import cache_dir, machine_key
+
+    src = _csource("allocation_logger.c")
+    key = hashlib.sha256((src + machine_key()).encode()).hexdigest()[:16]
+    out = cache_dir("commprof") / f"allocation_logger-{key}.so"
+    if out.is_file():
+        return out
     if shutil.which("gcc") is None:
-        raise RuntimeError("gcc not found: install it (apt-get install gcc)")
-    if not (2 <= nthreads <= 64 and n >= 2 * nthreads):
-        raise ValueError(f"nthreads={nthreads}, n={n}: expected 2..64 threads and n >= 2T")
-    workdir.mkdir(parents=True, exist_ok=True)
-    src = workdir / "commprof_prog.c"
-    src.write_text(C_PROGRAM)
-    exe = workdir / "commprof_prog"
-    cmd = ["gcc", "-O0", "-pthread", f"-DT={nthreads}", f"-DN={n}", str(src), "-o", str(exe)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if res.returncode:
-        raise RuntimeError(f"gcc failed ({' '.join(cmd)}):\n{res.stderr}")
-    return exe
+        raise TraceError("gcc not found: install it (apt-get install gcc) to build the logger")
+    with tempfile.TemporaryDirectory() as tmp:
+        c = Path(tmp, "allocation_logger.c")
+        c.write_text(src)
+        part = Path(tmp, out.name)
+        cmd = ["gcc", "-O2", "-shared", "-fPIC", str(c), "-o", str(part)]
+        res = run_bounded(cmd, timeout=120)
+        if res.returncode:
+            raise TraceError(f"gcc failed on the allocation logger:\n{res.stderr[-2000:]}")
+        shutil.move(str(part), out)
+    return out
 
 
-@dataclass(frozen=True)
-class ValgrindRun:
-    """Output of one traced run.
+@dataclass
+class TraceRun:
+    """One traced run of a program.
 
     Attributes:
-        log: The valgrind log (lackey trace plus scheduler lines).
-        stdout: The program's standard output (array addresses).
-        nthreads: Logical threads of the program.
+        log: The lackey log (memory trace, scheduler and system-call records).
+        allocations: The allocation logger's output.
+        binary: Functions, symbols, line table and loops of the program.
+        command: The program and its arguments.
+        stdout: The program's standard output.
     """
 
     log: str
-    stdout: str
-    nthreads: int
+    allocations: str
+    binary: BinaryInfo
+    command: list[str]
+    stdout: str = ""
 
 
-def run_valgrind(exe: Path, nthreads: int, timeout: float = 120.0) -> ValgrindRun:
-    """Run ``exe`` under lackey with memory and scheduler tracing."""
-    if shutil.which("valgrind") is None:
-        raise RuntimeError("valgrind not found: install it (apt-get install valgrind)")
-    log = exe.with_suffix(".lackey.log")
-    cmd = [
-        "valgrind", "--tool=lackey", "--trace-mem=yes", "--trace-sched=yes",
-        f"--log-file={log}", str(exe),
-    ]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if res.returncode:
-        raise RuntimeError(f"valgrind failed ({' '.join(cmd)}):\n{res.stderr[-2000:]}")
-    return ValgrindRun(log.read_text(), res.stdout, nthreads)
+def run_program(
+    command: Sequence[str],
+    *,
+    timeout: float = 600.0,
+    env: dict[str, str] | None = None,
+    max_log_bytes: int = MAX_LOG_BYTES,
+) -> TraceRun:
+    """Run ``command`` (an unmodified ``-g`` program and its arguments) under lackey.
 
+    Args:
+        command: The program and its arguments.
+        timeout: Wall-clock limit of the valgrind run (s); everything is stopped after it.
+        env: Extra environment variables for the program.
+        max_log_bytes: Refuse to read a larger log (the run's input is too big).
 
-def _ranges(stdout: str) -> dict[str, tuple[int, int]]:
-    return {m.group(1): (int(m.group(2), 16), int(m.group(3))) for m in _ADDR.finditer(stdout)}
-
-
-def filter_log(run: ValgrindRun) -> ValgrindRun:
-    """Keep only the scheduler lines and the accesses to the program's own arrays.
-
-    The result parses to the same profile and is a few hundred lines instead of ~10^5.
+    Raises:
+        BinaryError: The program is not an ELF executable; NoDebugInfoError: no ``-g``.
+        TraceError: valgrind is missing, fails, or its log is too large.
     """
-    spans = [(lo, lo + 8 * n) for lo, n in _ranges(run.stdout).values()]
-    keep = []
-    for line in run.log.splitlines():
-        if _SCHED.search(line):
-            keep.append(line)
+    from hpcnb.launch import LaunchTimeoutError, run_bounded
+
+    if not command:
+        raise TraceError("no program given")
+    prog = shutil.which(command[0]) or command[0]
+    binary = read_binary(prog)  # a clear error for a missing file or a build without -g
+    if shutil.which("valgrind") is None:
+        raise TraceError("valgrind not found: install it (apt-get install valgrind)")
+    logger = allocation_logger()
+    with tempfile.TemporaryDirectory(prefix="commprof-") as tmp:
+        log, alloc = Path(tmp, "lackey.log"), Path(tmp, "alloc.log")
+        run_env = dict(os.environ)
+        run_env.setdefault("OMP_WAIT_POLICY", "passive")
+        run_env.update(env or {})
+        run_env["LD_PRELOAD"] = " ".join(filter(None, [str(logger), run_env.get("LD_PRELOAD")]))
+        run_env["HPCNB_COMMPROF_ALLOC_LOG"] = str(alloc)
+        cmd = [
+            "valgrind", "--tool=lackey", "--trace-mem=yes", "--trace-sched=yes",
+            "--trace-syscalls=yes", f"--log-file={log}", prog, *command[1:],
+        ]  # fmt: skip
+        try:
+            res = run_bounded(cmd, timeout=timeout, env=run_env)
+        except LaunchTimeoutError as exc:
+            raise TraceError(f"{prog}: valgrind ran past {timeout:g} s ({exc})") from None
+        if res.returncode:
+            raise TraceError(
+                f"{prog}: exited with status {res.returncode} under valgrind:\n"
+                f"{(res.stderr or '')[-2000:]}"
+            )
+        if not log.is_file():
+            raise TraceError(f"{prog}: valgrind wrote no log ({log})")
+        size = log.stat().st_size
+        if size > max_log_bytes:
+            raise TraceError(
+                f"{prog}: lackey log of {size} bytes exceeds max_log_bytes={max_log_bytes}; "
+                "run the program on a smaller input"
+            )
+        text = log.read_text(errors="replace")
+        allocs = alloc.read_text() if alloc.is_file() else ""
+    return TraceRun(text, allocs, binary, [prog, *command[1:]], res.stdout)
+
+
+@dataclass(frozen=True)
+class DataObject:
+    """A data object of the traced program.
+
+    Attributes:
+        name: Symbol name, ``heap#k`` or ``stack of thread 0``.
+        kind: ``global``, ``heap`` or ``stack``.
+        site: Definition or allocation site ``file:line`` (function for heap blocks).
+        address: Run-time start address.
+        size: Bytes.
+        first: First element (word) index in the profile's shadow memory.
+    """
+
+    name: str
+    kind: str
+    site: str
+    address: int
+    size: int
+    first: int
+
+
+@dataclass
+class ProgramProfile:
+    """A communication profile of a traced program.
+
+    Attributes:
+        profile: The :class:`~hpcnb.commprof.runtime.Profile` (region 0 = the program,
+            region ``k + 1`` = loop ``k`` of the binary); its trace rows are words.
+        objects: The data objects (in shadow order).
+        binary: The program's tables.
+        valgrind_threads: The valgrind thread slot of each logical thread.
+        word_bytes: Bytes per word.
+        command: The traced command.
+    """
+
+    profile: Profile
+    objects: list[DataObject]
+    binary: BinaryInfo
+    valgrind_threads: list[int]
+    word_bytes: int
+    command: list[str] = field(default_factory=list)
+
+    @property
+    def nthreads(self) -> int:
+        """Logical threads (main thread included)."""
+        return self.profile.nthreads
+
+    def matrix(self) -> np.ndarray:
+        """Whole-program ``[writer, reader]`` matrix of communicated words."""
+        return self.profile.exact.sum(axis=0)
+
+    def object_of_element(self) -> np.ndarray:
+        """Object index of every shadow element."""
+        out = np.empty(self.profile.n_elements, np.int64)
+        for k, o in enumerate(self.objects):
+            out[o.first : o.first + -(-o.size // self.word_bytes)] = k
+        return out
+
+
+def _parse_allocs(text: str) -> tuple[dict[str, int], list[tuple[str, int, int, int]]]:
+    head: dict[str, int] = {}
+    events: list[tuple[str, int, int, int]] = []
+    for ln in text.splitlines():
+        f = ln.split()
+        if not f:
             continue
-        m = _ACCESS.match(line)
-        if m and m.group(1) != "I":
-            addr = int(m.group(2), 16)
-            if any(lo <= addr < hi for lo, hi in spans):
+        if f[0] in ("BASE", "MAILBOX", "STACK") and len(f) == 2:
+            head[f[0]] = int(f[1], 16)
+        elif f[0] == "A" and len(f) == 5:
+            events.append(("A", int(f[2], 16), int(f[3]), int(f[4], 16)))
+        elif f[0] == "F" and len(f) == 3:
+            events.append(("F", int(f[2], 16), 0, 0))
+        else:
+            raise TraceError(f"allocation log line {ln!r}: unexpected format")
+    return head, events
+
+
+class _Objects:
+    """Live data objects sorted by address, with word-index allocation."""
+
+    def __init__(self, word_bytes: int) -> None:
+        self.wb = word_bytes
+        self.all: list[DataObject] = []
+        self.live: dict[int, int] = {}  # start address -> object index
+        self.next_element = 0
+        self._starts = np.zeros(0, np.int64)
+        self._ends = np.zeros(0, np.int64)
+        self._ids = np.zeros(0, np.int64)
+
+    def add(self, name: str, kind: str, site: str, address: int, size: int) -> None:
+        obj = DataObject(name, kind, site, address, size, self.next_element)
+        self.next_element += -(-size // self.wb)
+        self.all.append(obj)
+        self.live[address] = len(self.all) - 1
+        self._index()
+
+    def remove(self, address: int) -> None:
+        if self.live.pop(address, None) is not None:
+            self._index()
+
+    def _index(self) -> None:
+        ids = sorted(self.live.values(), key=lambda k: self.all[k].address)
+        self._ids = np.array(ids, np.int64)
+        self._starts = np.array([self.all[k].address for k in ids], np.int64)
+        self._ends = np.array([self.all[k].address + self.all[k].size for k in ids], np.int64)
+        self.starts = self._starts.tolist()
+        self.ends = self._ends.tolist()
+        self.ids = ids
+
+
+def _match_clone(pending: list[tuple[int, int]], addr: int) -> int:
+    for k, (stack, _) in enumerate(pending):
+        if 0 <= stack - addr < (1 << 20):
+            return pending.pop(k)[1]
+    return pending.pop(0)[1]
+
+
+def parse_trace(
+    run: TraceRun, *, word_bytes: int = 8, threads_hint: int | None = None
+) -> ProgramProfile:
+    """Turn a traced run into a :class:`ProgramProfile` (see the module docstring).
+
+    Args:
+        run: The traced run.
+        word_bytes: Granularity of the shadow memory (8: a double or a long).
+        threads_hint: Expected threads (main included); the matrices get at least this
+            many rows and a mismatch is reported by :func:`hpcnb.commprof.report`.
+
+    Raises:
+        TraceError: The log holds no trace, or the allocation log is malformed.
+    """
+    import bisect
+
+    from hpcnb.commprof.shadow import replay_exact
+
+    if word_bytes not in (1, 2, 4, 8, 16):
+        raise ValueError(f"word_bytes={word_bytes}: expected 1, 2, 4, 8 or 16")
+    b = run.binary
+    head, events = _parse_allocs(run.allocations)
+    base = head.get("BASE", _PIE_BASE if b.pie else 0)
+    mailbox = head.get("MAILBOX", -1)
+    lo, hi = b.text_range
+    text_lo, text_hi = lo + base, hi + base
+    objs = _Objects(word_bytes)
+    for s in b.symbols:
+        objs.add(s.name, "global", s.site, s.address + base, s.size)
+    if "STACK" in head:
+        top = head["STACK"] + 4096
+        objs.add("stack of thread 0", "stack", "main thread", top - STACK_WINDOW, STACK_WINDOW)
+    heap_count = 0
+    loop_region: dict[int, int] = {}
+
+    def region_of(addr: int) -> int:
+        r = loop_region.get(addr)
+        if r is None:
+            r = loop_region[addr] = b.loop_at(addr - base) + 1
+        return r
+
+    vg_to_logical: dict[int, int] = {1: 0}
+    vg_threads = [1]
+    unmatched: set[int] = set()
+    pending: list[tuple[int, int]] = []
+    region: dict[int, int] = {}
+    rows: list[tuple[int, int, int, int, int]] = []
+    cur_vg, cur = 1, 0
+    n_event = 0
+    n_lines = 0
+    starts, ends, ids = objs.starts, objs.ends, objs.ids
+    wb = word_bytes
+    for line in run.log.splitlines():
+        c = line[:1]
+        if c == "I":
+            n_lines += 1
+            a = int(line[3 : line.index(",")], 16)
+            if text_lo <= a < text_hi:
+                region[cur_vg] = region_of(a)
+            continue
+        if c == " ":
+            kind = line[1:2]
+            comma = line.find(",")
+            if kind not in ("L", "S", "M") or comma < 0:
+                continue
+            n_lines += 1
+            a = int(line[3:comma], 16)
+            if cur_vg in unmatched:
+                unmatched.discard(cur_vg)
+                t = _match_clone(pending, a) if pending else len(vg_threads)
+                vg_to_logical[cur_vg] = t
+                while len(vg_threads) <= t:
+                    vg_threads.append(-1)
+                vg_threads[t] = cur_vg
+                cur = t
+            if cur < 0:
+                continue
+            if a == mailbox and kind != "L":
+                ev = events[n_event] if n_event < len(events) else None
+                n_event += 1
+                if ev is None:
+                    continue
+                if ev[0] == "A" and text_lo <= ev[3] < text_hi:
+                    heap_count += 1
+                    site = b.site(ev[3] - base - 1)
+                    objs.add(f"heap#{heap_count}", "heap", site, ev[1], ev[2])
+                elif ev[0] == "F":
+                    objs.remove(ev[1])
+                starts, ends, ids = objs.starts, objs.ends, objs.ids
+                continue
+            k = bisect.bisect_right(starts, a) - 1
+            if k < 0 or a >= ends[k]:
+                continue
+            o = objs.all[ids[k]]
+            size = int(line[comma + 1 :])
+            w0 = (a - o.address) // wb
+            w1 = min((a + size - 1 - o.address) // wb, (o.size - 1) // wb)
+            reg = region.get(cur_vg, 0)
+            for w in range(w0, w1 + 1):
+                e, ad = o.first + w, o.address + w * wb
+                if kind != "S":
+                    rows.append((cur, reg, e, ad, 0))
+                if kind != "L":
+                    rows.append((cur, reg, e, ad, 1))
+            continue
+        if c == "-":
+            m = _SCHED_START.search(line)
+            if m:
+                cur_vg = int(m.group(1))
+                region[cur_vg] = 0
+                if cur_vg != 1 or len(vg_threads) > 1:
+                    unmatched.add(cur_vg)
+                    vg_to_logical.pop(cur_vg, None)
+                    cur = -1
+                else:
+                    cur = 0
+                continue
+            m = _SCHED_EXIT.search(line)
+            if m:
+                vg_to_logical.pop(int(m.group(1)), None)
+                continue
+            if "acquired lock" in line:
+                m2 = re.search(r"SCHED\[(\d+)\]", line)
+                if m2:
+                    cur_vg = int(m2.group(1))
+                    cur = vg_to_logical.get(cur_vg, -1)
+            continue
+        if c == "S":
+            m = _CLONE.match(line)
+            if m:
+                flags = int(m.group(3), 16)
+                if flags & _CLONE_VM and flags & _CLONE_THREAD:
+                    pending.append((int(m.group(4), 16), len(vg_threads) + len(pending)))
+            if "acquired lock" in line:  # a scheduler record continuing a syscall line
+                m2 = re.search(r"SCHED\[(\d+)\]:\s+acquired lock", line)
+                if m2:
+                    cur_vg = int(m2.group(1))
+                    cur = vg_to_logical.get(cur_vg, -1)
+    if n_lines == 0:
+        raise TraceError(
+            f"{' '.join(run.command)}: the valgrind log holds no memory trace "
+            "(expected lackey --trace-mem=yes output)"
+        )
+    T = max(len(vg_threads), threads_hint or 0, 1)
+    if T > 64:
+        raise TraceError(f"{T} threads: the exact shadow memory holds at most 64")
+    regions = [Region(0, 0, -1, "program", " ".join(Path(run.command[0]).name.split()))]
+    for lp in b.loops:
+        regions.append(
+            Region(lp.index + 1, lp.line, lp.parent + 1, "loop", f"{lp.location} ({lp.function})")
+        )
+    tr = np.array(rows, np.int64).reshape(-1, 5)
+    trace = np.zeros((len(tr), 6), np.int64)
+    trace[:, :5] = tr
+    acc = np.zeros((len(regions), 2), np.int64)
+    if len(trace):
+        np.add.at(acc, (trace[:, 1], trace[:, 4]), 1)
+    p = Profile(
+        kernel=Path(run.command[0]).name, regions=regions, nthreads=T,
+        exact=np.zeros((len(regions), T, T), np.int64),
+        exact_bytes=np.zeros((len(regions), T, T), np.int64), signature=None,
+        accesses=acc, trace=trace, n_elements=max(1, objs.next_element),
+        itemsizes=[word_bytes] * len(objs.all), memory=MemoryConfig(),
+    )  # fmt: skip
+    p.exact = replay_exact(p)
+    p.exact_bytes = word_bytes * p.exact
+    return ProgramProfile(p, objs.all, b, vg_threads, word_bytes, list(run.command))
+
+
+def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
+    """Keep only the records that :func:`parse_trace` needs for the same matrices.
+
+    Scheduler and clone records, accesses to the objects that two or more threads touch
+    and to the logger's mailbox, and before each of them the last instruction record of
+    the same thread inside the program when it changed: a few thousand lines instead of
+    ~10^5. The communication matrices and the objects stay the same; the access counts
+    of private objects are dropped.
+    """
+    prof = parse_trace(run, word_bytes=word_bytes)
+    tr = prof.profile.trace
+    owner = prof.object_of_element()
+    shared = []
+    for k, o in enumerate(prof.objects):
+        rows = tr[owner[tr[:, 2]] == k] if tr is not None and len(tr) else np.zeros((0, 6))
+        if len(np.unique(rows[:, 0])) >= 2:
+            shared.append(o)
+    spans = sorted((o.address, o.address + o.size) for o in shared)
+    head, _ = _parse_allocs(run.allocations)
+    mailbox = head.get("MAILBOX", -1)
+    base = head.get("BASE", _PIE_BASE if run.binary.pie else 0)
+    lo, hi = run.binary.text_range
+    keep: list[str] = []
+    last_i: dict[int, str] = {}
+    written: dict[int, str] = {}
+    cur = 1
+    starts = [s for s, _ in spans]
+    import bisect
+
+    for line in run.log.splitlines():
+        c = line[:1]
+        if c == "I":
+            a = int(line[3 : line.index(",")], 16)
+            if lo + base <= a < hi + base:
+                last_i[cur] = line
+            continue
+        if c == " ":
+            if line[1:2] not in ("L", "S", "M") or "," not in line:
+                continue
+            a = int(line[3 : line.index(",")], 16)
+            k = bisect.bisect_right(starts, a) - 1
+            hit = a == mailbox or (k >= 0 and a < spans[k][1])
+            if hit or cur not in written:
+                if cur in last_i and written.get(cur) != last_i[cur]:
+                    keep.append(last_i[cur])
+                    written[cur] = last_i[cur]
+                if cur not in written:
+                    written[cur] = ""
                 keep.append(line)
-    return ValgrindRun("\n".join(keep) + "\n", run.stdout, run.nthreads)
+            continue
+        if "SCHED[" in line and ("acquired lock" in line or "exit_thread" in line):
+            m = re.search(r"SCHED\[(\d+)\]", line)
+            cur = int(m.group(1)) if m else cur
+            keep.append(line)
+        elif c == "S" and _CLONE.match(line):
+            keep.append(line)
+    return TraceRun("\n".join(keep) + "\n", run.allocations, run.binary, run.command, run.stdout)
 
 
-def recorded_run() -> ValgrindRun:
-    """Load the recorded filtered run shipped with the package (T=4, N=64).
+def save_run(run: TraceRun, folder: Path, name: str) -> list[Path]:
+    """Write a run as ``name.lackey.log``, ``name.alloc.log`` and ``name.binary.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [folder / f"{name}.lackey.log", folder / f"{name}.alloc.log",
+             folder / f"{name}.binary.json"]  # fmt: skip
+    files[0].write_text(run.log)
+    files[1].write_text(run.allocations)
+    meta = {"command": [Path(run.command[0]).name, *run.command[1:]], **run.binary.to_dict()}
+    meta["path"] = Path(run.binary.path).name
+    files[2].write_text(json.dumps(meta))
+    return files
+
+
+def recorded_run() -> TraceRun:
+    """The recorded, filtered run shipped with the package (``csrc/ring.c``, 4 threads).
+
+    For machines without valgrind: it parses to the same profile as a fresh run.
 
     Raises:
         FileNotFoundError: The package data is missing (a broken installation).
     """
     folder = resources.files("hpcnb.commprof").joinpath("data")
-    log, out = folder.joinpath(f"{RECORDED}.log"), folder.joinpath(f"{RECORDED}.stdout")
-    if not log.is_file() or not out.is_file():
-        raise FileNotFoundError(f"recorded valgrind run {RECORDED}.* missing from {folder}")
-    return ValgrindRun(log.read_text(encoding="utf-8"), out.read_text(encoding="utf-8"), 4)
+    names = [f"{RECORDED}.lackey.log", f"{RECORDED}.alloc.log", f"{RECORDED}.binary.json"]
+    for n in names:
+        if not folder.joinpath(n).is_file():
+            raise FileNotFoundError(f"recorded valgrind run file {n} missing from {folder}")
+    meta = json.loads(folder.joinpath(names[2]).read_text(encoding="utf-8"))
+    command = meta.pop("command")
+    return TraceRun(
+        folder.joinpath(names[0]).read_text(encoding="utf-8"),
+        folder.joinpath(names[1]).read_text(encoding="utf-8"),
+        BinaryInfo.from_dict(meta),
+        command,
+    )
 
 
-def parse_lackey(run: ValgrindRun) -> Profile:
-    """Attribute the traced accesses to threads and regions and build a :class:`Profile`.
-
-    The profile's ``trace`` has the columns of :data:`hpcnb.commprof.hooks.TRACE_COLUMNS`,
-    its ``exact`` matrices come from replaying it through the exact shadow memory.
-
-    Raises:
-        ValueError: When the program's address lines or thread markers are missing.
-    """
-    from hpcnb.commprof.shadow import replay_exact
-
-    arrays = _ranges(run.stdout)
-    need = {"a", "b", "total", "cp_whoami", "cp_region"}
-    if not need <= set(arrays):
-        raise ValueError(f"program output lacks ADDR lines for {sorted(need - set(arrays))}")
-    shared = [(name, *arrays[name]) for name in ("a", "b", "total")]
-    elem_base, e = {}, 0
-    for name, _, count in shared:
-        elem_base[name] = e
-        e += count
-    who_lo, _ = arrays["cp_whoami"]
-    reg_lo, _ = arrays["cp_region"]
-    T = run.nthreads
-    logical: dict[int, int] = {}
-    region_of: dict[int, int] = {}
-    rows: list[tuple[int, int, int, int, int, int]] = []
-    cur = -1
-    for line in run.log.splitlines():
-        m = _SCHED.search(line)
-        if m:
-            cur = int(m.group(1))
-            continue
-        m = _ACCESS.match(line)
-        if not m or m.group(1) == "I":
-            continue
-        kind, addr, size = m.group(1), int(m.group(2), 16), int(m.group(3))
-        if kind in "SM" and who_lo <= addr < who_lo + 8 * T:
-            logical[cur] = (addr - who_lo) // 8
-            continue
-        if kind in "SM" and reg_lo <= addr < reg_lo + 8:
-            region_of[cur] = addr - reg_lo
-            continue
-        for name, lo, count in shared:
-            if lo <= addr < lo + 8 * count:
-                if cur not in logical:
-                    break  # main thread's accesses (none to shared arrays in this program)
-                for w in range((addr - lo) // 8, min(count, (addr - lo + size + 7) // 8)):
-                    el = elem_base[name] + w
-                    ad = lo + 8 * w
-                    tid, reg = logical[cur], region_of.get(cur, 0)
-                    if kind in "LM":
-                        rows.append((tid, reg, el, ad, 0, 0))
-                    if kind in "SM":
-                        rows.append((tid, reg, el, ad, 1, 0))
-                break
-    if len(logical) != T:
-        raise ValueError(f"found thread markers for {len(logical)} of {T} threads in the log")
-    regions = [Region(0, 0, -1, "kernel", "main")] + [
-        Region(r, 0, 0, "phase", REGION_NAMES[r]) for r in range(1, len(REGION_NAMES))
-    ]
-    trace = np.array(rows, dtype=np.int64).reshape(-1, 6)
-    acc = np.zeros((len(regions), 2), np.int64)
-    np.add.at(acc, (trace[:, 1], trace[:, 4]), 1)
-    p = Profile(
-        kernel="commprof_prog", regions=regions, nthreads=T,
-        exact=np.zeros((len(regions), T, T), np.int64),
-        exact_bytes=np.zeros((len(regions), T, T), np.int64), signature=None,
-        accesses=acc, trace=trace, n_elements=e, itemsizes=[8, 8, 8], memory=MemoryConfig(),
-    )  # fmt: skip
-    p.exact = replay_exact(p)
-    p.exact_bytes = 8 * p.exact
-    return p
-
-
-def expected_matrices(nthreads: int, n: int) -> np.ndarray:
-    """Per-region matrices the C program must produce, derived from its source.
-
-    stencil: each thread reads the last element of its left and the first element of its
-    right neighbour's block once; gather: thread 0 reads every other thread's block of
-    ``b``; broadcast: every other thread reads ``total`` written by thread 0.
-    """
-    T = nthreads
-    m = np.zeros((len(REGION_NAMES), T, T), np.int64)
-    for t in range(T):
-        if t > 0:
-            m[2, t - 1, t] = 1
-        if t < T - 1:
-            m[2, t + 1, t] = 1
-        lo, hi = t * n // T, (t + 1) * n // T
-        if t > 0:
-            m[3, t, 0] = hi - lo
-            m[4, 0, t] = 1
-    return m
+def profile_program(
+    command: Sequence[str],
+    *,
+    threads_hint: int | None = None,
+    word_bytes: int = 8,
+    timeout: float = 600.0,
+    env: dict[str, str] | None = None,
+) -> ProgramProfile:
+    """Run ``command`` under valgrind and return its :class:`ProgramProfile`."""
+    run = run_program(command, timeout=timeout, env=env)
+    return parse_trace(run, word_bytes=word_bytes, threads_hint=threads_hint)

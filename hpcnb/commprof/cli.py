@@ -1,0 +1,66 @@
+"""``hpcnb commprof ...``: communication profiles of unmodified programs from the command line.
+
+Sub-command::
+
+    hpcnb commprof profile [--out DIR] [--threads-hint T] [--word-bytes B]
+        [--timeout S] -- PROGRAM [ARGS...]
+
+runs ``PROGRAM ARGS`` (a pthreads or OpenMP executable built with ``-g``) under valgrind
+(:mod:`hpcnb.commprof.valgrind`) and writes ``communication.csv``, ``objects.csv``,
+``loops.csv`` and ``report.md`` into ``DIR`` (:mod:`hpcnb.commprof.report`). A program
+without debug information, a missing tool or a failed run ends with exit status 2 and one
+line on stderr naming the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hpcnb.errors import HpcnbError
+
+__all__ = ["profile_command", "register"]
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    """Run ``hpcnb commprof profile``."""
+    from hpcnb.commprof.report import write_outputs
+    from hpcnb.commprof.valgrind import profile_program
+
+    command = list(args.program)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("hpcnb commprof profile: no program given (… profile -- PROGRAM ARGS)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        pp = profile_program(
+            command, threads_hint=args.threads_hint, word_bytes=args.word_bytes,
+            timeout=args.timeout,
+        )  # fmt: skip
+        folder = write_outputs(pp, args.out, threads_hint=args.threads_hint)
+    except (HpcnbError, OSError) as exc:
+        print(f"hpcnb commprof profile: {exc}", file=sys.stderr)
+        return 2
+    print(f"{pp.nthreads} threads, {int(pp.matrix().sum())} communicated words; "
+          f"wrote {folder}/{{communication.csv,objects.csv,loops.csv,report.md}}")  # fmt: skip
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``commprof`` and its sub-commands to the ``hpcnb`` parser."""
+    p = subparsers.add_parser("commprof", help="communication profiles of real programs")
+    sub = p.add_subparsers(dest="commprof_command", required=True)
+    q = sub.add_parser("profile", help="profile an unmodified -g program under valgrind")
+    q.add_argument("--out", default="commprof_out", help="output folder (default: %(default)s)")
+    q.add_argument(
+        "--threads-hint",
+        type=int,
+        default=None,
+        help="expected threads, main included (matrix size; mismatch reported)",
+    )
+    q.add_argument("--word-bytes", type=int, default=8, help="shadow word size in bytes")
+    q.add_argument("--timeout", type=float, default=600.0, help="valgrind time limit (s)")
+    q.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+    q.set_defaults(func=profile_command)  # fmt: skip
