@@ -14,21 +14,25 @@ import hpcnb.perfmodel.dataset as dataset_module
 from hpcnb.perfmodel import (
     Cluster,
     ConvMeter,
-    FlopsOnly,
     GridConfig,
     Measurement,
     NetworkFeatures,
-    Roofline,
     TimingConfig,
     collect_dataset,
-    design_matrix,
     leave_one_family_out,
     mape,
     network_features,
     runtime_vs_nodes,
 )
 from hpcnb.perfmodel.dataset import FAMILIES, build_network
-from hpcnb.perfmodel.estimator import absolute_percentage_errors, feature_names, mape_interval
+from hpcnb.perfmodel.estimator import (
+    FlopsOnly,
+    Roofline,
+    absolute_percentage_errors,
+    design_matrix,
+    feature_names,
+    mape_interval,
+)
 from hpcnb.perfmodel.features import training_flops
 from hpcnb.perfmodel.multinode import TrainingCost
 from hpcnb.records import bootstrap_rows
@@ -185,7 +189,7 @@ def test_dataset_cache_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(dataset_module, "time_inference", boom)
     monkeypatch.setattr(dataset_module, "network_features", boom)
-    again = collect_dataset(grid, cache_dir=tmp_path)
+    again = collect_dataset(grid, cache_dir=tmp_path, remeasure="none")
     assert again[0].inference_s == rows[0].inference_s
     with pytest.raises(ValueError, match="batches"):
         GridConfig(batches=(1,))

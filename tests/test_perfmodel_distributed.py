@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from hpcnb.perfmodel import AlphaBeta
+from hpcnb.perfmodel.allreduce import AlphaBeta
 from hpcnb.perfmodel.distributed import (
     DistributedConfig,
     DistributedReport,

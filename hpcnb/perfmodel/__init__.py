@@ -6,9 +6,16 @@ The core model is importable from here; the pieces behind it from their modules:
   training FLOPs measured with ``FlopCounterMode``.
 * :mod:`~hpcnb.perfmodel.timing`: what is timed (inference pass, training step) and the
   roofline micro-benchmarks, through :mod:`hpcnb.timing`.
+* :mod:`~hpcnb.perfmodel.protocol`: the measurement protocol that knows its noise (samples,
+  IQR ÷ median, load average, threads; bounded re-measures; flags; the noise floor).
 * :mod:`~hpcnb.perfmodel.dataset`: zoo × widths × resolutions × batches, cached per machine.
 * :mod:`~hpcnb.perfmodel.estimator`: :class:`ConvMeter`, the FLOPs-only and roofline
   baselines, leave-one-family-out evaluation, MAPE with a bootstrap interval.
+* :mod:`~hpcnb.perfmodel.opmodel`: :class:`OpCostModel`, per-op-kind terms on IR features,
+  and the gradient-boosted reference.
+* :mod:`~hpcnb.perfmodel.evaluation`: share within ±10 % / ±20 %, random split, per family.
+* :mod:`~hpcnb.perfmodel.predict`: :func:`predict_latency` with an interval, for other
+  notebooks.
 * :mod:`~hpcnb.perfmodel.allreduce`, :mod:`~hpcnb.perfmodel.scaling`,
   :mod:`~hpcnb.perfmodel.distributed`, :mod:`~hpcnb.perfmodel.multinode`: α–β all-reduce,
   the multi-node step model validated on Pollux measurements, the gloo micro-benchmark
@@ -24,20 +31,15 @@ Example:
     True
 """
 
-from hpcnb.perfmodel.allreduce import AlphaBeta, allreduce_time
+from hpcnb.perfmodel.allreduce import allreduce_time
 from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
-from hpcnb.perfmodel.estimator import (
-    ConvMeter,
-    FlopsOnly,
-    Measurement,
-    Roofline,
-    design_matrix,
-    leave_one_family_out,
-    mape,
-    measured_seconds,
-)
+from hpcnb.perfmodel.estimator import ConvMeter, Measurement, leave_one_family_out, mape
+from hpcnb.perfmodel.evaluation import within_share
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
 from hpcnb.perfmodel.multinode import Cluster, runtime_vs_nodes
+from hpcnb.perfmodel.opmodel import OpCostModel
+from hpcnb.perfmodel.predict import LatencyPredictor, predict_latency
+from hpcnb.perfmodel.protocol import NoisePolicy
 from hpcnb.perfmodel.scaling import ScalingModel
 from hpcnb.perfmodel.timing import TimingConfig
 
@@ -45,21 +47,22 @@ __all__ = [
     # What a network costs per sample, read from the IR
     "NetworkFeatures",
     "network_features",
-    # Measuring step times: timing settings and the cached data set
+    # Measuring step times under a noise-aware protocol, and the cached data set
     "TimingConfig",
+    "NoisePolicy",
     "GridConfig",
     "Measurement",
     "collect_dataset",
     # Runtime estimators (scikit-learn style) and their evaluation
     "ConvMeter",
-    "FlopsOnly",
-    "Roofline",
-    "design_matrix",
-    "measured_seconds",
+    "OpCostModel",
     "leave_one_family_out",
     "mape",
+    "within_share",
+    # Latency with an interval, for other notebooks
+    "LatencyPredictor",
+    "predict_latency",
     # Communication and scaling beyond one machine
-    "AlphaBeta",
     "allreduce_time",
     "ScalingModel",
     "Cluster",

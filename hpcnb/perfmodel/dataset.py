@@ -3,37 +3,68 @@
 Each configuration builds a network of the zoo (:mod:`hpcnb.models`) scaled by a width
 multiplier, computes its features once per input resolution
 (:func:`hpcnb.perfmodel.features.network_features`) and times inference and training at
-each batch size (:mod:`hpcnb.perfmodel.timing`).
+each batch size (:mod:`hpcnb.perfmodel.timing`) under the noise-aware protocol of
+:mod:`hpcnb.perfmodel.protocol`: every timing keeps its samples, their dispersion
+(IQR ÷ median), the load average and the thread settings; a noisy one is re-measured a
+bounded number of times and flagged if it stays noisy.
 
 Measurements depend on the machine, so they are cached in the one hpcnb cache
-(:func:`hpcnb.paths.cache_root`: ``$HPCNB_CACHE``, else the user cache folder) as
-``perfmodel/timings-<key>.json``, where the key is a digest of
+(:func:`hpcnb.paths.cache_dir` ``("perfmodel")`` under ``$HPCNB_CACHE``, else the user cache
+folder) as ``timings-<key>.json``, where the key is a digest of
 :func:`hpcnb.paths.machine_key` (CPU model, cores, architecture) and the torch version.
+The file is written atomically (a uniquely named temporary file in the same folder, flushed,
+then renamed over the old one), so an interrupted or concurrent run never leaves half a file.
 Entries are keyed by the configuration and the timing settings; a later run with a superset
-grid measures only what is missing.
+grid measures only what is missing, and ``remeasure`` says what else to measure again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import nn
 
-from hpcnb.paths import cache_root, machine_key
+from hpcnb.paths import cache_dir as shared_cache_dir
+from hpcnb.paths import machine_key
 from hpcnb.perfmodel.estimator import Measurement
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
+from hpcnb.perfmodel.protocol import (
+    NoisePolicy,
+    PerfmodelError,
+    ProtocolTiming,
+    measure_until_quiet,
+    thread_settings,
+)
 from hpcnb.perfmodel.timing import TimingConfig, time_inference, time_training
+from hpcnb.timing import pinned_threads
 
-#: Format of the cache file; a file of another format is measured afresh.
-CACHE_VERSION = 2
+#: Format of the cache file; a file of another format is measured afresh. Version 3 keeps
+#: every timing's samples, dispersion, load average and thread settings.
+CACHE_VERSION = 3
 FAMILIES = ("resnet", "vgg", "mobilenet_v2", "shufflenet", "densenet")
+REMEASURE = ("noisy", "all", "none")
+Remeasure = Literal["noisy", "all", "none"]
 
-__all__ = ["FAMILIES", "GridConfig", "build_network", "cache_file", "collect_dataset"]
+__all__ = [
+    "FAMILIES",
+    "REMEASURE",
+    "DatasetSummary",
+    "GridConfig",
+    "build_network",
+    "cache_file",
+    "collect_dataset",
+    "summarize",
+]
 
 
 def _scale(channels: int, width: float, multiple: int = 1) -> int:
@@ -132,32 +163,114 @@ def cache_file(directory: str | Path | None = None) -> Path:
     written before this naming, ``perfmodel/<host>-<digest>.json``, are simply not found.)
 
     Args:
-        directory: Cache root instead of :func:`hpcnb.paths.cache_root`.
+        directory: Cache root instead of :func:`hpcnb.paths.cache_root` (the file then
+            lies in ``directory/perfmodel``).
     """
-    root = Path(directory) if directory else cache_root()
+    folder = Path(directory) / "perfmodel" if directory else shared_cache_dir("perfmodel")
     raw = f"{machine_key()} | torch {torch.__version__}"
     digest = hashlib.sha1(raw.encode()).hexdigest()[:12]
-    return root / "perfmodel" / f"timings-{digest}.json"
+    return folder / f"timings-{digest}.json"
+
+
+def _empty() -> dict[str, dict]:
+    return {"features": {}, "timings": {}}
 
 
 def _load_cache(path: Path) -> dict[str, dict]:
     if not path.is_file():
-        return {"features": {}, "timings": {}}
+        return _empty()
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         print(f"perfmodel cache {path} is unreadable; measuring afresh")
-        return {"features": {}, "timings": {}}
-    if data.get("version") != CACHE_VERSION:
-        return {"features": {}, "timings": {}}
-    return {"features": data.get("features", {}), "timings": data.get("timings", {})}
+        return _empty()
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return _empty()
+    return {"features": dict(data.get("features", {})), "timings": dict(data.get("timings", {}))}
 
 
 def _save_cache(path: Path, cache: dict[str, dict]) -> None:
+    """Write the cache atomically: a unique temporary file in the same folder, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"version": CACHE_VERSION, **cache}))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"version": CACHE_VERSION, **cache}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _entry_timings(entry: Any) -> tuple[ProtocolTiming, ProtocolTiming] | None:
+    """The two timings of a cache entry, or None when it is malformed."""
+    try:
+        return (
+            ProtocolTiming.from_json(entry["inference"]),
+            ProtocolTiming.from_json(entry["training"]),
+        )
+    except (PerfmodelError, KeyError, TypeError):
+        return None
+
+
+def _better(old: ProtocolTiming, new: ProtocolTiming) -> ProtocolTiming:
+    """The cleaner of two timings of one configuration: not under load, then less dispersed."""
+
+    def rank(t: ProtocolTiming) -> tuple[bool, float]:
+        return ("load" in t.flags, t.dispersion)
+
+    return new if rank(new) <= rank(old) else old
+
+
+@dataclass(frozen=True)
+class DatasetSummary:
+    """How a data set was measured, for the notebook's noise table.
+
+    Attributes:
+        timings: Number of timings (two per configuration).
+        noise_floor: Median dispersion (IQR ÷ median) over all timings.
+        noisy: Timings still flagged noisy (dispersion or load).
+        flagged_dispersion: Timings flagged for dispersion.
+        flagged_load: Timings flagged for load above the core count.
+        remeasured: Timings that needed more than one attempt.
+        max_load: Highest 1-minute load average seen at measurement.
+    """
+
+    timings: int
+    noise_floor: float
+    noisy: int
+    flagged_dispersion: int
+    flagged_load: int
+    remeasured: int
+    max_load: float
+
+
+def summarize(rows: Sequence[Measurement]) -> DatasetSummary:
+    """Summarise the protocol timings of ``rows`` (see :class:`DatasetSummary`).
+
+    Raises:
+        PerfmodelError: A row carries no protocol timing.
+    """
+    timings = []
+    for r in rows:
+        for t in (r.inference_timing, r.training_timing):
+            if t is None:
+                raise PerfmodelError(f"{r.features.name} batch {r.batch}: no protocol timing")
+            timings.append(t)
+    if not timings:
+        raise PerfmodelError("summarize: no rows")
+    return DatasetSummary(
+        timings=len(timings),
+        noise_floor=float(np.median([t.dispersion for t in timings])),
+        noisy=sum(t.noisy for t in timings),
+        flagged_dispersion=sum("dispersion" in t.flags for t in timings),
+        flagged_load=sum("load" in t.flags for t in timings),
+        remeasured=sum(t.attempts > 1 for t in timings),
+        max_load=float(max(t.load[0] for t in timings)),
+    )
 
 
 def collect_dataset(
@@ -166,51 +279,126 @@ def collect_dataset(
     use_cache: bool = True,
     cache_dir: str | Path | None = None,
     progress: Callable[[Sequence], Sequence] | None = None,
+    remeasure: Remeasure = "noisy",
+    policy: NoisePolicy | None = None,
+    remeasure_budget_s: float | None = None,
 ) -> list[Measurement]:
-    """Measure every configuration of ``grid`` (reusing cached measurements).
+    """Measure every configuration of ``grid`` under the noise protocol, reusing the cache.
+
+    A configuration missing from the cache is always measured (with the protocol's bounded
+    re-measures). For cached ones ``remeasure`` decides:
+
+    * ``"noisy"``: measure again those whose inference or training timing is flagged noisy
+      (or was measured under load); the cleaner of the old and the new timing is kept;
+    * ``"all"``: measure every configuration again and keep the new timings;
+    * ``"none"``: use the cache as it is.
 
     Args:
         grid: The configurations and timing settings.
         use_cache: Read and update the on-disk cache of this machine.
         cache_dir: Cache root instead of :func:`hpcnb.paths.cache_root`.
         progress: Wraps the list of configurations (e.g. ``tqdm.auto.tqdm``).
+        remeasure: ``"noisy"``, ``"all"`` or ``"none"`` (above).
+        policy: Noise thresholds and retry bound (default :class:`NoisePolicy`).
+        remeasure_budget_s: Seconds this call may spend measuring *cached* configurations
+            again (``None``: no bound). Missing configurations are always measured; on a
+            machine that stays loaded, the budget keeps every run's re-measures bounded
+            while the data set improves from run to run.
 
     Returns:
-        One :class:`Measurement` per configuration, in grid order.
+        One :class:`Measurement` per configuration, in grid order, each with its two
+        :class:`~hpcnb.perfmodel.protocol.ProtocolTiming`.
+
+    Raises:
+        PerfmodelError: ``remeasure`` is not one of :data:`REMEASURE`.
     """
+    if remeasure not in REMEASURE:
+        raise PerfmodelError(
+            f"collect_dataset: remeasure={remeasure!r}, expected one of {REMEASURE}"
+        )
+    policy = policy or NoisePolicy()
     path = cache_file(cache_dir)
-    cache = _load_cache(path) if use_cache else {"features": {}, "timings": {}}
+    cache = _load_cache(path) if use_cache else _empty()
     t = grid.timing
     jobs = [(fam, w, r) for fam in grid.families for w in grid.widths for r in grid.resolutions]
     rows: list[Measurement] = []
     dirty = False
+    spent = 0.0
+    budget = float("inf") if remeasure_budget_s is None else float(remeasure_budget_s)
     for fam, w, r in progress(jobs) if progress else jobs:
         name = f"{fam}_w{w:g}_r{r}"
         shape = (grid.in_channels, r, r)
-        torch.manual_seed(grid.seed)
-        model = build_network(fam, w, grid.in_channels)
         fkey = f"{name}_c{grid.in_channels}"
-        if fkey in cache["features"]:
+        if cache["features"].get(fkey, {}).get("group_costs"):  # older entries lack them
             feats = NetworkFeatures.from_json(cache["features"][fkey])
         else:
-            feats = network_features(model, shape, name=name, family=fam)
+            torch.manual_seed(grid.seed)
+            feats = network_features(build_network(fam, w, grid.in_channels), shape, name, fam)
             cache["features"][fkey] = feats.to_json()
             dirty = True
         for b in grid.batches:
             tkey = f"{fkey}_b{b}_t{t.threads}_w{t.warmup}_n{t.repeats}_{t.clock}_s{grid.seed}"
-            if tkey not in cache["timings"]:
-                gen = torch.Generator().manual_seed(grid.seed)
-                x = torch.randn(b, *shape, generator=gen)
-                y = torch.randint(0, 10, (b,), generator=gen)
-                torch.manual_seed(grid.seed)
-                model = build_network(fam, w, grid.in_channels)
-                inf = time_inference(model, x, t).median
-                train = time_training(model, x, y, t).median
-                cache["timings"][tkey] = {"inference_s": inf, "training_s": train}
+            cached = _entry_timings(cache["timings"].get(tkey))
+            again = cached is not None and (
+                remeasure == "all"
+                or (remeasure == "noisy" and (cached[0].noisy or cached[1].noisy))
+            )
+            if cached is None or (again and spent < budget):
+                start = time.monotonic()
+                inf, train = _measure(grid, fam, w, shape, b, policy)
+                if cached is not None:
+                    spent += time.monotonic() - start
+                if cached is not None and remeasure == "noisy":
+                    inf, train = _better(cached[0], inf), _better(cached[1], train)
+                cache["timings"][tkey] = {
+                    "inference": inf.to_json(),
+                    "training": train.to_json(),
+                    "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
                 dirty = True
-            entry = cache["timings"][tkey]
-            rows.append(Measurement(feats, b, entry["inference_s"], entry["training_s"]))
+            else:
+                assert cached is not None
+                inf, train = cached
+            rows.append(Measurement(feats, b, inf.median, train.median, inf, train))
         if use_cache and dirty:
             _save_cache(path, cache)
             dirty = False
     return rows
+
+
+def _measure(
+    grid: GridConfig,
+    family: str,
+    width: float,
+    shape: tuple[int, ...],
+    batch: int,
+    policy: NoisePolicy,
+) -> tuple[ProtocolTiming, ProtocolTiming]:
+    """Time inference and training of one configuration under the noise protocol."""
+    t = grid.timing
+    gen = torch.Generator().manual_seed(grid.seed)
+    x = torch.randn(batch, *shape, generator=gen)
+    y = torch.randint(0, 10, (batch,), generator=gen)
+    torch.manual_seed(grid.seed)
+    model = build_network(family, width, grid.in_channels)
+
+    seen: dict[str, Any] = {}
+
+    def pinned(run: Callable[[], Sequence[float]]) -> Callable[[], Sequence[float]]:
+        def call() -> Sequence[float]:
+            with pinned_threads(t.threads, numba=False):
+                seen.update(thread_settings(t.threads, t.clock))  # as in force while timing
+                return run()
+
+        return call
+
+    def settings() -> dict[str, Any]:
+        return dict(seen)
+
+    inf = measure_until_quiet(
+        pinned(lambda: time_inference(model, x, t).samples), policy, threads=settings
+    )
+    train = measure_until_quiet(
+        pinned(lambda: time_training(model, x, y, t).samples), policy, threads=settings
+    )
+    return inf, train

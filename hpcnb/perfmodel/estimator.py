@@ -50,6 +50,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core
+from hpcnb.perfmodel.protocol import ProtocolTiming
 from hpcnb.records import mean_interval
 
 MODES = ("inference", "training")
@@ -81,12 +82,22 @@ class Measurement:
         batch: Batch size.
         inference_s: Median seconds of one ``no_grad`` forward pass.
         training_s: Median seconds of one training step.
+        inference_timing: The inference timing with its samples, dispersion, load and
+            thread settings (:mod:`hpcnb.perfmodel.protocol`), when measured that way.
+        training_timing: The same for the training step.
     """
 
     features: NetworkFeatures
     batch: int
     inference_s: float
     training_s: float
+    inference_timing: ProtocolTiming | None = None
+    training_timing: ProtocolTiming | None = None
+
+    def timing(self, mode: str) -> ProtocolTiming | None:
+        """The protocol timing of ``mode`` (``"inference"`` or ``"training"``)."""
+        _check_mode(mode)
+        return self.inference_timing if mode == "inference" else self.training_timing
 
     @property
     def family(self) -> str:

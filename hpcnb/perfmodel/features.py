@@ -28,6 +28,8 @@ from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 __all__ = [
     "GEMM_KINDS",
     "KERNEL_KINDS",
+    "OP_GROUPS",
+    "op_group",
     "NetworkFeatures",
     "cache_bytes_per_core",
     "corrected_conv_backward_flop",
@@ -56,6 +58,33 @@ KERNEL_KINDS = frozenset(
 
 # Kinds executed as (batched) matrix products: convolutions, linear layers, matmuls.
 GEMM_KINDS = frozenset({"conv", "linear", "matmul", "attention"})
+
+# The op groups of the per-op-kind model (:class:`hpcnb.perfmodel.opmodel.OpCostModel`):
+# dense convolutions and linear layers, grouped/depthwise convolutions, normalisations,
+# activations, pooling, and element-wise / data-movement ops (add, mul, concat, ...).
+OP_GROUPS = ("dense", "grouped", "norm", "activation", "pool", "elementwise")
+
+
+def op_group(kind: str, grouped_conv: bool = False) -> str:
+    """The op group (:data:`OP_GROUPS`) of an IR node kind.
+
+    Args:
+        kind: The IR op kind (``"conv"``, ``"norm"``, ...).
+        grouped_conv: The node is a convolution with ``groups > 1``.
+
+    Example:
+        >>> op_group("conv"), op_group("conv", grouped_conv=True), op_group("concat")
+        ('dense', 'grouped', 'elementwise')
+    """
+    if kind == "conv":
+        return "grouped" if grouped_conv else "dense"
+    if kind in ("linear", "matmul", "attention"):
+        return "dense"
+    if kind in ("norm", "pool"):
+        return kind
+    if kind in ("activation", "softmax"):
+        return "activation"
+    return "elementwise"
 
 
 def cache_bytes_per_core(default: int = 1 << 20) -> int:
@@ -170,6 +199,9 @@ class NetworkFeatures:
         gemm_node_bytes: Per-sample bytes read plus written by each convolution, linear and
             matmul node (used to tell which nodes' working sets fit in cache).
         other_node_bytes: The same for every other kernel-launching node.
+        group_costs: Per op group (:data:`OP_GROUPS`): ``(launches, FLOPs per sample,
+            bytes read plus written per sample)`` of its kernel-launching nodes.
+        param_tensors: Number of parameter tensors (one optimizer update each).
     """
 
     name: str
@@ -187,6 +219,8 @@ class NetworkFeatures:
     counts: dict[str, int] = field(default_factory=dict)
     gemm_node_bytes: tuple[float, ...] = ()
     other_node_bytes: tuple[float, ...] = ()
+    group_costs: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    param_tensors: int = 0
 
     @property
     def forward_flops(self) -> float:
@@ -226,6 +260,7 @@ class NetworkFeatures:
         out["counts"] = dict(self.counts)
         out["gemm_node_bytes"] = list(self.gemm_node_bytes)
         out["other_node_bytes"] = list(self.other_node_bytes)
+        out["group_costs"] = {k: list(v) for k, v in self.group_costs.items()}
         return out
 
     @classmethod
@@ -235,6 +270,9 @@ class NetworkFeatures:
         data["input_shape"] = tuple(data["input_shape"])
         data["gemm_node_bytes"] = tuple(data.get("gemm_node_bytes", ()))
         data["other_node_bytes"] = tuple(data.get("other_node_bytes", ()))
+        data["group_costs"] = {
+            k: tuple(float(x) for x in v) for k, v in data.get("group_costs", {}).items()
+        }
         return cls(**data)
 
 
@@ -244,6 +282,7 @@ def network_features(
     name: str = "",
     family: str = "",
     trace_batch: int = 2,
+    training: bool = True,
 ) -> NetworkFeatures:
     """Compute the features of ``model`` for samples of ``input_shape``.
 
@@ -254,6 +293,8 @@ def network_features(
         family: Architecture family.
         trace_batch: Batch used for tracing and FLOP counting (≥ 2 so that BatchNorm in
             train mode works); per-sample values are divided by it.
+        training: Measure training FLOPs (one forward + backward under
+            ``FlopCounterMode``); when False they are left at 0 (enough for inference).
 
     Raises:
         ValueError: ``trace_batch`` below 2, or the IR reports unsupported nodes.
@@ -273,6 +314,7 @@ def network_features(
     conv = grouped = linear = other = 0
     gemm_bytes: list[float] = []
     other_bytes: list[float] = []
+    groups = {g: [0.0, 0.0, 0.0] for g in OP_GROUPS}
     modules = dict(model.named_modules())
     for node in graph.nodes:
         moved = (node.bytes_read + node.bytes_written) / trace_batch
@@ -280,9 +322,15 @@ def network_features(
             gemm_bytes.append(moved)
         elif node.kind in KERNEL_KINDS:
             other_bytes.append(moved)
+        module = modules.get(node.module) if node.module else None
+        is_grouped = module is not None and _is_grouped_conv(module)
+        if node.kind in KERNEL_KINDS:
+            cost = groups[op_group(node.kind, is_grouped)]
+            cost[0] += 1
+            cost[1] += node.flops / trace_batch
+            cost[2] += moved
         if node.kind == "conv":
-            module = modules.get(node.module)
-            if module is not None and _is_grouped_conv(module):
+            if is_grouped:
                 grouped += node.flops
             else:
                 conv += node.flops
@@ -291,7 +339,7 @@ def network_features(
         else:
             other += node.flops
     memory = sum(n.bytes_read + n.bytes_written for n in graph.nodes)
-    train, train_grouped = training_flops(model, x)
+    train, train_grouped = training_flops(model, x) if training else (0, 0)
     model.eval()
     b = float(trace_batch)
     return NetworkFeatures(
@@ -310,4 +358,6 @@ def network_features(
         counts=dict(graph.count_by_kind()),
         gemm_node_bytes=tuple(gemm_bytes),
         other_node_bytes=tuple(other_bytes),
+        group_costs={g: (v[0], v[1], v[2]) for g, v in groups.items()},
+        param_tensors=sum(1 for p in model.parameters() if p.requires_grad),
     )

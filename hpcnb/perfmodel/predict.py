@@ -1,0 +1,224 @@
+"""Latency of a network predicted from its IR, with an interval: for other notebooks.
+
+:class:`LatencyPredictor` wraps a fitted :class:`~hpcnb.perfmodel.opmodel.OpCostModel` with
+a *prediction interval* taken from held-out errors: the model is fitted once per held-out
+family on the others (:func:`~hpcnb.perfmodel.estimator.leave_one_family_out`), and the
+empirical quantiles of ``measured / predicted`` over those held-out rows scale a prediction
+into ``[low, high]`` (a 90 % interval by default). The interval therefore says how far off
+the model was on *families it had not seen*, which is the situation of a pruned network.
+
+:func:`predict_latency` is the one call other notebooks use (the pruning notebook's
+latency-aware reward)::
+
+    estimate = predict_latency(net, (3, 32, 32), batch=8, threads=1)
+    estimate.seconds, estimate.low, estimate.high
+
+Without an explicit ``predictor`` it fits one on this machine's cached timing data set for
+that thread count (:func:`default_predictor`; measured by notebook 03 or, the first time,
+here — minutes), once per process.
+
+Example:
+    >>> from hpcnb.perfmodel.estimator import Measurement
+    >>> from hpcnb.perfmodel.features import network_features
+    >>> from torch import nn
+    >>> def net(width):
+    ...     return nn.Sequential(nn.Conv2d(3, width, 3), nn.ReLU(), nn.Flatten(),
+    ...                          nn.Linear(width * 36, 10))
+    >>> rows = []
+    >>> for family, widths in (("a", (4, 8, 16)), ("b", (6, 12, 24))):
+    ...     for w in widths:
+    ...         f = network_features(net(w), (3, 8, 8), name=f"{family}{w}", family=family,
+    ...                              training=False)
+    ...         for batch in (2, 8):
+    ...             t = 1e-4 + 1e-9 * batch * f.forward_flops
+    ...             rows.append(Measurement(f, batch, t, t))
+    >>> p = LatencyPredictor.fit(rows, threads=1, cache_bytes=1 << 20)
+    >>> e = p.predict(net(10), (3, 8, 8), batch=4)
+    >>> e.low <= e.seconds <= e.high
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from torch import nn
+
+from hpcnb.perfmodel.estimator import Measurement, leave_one_family_out, measured_seconds
+from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core, network_features
+from hpcnb.perfmodel.opmodel import OpCostModel, op_design_matrix
+from hpcnb.perfmodel.protocol import PerfmodelError
+
+__all__ = ["LatencyEstimate", "LatencyPredictor", "default_predictor", "predict_latency"]
+
+
+class LatencyEstimate(NamedTuple):
+    """A predicted latency with its interval.
+
+    Attributes:
+        seconds: Predicted seconds per call (one forward pass, or one training step).
+        low: Lower end of the interval.
+        high: Upper end of the interval.
+        confidence: Nominal coverage of ``[low, high]`` on held-out families.
+    """
+
+    seconds: float
+    low: float
+    high: float
+    confidence: float
+
+
+@dataclass(frozen=True)
+class LatencyPredictor:
+    """A fitted per-op-kind model and its held-out error quantiles.
+
+    Attributes:
+        model: The :class:`OpCostModel`, fitted on every row.
+        mode: ``"inference"`` or ``"training"``.
+        threads: Thread count the timings were measured with.
+        cache_bytes: Cache size used by the features.
+        ratio_low: Lower quantile of held-out ``measured / predicted``.
+        ratio_high: Upper quantile of held-out ``measured / predicted``.
+        confidence: Coverage between the two quantiles.
+        rows: Rows the model was fitted on.
+    """
+
+    model: OpCostModel
+    mode: str
+    threads: int
+    cache_bytes: float
+    ratio_low: float
+    ratio_high: float
+    confidence: float
+    rows: int
+
+    @classmethod
+    def fit(
+        cls,
+        rows: Sequence[Measurement],
+        *,
+        threads: int,
+        mode: str = "inference",
+        confidence: float = 0.9,
+        cache_bytes: float | None = None,
+    ) -> LatencyPredictor:
+        """Fit on ``rows`` and take the interval from leave-one-family-out errors.
+
+        Args:
+            rows: Timed configurations of at least two families.
+            threads: Thread count they were timed with (checked at prediction).
+            mode: ``"inference"`` or ``"training"``.
+            confidence: Coverage of the interval, in (0, 1).
+            cache_bytes: Cache size for the features (default: this machine's L2).
+
+        Raises:
+            PerfmodelError: Fewer than two families, or a bad confidence.
+        """
+        if not 0 < confidence < 1:
+            raise PerfmodelError(f"LatencyPredictor.fit: confidence={confidence} not in (0, 1)")
+        cache = float(cache_bytes if cache_bytes is not None else cache_bytes_per_core())
+        X = op_design_matrix(rows, mode, cache)
+        y = measured_seconds(rows, mode)
+        families = [r.family for r in rows]
+        if len(set(families)) < 2:
+            raise PerfmodelError(f"LatencyPredictor.fit: need two families, got {set(families)}")
+        held = leave_one_family_out(lambda: OpCostModel(mode), X, y, families)
+        ratio = y / np.maximum(held.predicted, 1e-12)
+        alpha = (1 - confidence) / 2
+        low, high = np.quantile(ratio, [alpha, 1 - alpha])
+        return cls(
+            model=OpCostModel(mode).fit(X, y),
+            mode=mode,
+            threads=int(threads),
+            cache_bytes=cache,
+            ratio_low=float(min(low, 1.0)),
+            ratio_high=float(max(high, 1.0)),
+            confidence=float(confidence),
+            rows=len(rows),
+        )
+
+    def predict_features(self, features: NetworkFeatures, batch: int) -> LatencyEstimate:
+        """Predicted latency of a network given its features, at ``batch``.
+
+        Raises:
+            PerfmodelError: A batch below 1.
+        """
+        if isinstance(batch, bool) or int(batch) != batch or batch < 1:
+            raise PerfmodelError(f"batch={batch!r}: expected a positive integer")
+        row = Measurement(features, int(batch), float("nan"), float("nan"))
+        seconds = float(self.model.predict(op_design_matrix([row], self.mode, self.cache_bytes))[0])
+        seconds = max(seconds, 1e-9)
+        return LatencyEstimate(
+            seconds, seconds * self.ratio_low, seconds * self.ratio_high, self.confidence
+        )
+
+    def predict(self, model: nn.Module, input_shape: Sequence[int], batch: int) -> LatencyEstimate:
+        """Predicted latency of ``model`` on samples of ``input_shape`` at ``batch``."""
+        features = network_features(
+            model, tuple(int(s) for s in input_shape), training=self.mode == "training"
+        )
+        return self.predict_features(features, batch)
+
+
+_DEFAULTS: dict[tuple[int, str], LatencyPredictor] = {}
+
+
+def default_predictor(threads: int = 1, mode: str = "inference") -> LatencyPredictor:
+    """The predictor fitted on this machine's cached data set for ``threads`` (memoised).
+
+    The data set is notebook 03's default grid (:class:`~hpcnb.perfmodel.dataset.GridConfig`)
+    timed with ``threads`` threads (the CPU clock for one thread, else the wall clock); what
+    is missing from the cache is measured now (minutes the first time on a machine).
+
+    Args:
+        threads: Thread count of the timings.
+        mode: ``"inference"`` or ``"training"``.
+    """
+    key = (int(threads), mode)
+    if key not in _DEFAULTS:
+        from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
+        from hpcnb.perfmodel.timing import TimingConfig
+
+        timing = TimingConfig(threads=int(threads), clock="cpu" if threads == 1 else "wall")
+        rows = collect_dataset(GridConfig(timing=timing), remeasure="none")
+        _DEFAULTS[key] = LatencyPredictor.fit(rows, threads=int(threads), mode=mode)
+    return _DEFAULTS[key]
+
+
+def predict_latency(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    batch: int,
+    threads: int,
+    *,
+    mode: str = "inference",
+    predictor: LatencyPredictor | None = None,
+) -> LatencyEstimate:
+    """Predicted seconds of one forward pass (or training step) of ``model``, with interval.
+
+    Args:
+        model: The network (any module the IR can trace, e.g. a pruned ``GraphModule``).
+        input_shape: One sample's shape, e.g. ``(3, 32, 32)``.
+        batch: Batch size.
+        threads: Threads the latency is wanted for (must match the predictor's timings).
+        mode: ``"inference"`` or ``"training"`` (used when no predictor is given).
+        predictor: A fitted :class:`LatencyPredictor` (default: :func:`default_predictor`).
+
+    Returns:
+        :class:`LatencyEstimate` ``(seconds, low, high, confidence)``.
+
+    Raises:
+        PerfmodelError: ``threads`` differs from the predictor's, or a bad batch.
+    """
+    if isinstance(threads, bool) or int(threads) != threads or threads < 1:
+        raise PerfmodelError(f"threads={threads!r}: expected a positive integer")
+    predictor = predictor or default_predictor(int(threads), mode)
+    if predictor.threads != threads:
+        raise PerfmodelError(
+            f"predict_latency: threads={threads}, but the predictor was fitted on timings "
+            f"with {predictor.threads} thread(s)"
+        )
+    return predictor.predict(model, input_shape, batch)
