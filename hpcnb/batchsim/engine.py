@@ -404,8 +404,11 @@ class Simulator:
             self._usage_n.append(self.platform.num_nodes - view.free_nodes)
 
     def _ctx(self) -> RunContext:
-        sharers = sum(1 for r in self._view.running if r.job.work.uses_pfs)
-        return RunContext(self.platform, max(1, sharers))
+        sharers = max(1, self._pfs_users)
+        ctx = self._contexts.get(sharers)
+        if ctx is None:
+            ctx = self._contexts[sharers] = RunContext(self.platform, sharers)
+        return ctx
 
     def _start(self, rec: JobRecord, n: int) -> None:
         view = self._view
@@ -414,6 +417,7 @@ class Simulator:
         rec.status = JobStatus.RUNNING
         rec.start_time = view.time
         rec.nodes = rec.target = rec.active = n
+        self._pfs_users += rec.job.work.uses_pfs
         self._alloc(n)
         ctx = self._ctx()
         self._schedule_unit(rec, rec.job.work.init_segments(n, ctx), ctx)
@@ -505,6 +509,7 @@ class Simulator:
         else:
             view.running.remove(rec)
             self._alloc(-rec.nodes)
+            self._pfs_users -= rec.job.work.uses_pfs
         if rec.link:
             self._net.remove(rec, view.time)
             self._reschedule_flows()
@@ -563,6 +568,8 @@ class Simulator:
         self._net = FlowNetwork({"pfs_read": self.platform.pfs_read_bandwidth,
                                  "pfs_write": self.platform.pfs_write_bandwidth})  # fmt: skip
         self._reasons: set[InvocationReason] = set()
+        self._pfs_users = 0  # running jobs whose work does PFS I/O (for estimates)
+        self._contexts: dict[int, RunContext] = {}
         self._paused: list[JobRecord] = []
         for rec in records:
             self._push(rec.job.submit_time, _Submission(rec))

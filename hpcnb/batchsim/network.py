@@ -153,6 +153,7 @@ class FlowNetwork:
         self.capacity = dict(capacity)
         self.flows: dict[Hashable, _Flow] = {}
         self._users: dict[Hashable, dict[Hashable, None]] = {}  # resource -> flow keys
+        self._multi = 0  # active flows that use more than one resource
         self.last = 0.0
         self.token = 0
 
@@ -174,6 +175,19 @@ class FlowNetwork:
     def _solve(self, touched: set[Hashable]) -> None:
         """Recompute the rates of the flows connected (through resources) to ``touched``."""
         self.token += 1
+        if not self._multi:  # every flow on one resource: each resource on its own
+            for resource in touched:
+                flows = [self.flows[k] for k in self._users.get(resource, ())]
+                if len(flows) == 1:  # alone: its bound, or the whole resource
+                    f = flows[0]
+                    u = f.count * f.usage[resource]
+                    f.rate = min(f.bound, self.capacity[resource] / u) if u > 0 else f.bound
+                    continue
+                specs = [(f.usage, f.count, f.bound) for f in flows]
+                rates = _one_resource(specs, self.capacity[resource])
+                for flow, rate in zip(flows, rates, strict=True):
+                    flow.rate = rate
+            return
         keys: dict[Hashable, None] = {}
         seen: set[Hashable] = set()
         todo = list(touched)
@@ -211,6 +225,7 @@ class FlowNetwork:
         flow = self.flows[key] = _Flow(float(work), dict(usage), float(bound), int(count))
         for name in flow.usage:
             self._users.setdefault(name, {})[key] = None
+        self._multi += len(flow.usage) > 1
         if flow.usage:
             self._solve(set(flow.usage))
         else:
@@ -219,6 +234,7 @@ class FlowNetwork:
 
     def _drop(self, key: Hashable) -> set[Hashable]:
         flow = self.flows.pop(key)
+        self._multi -= len(flow.usage) > 1
         for name in flow.usage:
             del self._users[name][key]
         return set(flow.usage)

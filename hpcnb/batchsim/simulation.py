@@ -24,21 +24,25 @@ Example:
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from hpcnb.batchsim.engine import JobStatus, Simulator
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType
 from hpcnb.batchsim.platform import Platform
-from hpcnb.batchsim.rigid import simulate_rigid_arrays
 from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling, Scheduler
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "JOB_STATISTICS_COLUMNS",
@@ -64,11 +68,15 @@ JOB_STATISTICS_COLUMNS = (
 class SimulationResult:
     """Outcome of one simulation.
 
+    The job table is kept as columns (NumPy arrays) and turned into a pandas
+    ``DataFrame`` only when :attr:`jobs` is read, so that the command line, which writes
+    CSV files and metrics, never imports pandas.
+
     Attributes:
-        jobs: One row per job in submit order: ``id, type, user, submit, start, end,
-            wait, runtime, turnaround, status, nodes`` (start size), ``min_nodes``,
-            ``max_nodes`` (smallest / largest size held), ``requested_nodes``,
-            ``resizes``.
+        columns: The job table by column, in submit order: ``id, type, user, submit,
+            start, end, wait, runtime, turnaround, status, nodes`` (start size),
+            ``min_nodes``, ``max_nodes`` (smallest / largest size held),
+            ``requested_nodes``, ``resizes``.
         usage_times: Times at which the allocated node count changes.
         usage_nodes: Allocated nodes from each of those times on.
         num_nodes: Nodes of the machine.
@@ -77,11 +85,11 @@ class SimulationResult:
         invocations: Scheduler invocations (0 on the compiled rigid path).
         compiled: Whether the compiled rigid kernel ran.
         extra: Other counters (``events`` of the general engine).
-        resize_log: One row per applied reconfiguration: ``id, time, old, new`` (sizes
-            in nodes; the new size holds from ``time`` on, after the reconfiguration cost).
+        resizes: One ``(id, time, old, new)`` per applied reconfiguration (sizes in nodes;
+            the new size holds from ``time`` on, after the reconfiguration cost).
     """
 
-    jobs: pd.DataFrame
+    columns: dict[str, np.ndarray]
     usage_times: np.ndarray
     usage_nodes: np.ndarray
     num_nodes: int
@@ -90,14 +98,26 @@ class SimulationResult:
     invocations: int = 0
     compiled: bool = False
     extra: dict[str, float] = field(default_factory=dict)
-    resize_log: pd.DataFrame = field(
-        default_factory=lambda: pd.DataFrame(columns=["id", "time", "old", "new"])
-    )
+    resizes: list[tuple[int, float, int, int]] = field(default_factory=list)
+
+    @cached_property
+    def jobs(self) -> pd.DataFrame:
+        """The job table as a DataFrame (one row per job, the :attr:`columns`)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.columns)
+
+    @cached_property
+    def resize_log(self) -> pd.DataFrame:
+        """The reconfigurations as a DataFrame: ``id, time, old, new``."""
+        import pandas as pd
+
+        return pd.DataFrame(self.resizes, columns=["id", "time", "old", "new"])
 
     @property
     def jobs_per_second(self) -> float:
         """Simulated jobs per wall-clock second."""
-        return len(self.jobs) / max(self.wall_seconds, 1e-12)
+        return len(self.columns["id"]) / max(self.wall_seconds, 1e-12)
 
     def metrics(self, tau: float = 10.0) -> dict[str, float]:
         """Return the headline metrics.
@@ -107,22 +127,22 @@ class SimulationResult:
         ``mean_bounded_slowdown`` (``max(1, (wait + run) / max(run, tau))``),
         ``utilization`` (allocated node-seconds over ``nodes × makespan``).
         """
-        df = self.jobs
-        if len(df) == 0:
+        c = self.columns
+        n = len(c["id"])
+        if n == 0:
             return {"jobs": 0.0}
-        first, last = float(df["submit"].min()), float(df["end"].max())
-        makespan = last - first
-        run = df["runtime"].to_numpy()
-        wait = df["wait"].to_numpy()
+        makespan = float(np.max(c["end"]) - np.min(c["submit"]))
+        run, wait = c["runtime"], c["wait"]
         bsld = np.maximum(1.0, (wait + run) / np.maximum(run, tau))
+        status = np.asarray(c["status"])
         return {
-            "jobs": float(len(df)),
-            "completed": float((df["status"] == JobStatus.COMPLETED.value).sum()),
-            "killed": float((df["status"] == JobStatus.KILLED.value).sum()),
+            "jobs": float(n),
+            "completed": float(np.sum(status == JobStatus.COMPLETED.value)),
+            "killed": float(np.sum(status == JobStatus.KILLED.value)),
             "makespan": makespan,
             "mean_wait": float(wait.mean()),
             "median_wait": float(np.median(wait)),
-            "mean_turnaround": float(df["turnaround"].mean()),
+            "mean_turnaround": float(c["turnaround"].mean()),
             "mean_bounded_slowdown": float(bsld.mean()),
             "utilization": self.node_seconds() / (self.num_nodes * makespan) if makespan else 0.0,
         }
@@ -136,30 +156,28 @@ class SimulationResult:
 
     def utilization_series(self) -> pd.DataFrame:
         """Return the node-utilisation step function (``time, allocated, utilization``)."""
-        return pd.DataFrame(
-            {
-                "time": self.usage_times,
-                "allocated": self.usage_nodes,
-                "utilization": self.usage_nodes / self.num_nodes,
-            }
-        )
+        import pandas as pd
+
+        return pd.DataFrame(self._utilization_columns())
+
+    def _utilization_columns(self) -> dict[str, np.ndarray]:
+        return {
+            "time": self.usage_times,
+            "allocated": self.usage_nodes,
+            "utilization": self.usage_nodes / self.num_nodes,
+        }
+
+    def _statistics_columns(self) -> dict[str, np.ndarray]:
+        c = self.columns
+        return dict(zip(JOB_STATISTICS_COLUMNS, (c["id"], c["type"], c["submit"], c["start"],
+                    c["end"], c["wait"], c["runtime"], c["turnaround"], c["status"]),
+                    strict=True))  # fmt: skip
 
     def job_statistics(self) -> pd.DataFrame:
         """Return ElastiSim's ``job_statistics.csv`` table (Makespan = end − start)."""
-        df = self.jobs
-        return pd.DataFrame(
-            {
-                "ID": df["id"],
-                "Type": df["type"],
-                "Submit Time": df["submit"],
-                "Start Time": df["start"],
-                "End Time": df["end"],
-                "Wait Time": df["wait"],
-                "Makespan": df["runtime"],
-                "Turnaround Time": df["turnaround"],
-                "Status": df["status"],
-            }
-        )
+        import pandas as pd
+
+        return pd.DataFrame(self._statistics_columns())
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``job_statistics.csv``, ``node_utilization.csv`` and ``metrics.json``."""
@@ -170,20 +188,30 @@ class SimulationResult:
             "node_utilization": out / "node_utilization.csv",
             "metrics": out / "metrics.json",
         }
-        self.job_statistics().to_csv(paths["job_statistics"], index=False)
-        self.utilization_series().to_csv(paths["node_utilization"], index=False)
+        _write_csv(paths["job_statistics"], self._statistics_columns())
+        _write_csv(paths["node_utilization"], self._utilization_columns())
         payload = {"scheduler": self.scheduler, "nodes": self.num_nodes, **self.metrics()}
         payload["wall_seconds"] = self.wall_seconds
         paths["metrics"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         return paths
 
 
-def _table(rows: dict[str, list | np.ndarray]) -> pd.DataFrame:
-    df = pd.DataFrame(rows)
-    df["wait"] = df["start"] - df["submit"]
-    df["runtime"] = df["end"] - df["start"]
-    df["turnaround"] = df["end"] - df["submit"]
-    return df
+def _write_csv(path: Path, columns: dict[str, Any]) -> None:
+    """Write columns as CSV (numbers as Python writes them, no index)."""
+    values = [np.asarray(v).tolist() if not isinstance(v, list) else v for v in columns.values()]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(zip(*values, strict=True))
+
+
+def _table(rows: dict[str, Any]) -> dict[str, np.ndarray]:
+    n = len(rows["id"])
+    table = {k: (np.asarray(v) if not np.isscalar(v) else np.full(n, v)) for k, v in rows.items()}
+    table["wait"] = table["start"] - table["submit"]
+    table["runtime"] = table["end"] - table["start"]
+    table["turnaround"] = table["end"] - table["submit"]
+    return table
 
 
 def _usage(starts: np.ndarray, ends: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -261,6 +289,8 @@ def simulate(
         estimate = np.array([j.walltime if j.walltime is not None else j.work.runtime
                              for j in ordered])  # type: ignore[attr-defined]  # fmt: skip
         size = np.array([j.num_nodes for j in ordered], dtype=np.int64)
+        from hpcnb.batchsim.rigid import simulate_rigid_arrays  # Numba: only when used
+
         start = simulate_rigid_arrays(submit, runtime, estimate, size, platform.num_nodes, kernel)
         end = start + runtime
         wall = time.perf_counter() - t0
@@ -299,10 +329,7 @@ def simulate(
         trace.invocations,
         False,
         {"events": float(trace.events)},
-        pd.DataFrame(
-            [(r.id, t, old, new) for r in recs for t, old, new in r.resizes],
-            columns=["id", "time", "old", "new"],
-        ),
+        [(r.id, t, old, new) for r in recs for t, old, new in r.resizes],
     )
 
 
