@@ -245,6 +245,10 @@ class ProgramProfile:
         valgrind_threads: The valgrind thread slot of each logical thread.
         word_bytes: Bytes per word.
         command: The traced command.
+        parallel_from: Trace row of the first access by a thread other than the main one
+            (rows before it are the program's serial start, e.g. reading its input).
+        row_functions: Per trace row, the index in ``binary.functions`` of the function
+            of the last program instruction the accessing thread executed (-1: none yet).
     """
 
     profile: Profile
@@ -253,6 +257,14 @@ class ProgramProfile:
     valgrind_threads: list[int]
     word_bytes: int
     command: list[str] = field(default_factory=list)
+    parallel_from: int = 0
+    row_functions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def rows_in(self, functions: set[str]) -> np.ndarray:
+        """Mask of the trace rows made by code of the named functions."""
+        names = {f.name: k for k, f in enumerate(self.binary.functions)}
+        idx = [names[f] for f in functions if f in names]
+        return np.isin(self.row_functions, idx)
 
     @property
     def nthreads(self) -> int:
@@ -362,23 +374,26 @@ def parse_trace(
         top = head["STACK"] + 4096
         objs.add("stack of thread 0", "stack", "main thread", top - STACK_WINDOW, STACK_WINDOW)
     heap_count = 0
-    loop_region: dict[int, int] = {}
+    loop_region: dict[int, tuple[int, int]] = {}
+    fn_index = {f.name: k for k, f in enumerate(b.functions)}
 
-    def region_of(addr: int) -> int:
+    def region_of(addr: int) -> tuple[int, int]:
         r = loop_region.get(addr)
         if r is None:
-            r = loop_region[addr] = b.loop_at(addr - base) + 1
+            fa = addr - base
+            r = loop_region[addr] = (b.loop_at(fa) + 1, fn_index.get(b.function_at(fa), -1))
         return r
 
     vg_to_logical: dict[int, int] = {1: 0}
     vg_threads = [1]
     unmatched: set[int] = set()
     pending: list[tuple[int, int]] = []
-    region: dict[int, int] = {}
-    rows: list[tuple[int, int, int, int, int]] = []
+    region: dict[int, tuple[int, int]] = {}
+    rows: list[tuple[int, int, int, int, int, int]] = []
     cur_vg, cur = 1, 0
     n_event = 0
     n_lines = 0
+    parallel_from = -1
     starts, ends, ids = objs.starts, objs.ends, objs.ids
     wb = word_bytes
     for line in run.log.splitlines():
@@ -404,6 +419,8 @@ def parse_trace(
                     vg_threads.append(-1)
                 vg_threads[t] = cur_vg
                 cur = t
+                if parallel_from < 0:
+                    parallel_from = len(rows)
             if cur < 0:
                 continue
             if a == mailbox and kind != "L":
@@ -426,19 +443,19 @@ def parse_trace(
             size = int(line[comma + 1 :])
             w0 = (a - o.address) // wb
             w1 = min((a + size - 1 - o.address) // wb, (o.size - 1) // wb)
-            reg = region.get(cur_vg, 0)
+            reg, fn = region.get(cur_vg, (0, -1))
             for w in range(w0, w1 + 1):
                 e, ad = o.first + w, o.address + w * wb
                 if kind != "S":
-                    rows.append((cur, reg, e, ad, 0))
+                    rows.append((cur, reg, e, ad, 0, fn))
                 if kind != "L":
-                    rows.append((cur, reg, e, ad, 1))
+                    rows.append((cur, reg, e, ad, 1, fn))
             continue
         if c == "-":
             m = _SCHED_START.search(line)
             if m:
                 cur_vg = int(m.group(1))
-                region[cur_vg] = 0
+                region[cur_vg] = (0, -1)
                 if cur_vg != 1 or len(vg_threads) > 1:
                     unmatched.add(cur_vg)
                     vg_to_logical.pop(cur_vg, None)
@@ -480,9 +497,9 @@ def parse_trace(
         regions.append(
             Region(lp.index + 1, lp.line, lp.parent + 1, "loop", f"{lp.location} ({lp.function})")
         )
-    tr = np.array(rows, np.int64).reshape(-1, 5)
+    tr = np.array(rows, np.int64).reshape(-1, 6)
     trace = np.zeros((len(tr), 6), np.int64)
-    trace[:, :5] = tr
+    trace[:, :5] = tr[:, :5]
     acc = np.zeros((len(regions), 2), np.int64)
     if len(trace):
         np.add.at(acc, (trace[:, 1], trace[:, 4]), 1)
@@ -495,7 +512,10 @@ def parse_trace(
     )  # fmt: skip
     p.exact = replay_exact(p)
     p.exact_bytes = word_bytes * p.exact
-    return ProgramProfile(p, objs.all, b, vg_threads, word_bytes, list(run.command))
+    return ProgramProfile(
+        p, objs.all, b, vg_threads, word_bytes, list(run.command),
+        parallel_from if parallel_from >= 0 else len(rows), tr[:, 5].copy(),
+    )  # fmt: skip
 
 
 def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
