@@ -60,12 +60,15 @@ __all__ = [
     "MethodOutcome",
     "accuracy_gap",
     "bar_table",
+    "by_method",
     "compare_methods",
     "compare_over_seeds",
     "count_passing",
     "gap_over_seeds",
+    "headline_budget",
     "outcomes_table",
     "score_pruned",
+    "sweep_table",
 ]
 
 METHODS = ("gnnrl", "gnnrl_latency", "uniform", "random", "amc_ddpg", "torch_pruning")
@@ -102,6 +105,7 @@ class MethodOutcome:
         items_after: Per test item, right after fine-tuning (recalibrated).
         model: The pruned network as extracted (not fine-tuned), for further timing.
         seed: The seed of the searches and the fine-tuning.
+        counts: Kept channels per group (empty for the original and the peer).
     """
 
     method: str
@@ -123,6 +127,7 @@ class MethodOutcome:
     items_after: np.ndarray = field(default_factory=lambda: np.zeros(0, bool), repr=False)
     model: nn.Module | None = field(default=None, repr=False, compare=False)
     seed: int = 0
+    counts: tuple[int, ...] = ()
 
 
 def _flops(model: nn.Module, example: torch.Tensor) -> int:
@@ -189,12 +194,12 @@ def compare_methods(
     example = torch.as_tensor(np.asarray(x_test[:2])).float()
     base_flops = _flops(task.model, example)
     searches: dict[str, agents.PolicySearchResult] = {}
-    pruned: dict[str, tuple[nn.Module, float, tuple[float, ...]]] = {}
+    pruned: dict[str, tuple[nn.Module, float, tuple[float, ...], tuple[int, ...]]] = {}
     for method in methods:
         if method == "torch_pruning":
             start = time.perf_counter()
             peer = torch_pruning_at_budget(task.model, example, target)
-            pruned[method] = (peer.model, time.perf_counter() - start, ())
+            pruned[method] = (peer.model, time.perf_counter() - start, (), ())
             continue
         if method == "gnnrl":
             result = agents.gnnrl_search(task, env_config, ppo)
@@ -213,7 +218,12 @@ def compare_methods(
             result = agents.amc_ddpg_search(task, env_config, ddpg)
         searches[method] = result
         model = task.extract(result.counts, ratios=False)
-        pruned[method] = (model, result.seconds, tuple(float(k) for k in result.keep))
+        pruned[method] = (
+            model,
+            result.seconds,
+            tuple(float(k) for k in result.keep),
+            tuple(int(c) for c in result.counts),
+        )
     models = {"original": task.model, **{m: v[0] for m, v in pruned.items()}}
     batch = torch.as_tensor(
         np.resize(np.asarray(x_train), (latency_batch, *np.asarray(x_train).shape[1:]))
@@ -255,6 +265,7 @@ def compare_methods(
                 correct_before=before,
                 correct_after=after,
                 keep=() if name == "original" else pruned[name][2],
+                counts=() if name == "original" else pruned[name][3],
                 speedup_samples=samples,
                 items_before=items_before,
                 items_after=items_after,
@@ -309,6 +320,7 @@ def outcomes_table(outcomes: list[MethodOutcome]) -> pd.DataFrame:
         "items_before",
         "items_after",
         "model",
+        "counts",
     }
     rows = [{k: v for k, v in o.__dict__.items() if k not in hidden} for o in outcomes]
     return pd.DataFrame(rows).set_index(["target", "method"])
@@ -529,3 +541,70 @@ def gap_over_seeds(
         stats[r] = diff[np.ix_(rows, cols)].mean()
     low, high = np.quantile(stats, [0.025, 0.975])
     return value, float(min(low, value)), float(max(high, value)), int(diff.size)
+
+
+def by_method(runs: dict[int, list[MethodOutcome]]) -> dict[str, list[MethodOutcome]]:
+    """Regroup ``{seed: outcomes}`` as ``{method: outcomes in seed order}``."""
+    out: dict[str, list[MethodOutcome]] = {}
+    for seed in sorted(runs):
+        for o in runs[seed]:
+            out.setdefault(o.method, []).append(o)
+    return out
+
+
+def sweep_table(
+    sweep: dict[float, dict[int, list[MethodOutcome]]], main: str, stage: str = "after"
+) -> pd.DataFrame:
+    """Summarise a budget sweep over seeds: per budget and method, accuracy and gap to ``main``.
+
+    Args:
+        sweep: ``{budget: {seed: outcomes}}`` (:func:`compare_over_seeds` per budget).
+        main: The method the others are compared with (``main - other``).
+        stage: ``"after"`` or ``"before"`` fine-tuning.
+
+    Returns:
+        One row per (budget, method other than the original): mean ``flops_ratio``, mean
+        ``accuracy``, and ``gap`` (main minus method) with ``gap_low`` / ``gap_high``
+        (:func:`gap_over_seeds`), ``separated`` when the interval excludes 0.
+    """
+    rows = []
+    for budget, runs in sweep.items():
+        grouped = by_method(runs)
+        if main not in grouped:
+            raise ValueError(f"sweep_table: no {main!r} outcomes at budget {budget}")
+        for method, outs in grouped.items():
+            if method == "original":
+                continue
+            gap, low, high, _ = gap_over_seeds(grouped[main], outs, stage, stage)
+            rows.append(
+                {
+                    "budget": budget,
+                    "method": method,
+                    "flops_ratio": float(np.mean([o.flops_ratio for o in outs])),
+                    "accuracy": float(np.mean([_correct(o, stage) / o.n_test for o in outs])),
+                    "gap": gap,
+                    "gap_low": low,
+                    "gap_high": high,
+                    "separated": method != main and (low > 0 or high < 0),
+                }
+            )
+    return pd.DataFrame(rows).set_index(["budget", "method"])
+
+
+def headline_budget(table: pd.DataFrame, main: str, versus: str = "uniform") -> float:
+    """The budget of the headline comparison, by a rule fixed before the results.
+
+    The largest budget of a :func:`sweep_table` at which the interval of ``main`` minus
+    ``versus`` excludes zero (the methods can be told apart there); if there is none, the
+    smallest budget (where pruning is hardest and differences are largest).
+
+    Args:
+        table: A :func:`sweep_table`.
+        main: The main method.
+        versus: The method whose gap decides.
+    """
+    budgets = sorted({b for b, _ in table.index}, reverse=True)
+    for budget in budgets:
+        if (budget, versus) in table.index and bool(table.loc[(budget, versus), "separated"]):
+            return float(budget)
+    return float(budgets[-1])

@@ -1,4 +1,4 @@
-"""Figures of notebook 02: the hierarchical graph, learning curves, learned keep ratios."""
+"""Figures of notebook 02: the graph, learning curves, keep ratios, budget sweep, latency."""
 
 from __future__ import annotations
 
@@ -7,12 +7,19 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 import networkx as nx
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 
 from hpcnb.pruning.agents import learning_curve
 from hpcnb.pruning.hiergraph import HierarchicalGraph
 
-__all__ = ["plot_hierarchical_graph", "plot_keep_ratios", "plot_learning_curves"]
+__all__ = [
+    "plot_budget_sweep",
+    "plot_flops_vs_latency",
+    "plot_hierarchical_graph",
+    "plot_keep_ratios",
+    "plot_learning_curves",
+]
 
 
 def plot_hierarchical_graph(graph: HierarchicalGraph, op: int | None = None) -> Figure:
@@ -100,5 +107,50 @@ def plot_keep_ratios(
     ax.set_ylim(0, 1.05)
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+def plot_flops_vs_latency(table: pd.DataFrame, title: str = "") -> Figure:
+    """Scatter of FLOPs kept against measured speed-up, one point per method.
+
+    Args:
+        table: Rows with ``model``, ``flops_ratio``, ``speedup``, ``speedup_low`` and
+            ``speedup_high`` (e.g. one size and batch of
+            :func:`~hpcnb.pruning.latency.latency_table_by_size` joined with FLOPs).
+        title: Axes title.
+    """
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for _, row in table.iterrows():
+        err = [[row.speedup - row.speedup_low], [row.speedup_high - row.speedup]]
+        ax.errorbar(row.flops_ratio, row.speedup, yerr=err, fmt="o", capsize=3)
+        ax.annotate(str(row.model), (row.flops_ratio, row.speedup), fontsize=8,
+                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    xs = np.linspace(max(0.05, float(table.flops_ratio.min()) * 0.8), 1.0, 50)
+    ax.plot(xs, 1 / xs, "k--", lw=1, label="speed-up = 1 / FLOPs kept")
+    ax.set_xlabel("FLOPs kept (pruned / original)")
+    ax.set_ylabel("measured speed-up (original / pruned latency)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_budget_sweep(table: pd.DataFrame, title: str = "") -> Figure:
+    """Accuracy after fine-tuning against the FLOPs budget, one line per method.
+
+    Args:
+        table: A :func:`~hpcnb.pruning.compare.sweep_table`.
+        title: Axes title.
+    """
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    flat = table.reset_index()
+    for method, rows in flat.groupby("method"):
+        rows = rows.sort_values("budget")
+        ax.plot(rows.budget, rows.accuracy, "o-", label=str(method))
+    ax.set_xlabel("FLOPs budget (fraction kept)")
+    ax.set_ylabel("test accuracy after fine-tuning (mean over seeds)")
+    ax.set_title(title)
+    ax.legend()
     fig.tight_layout()
     return fig
