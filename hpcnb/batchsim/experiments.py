@@ -9,7 +9,7 @@ used (``"synthetic (Lublin model, stand-in for HPC2N)"``) and whose ``source``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,10 @@ from hpcnb.progress import progress
 from hpcnb.timing import Timing
 
 __all__ = [
+    "ELASTISIM_EXAMPLE_OVERALL",
+    "ELASTISIM_EXAMPLE_TURNAROUND",
     "LoadedData",
+    "command_seconds",
     "jobs_per_second",
     "load_dl_tables",
     "load_dl_workload",
@@ -38,7 +41,9 @@ __all__ = [
     "malleability_gains",
     "policy_sweep",
     "speed_vs_jobs",
+    "speed_vs_scale",
     "synthetic_dl_table",
+    "turnaround_by_type",
     "write_synthetic_elastisim_project",
 ]
 
@@ -352,3 +357,90 @@ def write_synthetic_elastisim_project(folder: str | Path, num_jobs: int = 500,
     config = {"platform_file": "crossbar.xml", "scheduling_interval": 0}
     (folder / "configuration.json").write_text(json.dumps(config), encoding="utf-8")
     return folder / "jobs.json"
+
+
+#: Mean turnaround per job type (s) that ElastiSim reports on its example project with the
+#: example scheduling algorithm, as quoted in this project's issue 24 (peer figures, not
+#: measured here), and the overall figures of the same run.
+ELASTISIM_EXAMPLE_TURNAROUND: dict[str, float] = {
+    "adaptive": 28908.0, "rigid": 28152.0, "malleable": 26609.0, "moldable": 28307.0,
+    "evolving": 34521.0,
+}  # fmt: skip
+ELASTISIM_EXAMPLE_OVERALL: dict[str, float] = {
+    "mean_wait": 24554.0, "mean_turnaround": 28225.0, "makespan": 113903.0,
+}  # fmt: skip
+
+
+def turnaround_by_type(
+    runs: Mapping[str, SimulationResult], reference: Mapping[str, float] | None = None
+) -> pd.DataFrame:
+    """Tabulate mean turnaround per job type for several runs, beside a reference.
+
+    Args:
+        runs: Label -> result.
+        reference: Mean turnaround per type to compare with (default: ElastiSim's figures
+            on its example, :data:`ELASTISIM_EXAMPLE_TURNAROUND`).
+
+    Returns:
+        One row per job type: the reference, each run's mean turnaround and its relative
+        error ``run / reference - 1`` (column ``<label> error``).
+    """
+    reference = ELASTISIM_EXAMPLE_TURNAROUND if reference is None else reference
+    table = pd.DataFrame({"ElastiSim": pd.Series(reference, dtype=float)})
+    for label, result in runs.items():
+        means = result.jobs.groupby("type")["turnaround"].mean()
+        table[label] = means.reindex(table.index)
+        table[f"{label} error"] = table[label] / table["ElastiSim"] - 1
+    return table
+
+
+def command_seconds(args: Sequence[str], repeats: int = 5, timeout: float = 120.0) -> Timing:
+    """Time a whole ``hpcnb`` command (interpreter start, imports, run, output files).
+
+    Each sample runs ``python -m hpcnb.cli ARGS`` in a fresh process through
+    :func:`hpcnb.launch.run_bounded`, timed by :func:`hpcnb.timing.median_time` (wall
+    clock) after one untimed run.
+
+    Raises:
+        hpcnb.launch.LaunchError: The command failed (its stderr is in the message).
+    """
+    import sys
+
+    from hpcnb.launch import run_bounded
+    from hpcnb.timing import median_time
+
+    cmd = [sys.executable, "-m", "hpcnb.cli", *args]
+    return median_time(lambda: run_bounded(cmd, timeout=timeout, check=True), repeats=repeats)
+
+
+def speed_vs_scale(
+    job_counts: Sequence[int],
+    node_counts: Sequence[int],
+    fixed_nodes: int,
+    fixed_jobs: int,
+    seed: int = 0,
+    scheduler: str = "easy",
+) -> pd.DataFrame:
+    """Time rigid simulation over trace length and machine size, with the real-time ratio.
+
+    Two sweeps of Lublin–Feitelson workloads (the generator sizes jobs for the machine):
+    ``job_counts`` jobs on ``fixed_nodes`` nodes, then ``fixed_jobs`` jobs on each of
+    ``node_counts`` nodes. Each point is one run of the compiled kernel after a warm-up.
+
+    Returns:
+        Rows ``sweep, jobs, nodes, seconds`` (the simulator's wall-clock),
+        ``jobs_per_s`` and ``realtime_ratio`` (simulated span / wall seconds).
+    """
+    points = [("jobs", n, fixed_nodes) for n in job_counts]
+    points += [("nodes", fixed_jobs, m) for m in node_counts]
+    rows = []
+    warm = jobs_from_swf(lublin_feitelson(100, 128, seed), 128).jobs
+    simulate(warm, Platform(128), make_scheduler(scheduler))  # compile once
+    for sweep, n, m in progress(points, desc="speed vs scale"):
+        jobs = jobs_from_swf(lublin_feitelson(n, m, seed), m).jobs
+        result = simulate(jobs, Platform(m), make_scheduler(scheduler))
+        span = result.metrics()["makespan"]
+        rows.append({"sweep": sweep, "jobs": len(jobs), "nodes": m,
+                     "seconds": result.wall_seconds, "jobs_per_s": result.jobs_per_second,
+                     "realtime_ratio": span / result.wall_seconds})  # fmt: skip
+    return pd.DataFrame(rows)

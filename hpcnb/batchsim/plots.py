@@ -13,7 +13,14 @@ from matplotlib.figure import Figure
 
 from hpcnb.batchsim.simulation import SimulationResult
 
-__all__ = ["plot_dl_fit", "plot_gantt", "plot_policy_bars", "plot_speed", "plot_utilization"]
+__all__ = [
+    "plot_dl_fit",
+    "plot_gantt",
+    "plot_policy_bars",
+    "plot_speed",
+    "plot_speed_scale",
+    "plot_utilization",
+]
 
 _TYPE_COLOURS = {
     "rigid": "tab:blue",
@@ -177,5 +184,32 @@ def plot_dl_fit(tests: Mapping[str, pd.DataFrame], width: float = 3.2) -> Figure
         ax.set_xlabel("measured (samples/s)")
         ax.set_ylabel("model (samples/s)")
         ax.set_title(name)
+    fig.tight_layout()
+    return fig
+
+
+def plot_speed_scale(table: pd.DataFrame, anchor: float = 100.0) -> Figure:
+    """Draw jobs/s and the real-time ratio against trace length and machine size.
+
+    Args:
+        table: The table of :func:`~hpcnb.batchsim.experiments.speed_vs_scale`.
+        anchor: A real-time ratio to mark (the Slurm simulator's ~100x real time).
+    """
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+    for ax, sweep, xlabel in ((axes[0], "jobs", "jobs simulated"),
+                              (axes[1], "nodes", "nodes of the machine")):  # fmt: skip
+        part = table[table["sweep"] == sweep]
+        x = part[sweep].to_numpy(dtype=float)
+        ax.loglog(x, part["jobs_per_s"], "o-", color="tab:blue", label="jobs / s")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("simulated jobs per second", color="tab:blue")
+        twin = ax.twinx()
+        twin.loglog(x, part["realtime_ratio"], "s--", color="tab:red", label="real-time ratio")
+        twin.axhline(anchor, color="tab:red", linestyle=":", linewidth=0.8)
+        twin.set_ylabel("simulated s per wall s", color="tab:red")
+        fixed = part["nodes" if sweep == "jobs" else "jobs"].iloc[0]
+        ax.set_title(f"{'on' if sweep == 'jobs' else 'with'} {fixed:,} "
+                     f"{'nodes' if sweep == 'jobs' else 'jobs'}", fontsize="small")  # fmt: skip
+    fig.suptitle(f"Rigid EASY (compiled kernel); dotted: {anchor:g}x real time", fontsize="small")
     fig.tight_layout()
     return fig
