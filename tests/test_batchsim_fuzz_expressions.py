@@ -42,7 +42,8 @@ from hpcnb.batchsim.jobs import RunContext
 from hpcnb.batchsim.scheduler import FCFS
 from hpcnb.errors import HpcnbError
 
-TIME_BOUND_S = 10.0  # per input, under tracemalloc; the inputs take milliseconds to ~1 s
+TIME_BOUND_S = 60.0  # per input, under tracemalloc: inputs take ms to ~1 s; bounds runaway work
+# on a loaded 2-core machine, not speed
 MEMORY_BOUND_B = 200 * 2**20  # tracemalloc peak per input
 
 
