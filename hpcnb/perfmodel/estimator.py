@@ -214,7 +214,10 @@ def mape_interval(
     return mean_interval(ape, groups=groups, confidence=confidence, resamples=resamples, seed=seed)
 
 
-def _relative_nnls(X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+def _relative_nnls(
+    X: np.ndarray, y: np.ndarray, offset: np.ndarray | float = 0.0
+) -> tuple[float, np.ndarray]:
+    """``θ0, θ ≥ 0`` minimising ``Σ ((offset + θ0 + X θ - y) / y)²`` (offset: a fixed part)."""
     from scipy.optimize import nnls
 
     if X.ndim != 2 or len(X) != len(y):
@@ -223,7 +226,7 @@ def _relative_nnls(X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         raise ValueError("targets must be a non-empty set of finite positive times")
     scale = np.maximum(np.abs(X).max(axis=0), 1e-300)  # column scaling for conditioning
     A = np.column_stack([np.ones(len(y)), X / scale]) / y[:, None]
-    coef, _ = nnls(A, np.ones(len(y)), maxiter=50 * A.shape[1])
+    coef, _ = nnls(A, 1.0 - np.asarray(offset) / y, maxiter=50 * A.shape[1])
     return float(coef[0]), coef[1:] / scale
 
 

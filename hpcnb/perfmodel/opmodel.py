@@ -112,23 +112,51 @@ def op_design_matrix(
 class OpCostModel(RegressorMixin, BaseEstimator):
     """Non-negative per-op-kind runtime model (module docstring).
 
+    With ``peak_flops`` (the machine's measured matrix-product rate,
+    :func:`hpcnb.perfmodel.timing.peak_flops`) the dense-FLOP coefficient is bounded below by
+    ``1 / peak_flops``: no FLOP costs less than at peak. Without that floor the coefficient
+    is identified only by the families in the fit, and when they spend their time on
+    launches and memory traffic it comes out near zero, so a compute-bound family held out
+    (VGG) is predicted several times too fast.
+
     Args:
         mode: ``"inference"`` or ``"training"`` (names the columns in :meth:`formula`).
+        peak_flops: Measured FLOP/s of this machine (``None``: no floor).
     """
 
-    def __init__(self, mode: str = "inference") -> None:
+    def __init__(self, mode: str = "inference", peak_flops: float | None = None) -> None:
         self.mode = mode
+        self.peak_flops = peak_flops
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> OpCostModel:
-        """Fit ``θ ≥ 0`` minimising the squared relative error; return ``self``.
+        """Fit ``θ ≥ 0`` (dense FLOPs ``≥ 1/peak``) minimising the squared relative error.
 
         Args:
             X: Features ``(n, k)`` from :func:`op_design_matrix`.
             y: Measured seconds ``(n,)``.
+
+        Returns:
+            ``self`` with ``intercept_`` and ``coef_``.
         """
         _check_mode(self.mode)
         X = np.asarray(X, dtype=float)
-        self.intercept_, self.coef_ = _relative_nnls(X, np.asarray(y, dtype=float))
+        y = np.asarray(y, dtype=float)
+        floor = np.zeros(X.shape[1]) if X.ndim == 2 else np.zeros(0)
+        names = op_feature_names(self.mode)
+        if self.peak_flops is not None:
+            if not self.peak_flops > 0:
+                raise PerfmodelError(f"OpCostModel: peak_flops={self.peak_flops}, expected > 0")
+            if X.ndim != 2 or X.shape[1] != len(names):
+                raise PerfmodelError(
+                    f"OpCostModel(peak_flops=...): X has shape {X.shape}, expected the "
+                    f"{len(names)} columns of op_design_matrix"
+                )
+            floor[names.index("flops_dense")] = 1.0 / self.peak_flops
+        base = X @ floor if X.ndim == 2 else 0.0
+        # minimise Σ ((base + θ0 + Xθ - y) / y)² with θ ≥ 0: fit the extra over the floor
+        # as a relative NNLS on targets y - base, weighted by the original y.
+        self.intercept_, extra = _relative_nnls(X, y, offset=base)
+        self.coef_ = floor + extra
         self.n_features_in_ = X.shape[1]
         return self
 

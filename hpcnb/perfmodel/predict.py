@@ -104,6 +104,7 @@ class LatencyPredictor:
         mode: str = "inference",
         confidence: float = 0.9,
         cache_bytes: float | None = None,
+        peak_flops: float | None = None,
     ) -> LatencyPredictor:
         """Fit on ``rows`` and take the interval from leave-one-family-out errors.
 
@@ -113,6 +114,8 @@ class LatencyPredictor:
             mode: ``"inference"`` or ``"training"``.
             confidence: Coverage of the interval, in (0, 1).
             cache_bytes: Cache size for the features (default: this machine's L2).
+            peak_flops: Measured FLOP/s, the floor of the dense-FLOP cost
+                (:class:`~hpcnb.perfmodel.opmodel.OpCostModel`); ``None``: no floor.
 
         Raises:
             PerfmodelError: Fewer than two families, or a bad confidence.
@@ -125,12 +128,12 @@ class LatencyPredictor:
         families = [r.family for r in rows]
         if len(set(families)) < 2:
             raise PerfmodelError(f"LatencyPredictor.fit: need two families, got {set(families)}")
-        held = leave_one_family_out(lambda: OpCostModel(mode), X, y, families)
+        held = leave_one_family_out(lambda: OpCostModel(mode, peak_flops), X, y, families)
         ratio = y / np.maximum(held.predicted, 1e-12)
         alpha = (1 - confidence) / 2
         low, high = np.quantile(ratio, [alpha, 1 - alpha])
         return cls(
-            model=OpCostModel(mode).fit(X, y),
+            model=OpCostModel(mode, peak_flops).fit(X, y),
             mode=mode,
             threads=int(threads),
             cache_bytes=cache,
@@ -171,7 +174,9 @@ def default_predictor(threads: int = 1, mode: str = "inference") -> LatencyPredi
 
     The data set is notebook 03's default grid (:class:`~hpcnb.perfmodel.dataset.GridConfig`)
     timed with ``threads`` threads (the CPU clock for one thread, else the wall clock); what
-    is missing from the cache is measured now (minutes the first time on a machine).
+    is missing from the cache is measured now (about 9 minutes the first time on a busy
+    2-core machine). The dense-FLOP floor is this machine's matrix-product rate, measured
+    now (about a second).
 
     Args:
         threads: Thread count of the timings.
@@ -180,11 +185,16 @@ def default_predictor(threads: int = 1, mode: str = "inference") -> LatencyPredi
     key = (int(threads), mode)
     if key not in _DEFAULTS:
         from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
-        from hpcnb.perfmodel.timing import TimingConfig
+        from hpcnb.perfmodel.timing import TimingConfig, peak_flops
 
         timing = TimingConfig(threads=int(threads), clock="cpu" if threads == 1 else "wall")
         rows = collect_dataset(GridConfig(timing=timing), remeasure="none")
-        _DEFAULTS[key] = LatencyPredictor.fit(rows, threads=int(threads), mode=mode)
+        peak = peak_flops(
+            TimingConfig(threads=int(threads), warmup=1, repeats=5, clock=timing.clock)
+        )
+        _DEFAULTS[key] = LatencyPredictor.fit(
+            rows, threads=int(threads), mode=mode, peak_flops=peak
+        )
     return _DEFAULTS[key]
 
 

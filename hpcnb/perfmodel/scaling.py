@@ -49,6 +49,7 @@ __all__ = [
     "ScalingParams",
     "ScalingTable",
     "ScalingValidation",
+    "extrapolate_nodes",
     "read_placements",
     "read_scalability",
     "validate_scaling",
@@ -427,6 +428,62 @@ def validate_scaling(
     train = read_placements(directory / "placements.csv")
     test = read_scalability(directory / "scalability.csv")
     model = ScalingModel(algorithm, gradient_bytes, fixed_overlap).fit(train)
+    pred = model.predict_table(test)
+    mape = float(np.mean(np.abs(pred - test.step_time) / test.step_time))
+    return ScalingValidation(directory.name, model, test, pred, mape, model.train_mape_)
+
+
+def _subset(table: ScalingTable, keep: np.ndarray, source: str) -> ScalingTable:
+    return ScalingTable(
+        source,
+        table.num_nodes[keep],
+        table.num_replicas[keep],
+        table.local_bsz[keep],
+        table.step_time[keep],
+        table.sync_time[keep],
+    )
+
+
+def extrapolate_nodes(
+    directory: str | Path,
+    max_fit_nodes: int = 8,
+    target_nodes: int = 16,
+    algorithm: str = "ring",
+) -> ScalingValidation:
+    """Fit on every measurement with at most ``max_fit_nodes`` nodes, predict ``target_nodes``.
+
+    The fit uses ``placements.csv`` and the rows of ``scalability.csv`` on at most
+    ``max_fit_nodes`` nodes; the test is the rows on exactly ``target_nodes`` nodes: an
+    extrapolation in node count with everything smaller seen.
+
+    Args:
+        directory: A model folder in the Pollux artifact format.
+        max_fit_nodes: Largest node count the fit sees.
+        target_nodes: Node count predicted.
+        algorithm: ``"ring"`` or ``"tree"``.
+
+    Raises:
+        ScalingDataError: Missing or malformed files, ``target_nodes <= max_fit_nodes``, or
+            no row at ``target_nodes``.
+    """
+    directory = Path(directory)
+    if target_nodes <= max_fit_nodes:
+        raise ScalingDataError(
+            f"extrapolate_nodes: target_nodes={target_nodes} must exceed "
+            f"max_fit_nodes={max_fit_nodes}"
+        )
+    places = read_placements(directory / "placements.csv")
+    scale = read_scalability(directory / "scalability.csv")
+    small = scale.num_nodes <= max_fit_nodes
+    test = _subset(scale, scale.num_nodes == target_nodes, str(scale.source))
+    if len(test) == 0:
+        raise ScalingDataError(f"{scale.source}: no row on {target_nodes} nodes to predict")
+    model = ScalingModel(algorithm).fit(
+        num_nodes=np.concatenate([places.num_nodes, scale.num_nodes[small]]),
+        num_replicas=np.concatenate([places.num_replicas, scale.num_replicas[small]]),
+        local_bsz=np.concatenate([places.local_bsz, scale.local_bsz[small]]),
+        step_time=np.concatenate([places.step_time, scale.step_time[small]]),
+    )
     pred = model.predict_table(test)
     mape = float(np.mean(np.abs(pred - test.step_time) / test.step_time))
     return ScalingValidation(directory.name, model, test, pred, mape, model.train_mape_)
