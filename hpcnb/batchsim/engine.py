@@ -43,6 +43,7 @@ import numpy as np
 
 from hpcnb.batchsim.jobs import Job, JobType, RunContext
 from hpcnb.batchsim.network import FlowNetwork
+from hpcnb.batchsim.nodes import ALLOCATION_POLICIES, NodePool
 from hpcnb.batchsim.platform import (
     Platform,
     Segment,
@@ -152,15 +153,33 @@ class JobRecord:
         evolving_request: Size an evolving job asked for at its last point, or ``None``.
         resizes: ``(time, old, new)`` for each applied reconfiguration.
         seq: Position in submission order (submit time, then input order).
+        hosts: Ids of the nodes held, in the order taken (with node identity; else empty).
     """
 
-    __slots__ = ("active", "at_point", "end_time", "epoch", "evolving_request", "job", "link",
-                 "nodes", "resizes", "segments", "seq", "start_time", "status", "target",
-                 "unit", "unit_end")  # fmt: skip
+    __slots__ = (
+        "active",
+        "at_point",
+        "end_time",
+        "epoch",
+        "evolving_request",
+        "hosts",
+        "job",
+        "link",
+        "nodes",
+        "resizes",
+        "segments",
+        "seq",
+        "start_time",
+        "status",
+        "target",
+        "unit",
+        "unit_end",
+    )  # fmt: skip
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.seq = 0  # position in submission order
+        self.hosts: list[int] = []  # node ids held (with node identity)
         self.status = JobStatus.PENDING
         self.nodes = 0
         self.target = 0
@@ -339,6 +358,8 @@ class SimulationTrace:
         usage_nodes: Allocated nodes from each of those times on.
         invocations: Number of scheduler invocations.
         events: Number of events handled.
+        node_log: Per-node state changes ``(time, node, state, running, expected)`` (with
+            node identity; else ``None``).
     """
 
     records: Sequence[JobRecord]
@@ -346,6 +367,7 @@ class SimulationTrace:
     usage_nodes: np.ndarray
     invocations: int
     events: int
+    node_log: list[tuple[float, str, str, str, str]] | None = None
 
 
 class Simulator:
@@ -363,6 +385,10 @@ class Simulator:
         fairness: ``"flow"`` (equal bytes per second per flow, SimGrid's flow model) or
             ``"ptask"`` (equal progress per transfer, SimGrid's ``ptask_L07``).
         node_links: Bound each flow by its node's link (``Platform.link_bandwidth``).
+        allocation: ``None`` (nodes are counted, not identified) or an allocation policy
+            of :data:`~hpcnb.batchsim.nodes.ALLOCATION_POLICIES`: nodes get ids, the
+            per-node state is logged (:attr:`SimulationTrace.node_log`) and, on a platform
+            with a topology, collectives run as flows over its links.
     """
 
     def __init__(
@@ -375,7 +401,12 @@ class Simulator:
         network: str = "shared",
         fairness: str = "flow",
         node_links: bool = True,
+        allocation: str | None = None,
     ) -> None:
+        if allocation is not None and allocation not in ALLOCATION_POLICIES:
+            raise ValueError(f"allocation={allocation!r}: expected None or one of "
+                             f"{ALLOCATION_POLICIES}")  # fmt: skip
+        self.allocation = allocation
         if network not in ("shared", "isolated"):
             raise ValueError(f"network={network!r}: expected 'shared' or 'isolated'")
         if fairness not in ("flow", "ptask"):
@@ -416,9 +447,9 @@ class Simulator:
         view.running.append(rec)
         rec.status = JobStatus.RUNNING
         rec.start_time = view.time
-        rec.nodes = rec.target = rec.active = n
+        rec.target = rec.active = n
+        self._set_size(rec, n)
         self._pfs_users += rec.job.work.uses_pfs
-        self._alloc(n)
         ctx = self._ctx()
         self._schedule_unit(rec, rec.job.work.init_segments(n, ctx), ctx)
 
@@ -480,8 +511,7 @@ class Simulator:
         rec.at_point = True
         self._paused.append(rec)
         if rec.nodes > rec.target:  # a shrink ordered earlier takes effect now
-            self._alloc(rec.target - rec.nodes)
-            rec.nodes = rec.target
+            self._set_size(rec, rec.target)
         if rec.type.resizable and self.on_point:
             self._reasons.add(InvocationReason.SCHEDULING_POINT)
         if rec.type in (JobType.EVOLVING, JobType.ADAPTIVE):
@@ -492,14 +522,27 @@ class Simulator:
                 rec.evolving_request = want
                 self._reasons.add(InvocationReason.EVOLVING_REQUEST)
 
+    def _set_size(self, rec: JobRecord, n: int) -> None:
+        """Allocate or free nodes so that the job holds ``n`` (ids too, with identity)."""
+        delta = n - rec.nodes
+        self._alloc(delta)
+        pool = self._pool
+        if pool is not None and delta:
+            now = self._view.time
+            if delta > 0:  # growth of a job between points: reserved until its next point
+                reserved = rec.nodes > 0 and not rec.at_point
+                rec.hosts += pool.take(delta, rec.id, now, reserved)
+            else:
+                pool.release(rec.hosts[n:], now)
+                del rec.hosts[n:]
+        rec.nodes = n
+
     def _resize(self, rec: JobRecord, n: int) -> None:
         if n > rec.nodes:
-            self._alloc(n - rec.nodes)
-            rec.nodes = n
+            self._set_size(rec, n)
         rec.target = n
         if rec.at_point and rec.nodes > n:
-            self._alloc(n - rec.nodes)
-            rec.nodes = n
+            self._set_size(rec, n)
 
     def _finish(self, rec: JobRecord, status: JobStatus) -> None:
         view = self._view
@@ -508,7 +551,7 @@ class Simulator:
             rec.start_time = view.time
         else:
             view.running.remove(rec)
-            self._alloc(-rec.nodes)
+            self._set_size(rec, 0)
             self._pfs_users -= rec.job.work.uses_pfs
         if rec.link:
             self._net.remove(rec, view.time)
@@ -526,9 +569,10 @@ class Simulator:
         ctx = self._ctx()
         extra: list[Segment] = []
         if rec.nodes > rec.target:
-            self._alloc(rec.target - rec.nodes)
-            rec.nodes = rec.target
+            self._set_size(rec, rec.target)
         if rec.target != rec.active:
+            if self._pool is not None:
+                self._pool.activate(rec.hosts[rec.active :], self._view.time)
             extra = rec.job.work.reconfiguration_segments(rec.active, rec.target, ctx)
             rec.resizes.append((self._view.time, rec.active, rec.target))
             rec.active = rec.target
@@ -569,6 +613,10 @@ class Simulator:
                                  "pfs_write": self.platform.pfs_write_bandwidth})  # fmt: skip
         self._reasons: set[InvocationReason] = set()
         self._pfs_users = 0  # running jobs whose work does PFS I/O (for estimates)
+        self._pool = None
+        if self.allocation is not None:
+            self._pool = NodePool(n_nodes, self.platform.topology, self.allocation,
+                                  self.platform.hosts)  # fmt: skip
         self._contexts: dict[int, RunContext] = {}
         self._paused: list[JobRecord] = []
         for rec in records:
@@ -624,4 +672,5 @@ class Simulator:
             np.asarray(self._usage_n, dtype=np.int64),
             invocations,
             events,
+            None if self._pool is None else self._pool.log_rows,
         )

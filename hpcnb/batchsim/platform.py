@@ -28,8 +28,10 @@ from __future__ import annotations
 import math
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from hpcnb.batchsim.nodes import Topology
 
 __all__ = [
     "COMMUNICATION_PATTERNS",
@@ -62,6 +64,8 @@ class Platform:
         pfs_read_bandwidth: Aggregate PFS read bandwidth shared by all jobs (bytes/s).
         pfs_write_bandwidth: Aggregate PFS write bandwidth shared by all jobs (bytes/s).
         pfs_latency: Latency of a PFS request (s).
+        topology: How the nodes are wired (``None``: a crossbar, nodes not grouped).
+        hosts: Host names of the nodes (from a platform file), for per-node output.
     """
 
     num_nodes: int
@@ -73,6 +77,8 @@ class Platform:
     pfs_read_bandwidth: float = 80e9
     pfs_write_bandwidth: float = 50e9
     pfs_latency: float = 500e-6
+    topology: Topology | None = None
+    hosts: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if int(self.num_nodes) != self.num_nodes or self.num_nodes < 1:
@@ -173,12 +179,51 @@ def _radical_count(radical: str, where: str) -> int:
     return total
 
 
+#: Machines up to this size get host names from the platform file (per-node output).
+MAX_NAMED_HOSTS = 1_000_000
+
+
+def _radical_ids(radical: str) -> list[int]:
+    ids: list[int] = []
+    for part in radical.split(","):
+        lo, sep, hi = part.partition("-")
+        ids.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return ids
+
+
+def _cluster_topology(cluster: ET.Element, n: int, bw: float, where: str) -> Topology | None:
+    """SimGrid's ``topology`` / ``topo_parameters`` of a cluster, as our two-level model.
+
+    ``FAT_TREE`` ``"2;d1,d2;u1,u2;p1,p2"``: leaves of ``d1`` nodes, each with ``u2 · p2``
+    links up. ``DRAGONFLY`` ``"g,gl;c,cl;r,rl;nodes"``: groups of ``c · r · nodes``
+    nodes, each with ``(g - 1) · gl`` global links. Other levels are folded into these.
+    """
+    kind = (cluster.get("topology") or "").upper()
+    if kind in ("", "FLAT"):
+        return None
+    params = cluster.get("topo_parameters", "")
+    try:
+        parts = [[int(x) for x in p.split(",")] for p in params.split(";")]
+        if kind == "FAT_TREE":
+            down, up, links = parts[1], parts[2], parts[3]
+            return Topology.fat_tree(n, min(down[0], n), up[-1] * links[-1], bw)
+        if kind == "DRAGONFLY":
+            (g, gl), (c, _), (r, _), (nodes,) = parts
+            return Topology.dragonfly(c * r * nodes, max(1, (g - 1) * gl), bw)
+    except (ValueError, IndexError):
+        raise ValueError(f"{where}: topo_parameters {params!r} not understood for "
+                         f"{kind}") from None  # fmt: skip
+    raise ValueError(f"{where}: topology {kind!r}: expected FLAT, FAT_TREE or DRAGONFLY")
+
+
 def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
     """Read the SimGrid platform subset used by ElastiSim's example.
 
-    Supported: one ``<cluster>`` (``radical``, ``speed``, ``bw``, ``lat``) for the
-    compute nodes, and ``<link>`` elements whose ids are named as PFS read / write links
-    (``PFS_read`` / ``PFS_write``, matched case-insensitively on ``read`` / ``write``).
+    Supported: one ``<cluster>`` (``prefix``, ``radical``, ``suffix``, ``speed``, ``bw``,
+    ``lat``, ``topology`` ``FAT_TREE`` / ``DRAGONFLY`` with ``topo_parameters``) for the
+    compute nodes, whose host names are kept for per-node output, and ``<link>`` elements
+    whose ids are named as PFS read / write links (``PFS_read`` / ``PFS_write``, matched
+    case-insensitively on ``read`` / ``write``).
 
     Raises:
         ValueError: No cluster, or an attribute with an unknown unit; the message names
@@ -206,6 +251,13 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
         kwargs["link_bandwidth"] = parse_quantity(cluster.get("bw", ""), "bandwidth", where)
     if cluster.get("lat"):
         kwargs["link_latency"] = parse_quantity(cluster.get("lat", ""), "time", where)
+    n = int(kwargs["num_nodes"])
+    if n <= MAX_NAMED_HOSTS:
+        prefix, suffix = cluster.get("prefix", ""), cluster.get("suffix", "")
+        ids = _radical_ids(cluster.get("radical", ""))
+        kwargs["hosts"] = tuple(f"{prefix}{i}{suffix}" for i in ids)  # type: ignore[assignment]
+    bw = float(kwargs.get("link_bandwidth", Platform.link_bandwidth))
+    kwargs["topology"] = _cluster_topology(cluster, n, bw, where)  # type: ignore[assignment]
     for link in root.iter("link"):
         name = (link.get("id") or "").lower()
         if "pfs" not in name:

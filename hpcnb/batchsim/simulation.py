@@ -38,6 +38,7 @@ import numpy as np
 
 from hpcnb.batchsim.engine import JobStatus, Simulator
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType
+from hpcnb.batchsim.nodes import NODE_UTILIZATION_COLUMNS
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling, Scheduler
 
@@ -87,6 +88,8 @@ class SimulationResult:
         extra: Other counters (``events`` of the general engine).
         resizes: One ``(id, time, old, new)`` per applied reconfiguration (sizes in nodes;
             the new size holds from ``time`` on, after the reconfiguration cost).
+        node_log: With node identity, every change of a node's state: ``(time, node,
+            state, running job, expected job)``, ElastiSim's ``node_utilization.csv`` rows.
     """
 
     columns: dict[str, np.ndarray]
@@ -99,6 +102,7 @@ class SimulationResult:
     compiled: bool = False
     extra: dict[str, float] = field(default_factory=dict)
     resizes: list[tuple[int, float, int, int]] = field(default_factory=list)
+    node_log: list[tuple[float, str, str, str, str]] | None = None
 
     @cached_property
     def jobs(self) -> pd.DataFrame:
@@ -180,7 +184,12 @@ class SimulationResult:
         return pd.DataFrame(self._statistics_columns())
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write ``job_statistics.csv``, ``node_utilization.csv`` and ``metrics.json``."""
+        """Write ``job_statistics.csv``, ``node_utilization.csv`` and ``metrics.json``.
+
+        ``node_utilization.csv`` has ElastiSim's per-node columns (``Time, Node, State,
+        Running jobs, Expected jobs``) when nodes had identity, else the allocated-node
+        step function (``time, allocated, utilization``).
+        """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {
@@ -189,7 +198,13 @@ class SimulationResult:
             "metrics": out / "metrics.json",
         }
         _write_csv(paths["job_statistics"], self._statistics_columns())
-        _write_csv(paths["node_utilization"], self._utilization_columns())
+        if self.node_log is not None:  # ElastiSim's per-node shape
+            with paths["node_utilization"].open("w", newline="", encoding="utf-8") as handle:
+                writer = csv.writer(handle, lineterminator="\n")
+                writer.writerow(NODE_UTILIZATION_COLUMNS)
+                writer.writerows(self.node_log)
+        else:
+            _write_csv(paths["node_utilization"], self._utilization_columns())
         payload = {"scheduler": self.scheduler, "nodes": self.num_nodes, **self.metrics()}
         payload["wall_seconds"] = self.wall_seconds
         paths["metrics"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
@@ -250,6 +265,7 @@ def simulate(
     network: str = "shared",
     fairness: str = "flow",
     node_links: bool = True,
+    allocation: str | None = None,
 ) -> SimulationResult:
     """Simulate ``jobs`` on ``platform`` under ``scheduler``.
 
@@ -264,6 +280,8 @@ def simulate(
         network: ``"shared"`` or ``"isolated"`` (see :class:`~hpcnb.batchsim.engine.Simulator`).
         fairness: ``"flow"`` or ``"ptask"`` (idem).
         node_links: Bound each PFS flow by its node's link (idem).
+        allocation: ``None`` (nodes counted) or an allocation policy giving nodes identity
+            (``first-fit``, ``contiguous``, ``topology``; idem).
         compiled: Use the compiled rigid kernel when the workload and the scheduler
             allow it (same schedule as the general engine, much faster): every job rigid
             with a fixed run time, no periodic invocations, and the scheduler exactly
@@ -271,7 +289,8 @@ def simulate(
             :class:`~hpcnb.batchsim.scheduler.EasyBackfilling` (not a subclass).
     """
     t0 = time.perf_counter()
-    kernel = _rigid_kernel(jobs, scheduler, scheduling_interval) if compiled else None
+    use_kernel = compiled and allocation is None
+    kernel = _rigid_kernel(jobs, scheduler, scheduling_interval) if use_kernel else None
     if kernel is not None:
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
         ordered = [jobs[i] for i in order]
@@ -302,7 +321,8 @@ def simulate(
         times, used = _usage(start, end, size)
         return SimulationResult(df, times, used, platform.num_nodes, scheduler.name, wall, 0, True)
     sim = Simulator(platform, scheduler, scheduling_interval, on_scheduling_point,
-                    clip_evolving_requests, network, fairness, node_links)  # fmt: skip
+                    clip_evolving_requests, network, fairness, node_links,
+                    allocation)  # fmt: skip
     trace = sim.run(jobs)
     wall = time.perf_counter() - t0
     recs = trace.records
@@ -330,6 +350,7 @@ def simulate(
         False,
         {"events": float(trace.events)},
         [(r.id, t, old, new) for r in recs for t, old, new in r.resizes],
+        trace.node_log,
     )
 
 

@@ -1,0 +1,126 @@
+"""Nodes with identity: allocation policies, per-node state, topologies from SimGrid XML."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from hpcnb.batchsim.jobs import FixedWork, Job, JobType, ScaledWork
+from hpcnb.batchsim.nodes import NODE_UTILIZATION_COLUMNS, NodePool, Topology
+from hpcnb.batchsim.platform import Platform, read_platform_xml
+from hpcnb.batchsim.policies import ElastiSimFCFS, make_scheduler
+from hpcnb.batchsim.simulation import check_invariants, simulate
+from hpcnb.batchsim.workloads import jobs_from_swf, lublin_feitelson
+
+
+def test_first_fit_takes_the_lowest_free_ids():
+    pool = NodePool(6, policy="first-fit", log=False)
+    a = pool.take(2, 1, 0.0)
+    b = pool.take(2, 2, 0.0)
+    pool.release(a, 1.0)
+    assert (a, b) == ([0, 1], [2, 3])
+    assert pool.take(3, 3, 1.0) == [0, 1, 4]  # splits around job 2
+
+
+def test_contiguous_takes_a_run_else_falls_back_to_first_fit():
+    pool = NodePool(6, policy="contiguous", log=False)
+    pool.take(1, 1, 0.0)  # node 0
+    mid = pool.take(1, 2, 0.0)  # node 1
+    pool.take(1, 3, 0.0)  # node 2
+    pool.release(mid, 1.0)  # free: 1, 3, 4, 5
+    assert pool.take(3, 4, 1.0) == [3, 4, 5]
+    assert pool.take(1, 5, 1.0) == [1]
+
+
+def test_topology_aware_uses_the_fewest_groups():
+    topo = Topology.fat_tree(num_nodes=12, leaf_size=4, uplinks=1, link_bandwidth=1.0)
+    pool = NodePool(12, topo, "topology", log=False)
+    assert pool.take(3, 1, 0.0) == [0, 1, 2]
+    # first-fit would give [3, 4]: two leaves; best fit puts it on a leaf of its own
+    two = pool.take(2, 2, 0.0)
+    assert pool.groups_of(two) == 1 and two == [4, 5]
+    # 7 nodes: no leaf holds them; whole leaves by free count (leaf 2: 4, leaf 1: 2, ...)
+    seven = pool.take(7, 3, 0.0)
+    assert sorted(seven) == [3, 6, 7, 8, 9, 10, 11] and pool.groups_of(seven) == 3
+
+
+def test_pool_refuses_more_than_free():
+    pool = NodePool(2, log=False)
+    pool.take(2, 1, 0.0)
+    with pytest.raises(ValueError, match="2 nodes asked, 0 free"):
+        pool.take(2, 2, 0.0)
+
+
+def _owners_never_overlap(rows) -> None:
+    """A node runs one job at a time: every take starts from free (or reserved, same job)."""
+    held: dict[str, str] = {}
+    for _, node, state, running, expected in rows:
+        job = running or expected
+        if state == "free":
+            assert node in held, f"{node} freed while free"
+            del held[node]
+        else:
+            assert held.get(node, job) == job, f"{node} given to job {job} while job " \
+                                               f"{held.get(node)} holds it"  # fmt: skip
+            held[node] = job
+    assert not held, f"nodes still held at the end: {sorted(held)[:5]}"
+
+
+@pytest.mark.parametrize("policy", ["first-fit", "contiguous", "topology"])
+def test_a_node_runs_one_job_at_a_time_with_malleable_and_evolving_jobs(policy):
+    topo = Topology.fat_tree(num_nodes=16, leaf_size=4, uplinks=2, link_bandwidth=1e9)
+    platform = Platform(16, topology=topo)
+    jobs = []
+    for i in range(40):
+        kind = [JobType.RIGID, JobType.MALLEABLE, JobType.MOLDABLE, JobType.RIGID][i % 4]
+        size = 1 + (i * 7) % 6
+        work = ScaledWork(100.0 + 13 * i, size, 0.1, 4, reconfiguration_cost=1.0)
+        lo, hi = (size, size) if kind is JobType.RIGID else (1, 8)
+        jobs.append(Job(i, 5.0 * i, kind, max(size, lo) if hi >= size else hi, work, lo, hi))
+    result = simulate(jobs, platform, ElastiSimFCFS(), allocation=policy)
+    check_invariants(result, jobs)
+    assert result.node_log is not None and result.resizes  # malleable jobs did grow
+    _owners_never_overlap(result.node_log)
+
+
+def test_rigid_results_unchanged_by_node_identity_first_fit_on_a_crossbar():
+    jobs = jobs_from_swf(lublin_feitelson(1500, 64, 3), 64).jobs
+    counted = simulate(jobs, Platform(64), make_scheduler("easy"), compiled=False)
+    placed = simulate(jobs, Platform(64), make_scheduler("easy"), allocation="first-fit")
+    assert not placed.compiled
+    assert placed.jobs["start"].tolist() == counted.jobs["start"].tolist()
+    assert placed.jobs["end"].tolist() == counted.jobs["end"].tolist()
+    _owners_never_overlap(placed.node_log)
+
+
+def test_node_utilization_csv_has_elastisim_columns(tmp_path):
+    jobs = [Job(1, 0, JobType.RIGID, 2, FixedWork(5)), Job(2, 1, JobType.RIGID, 1, FixedWork(1))]
+    result = simulate(jobs, Platform(3, hosts=("a", "b", "c")), make_scheduler("fcfs"),
+                      allocation="first-fit")  # fmt: skip
+    path = result.write(tmp_path)["node_utilization"]
+    rows = list(csv.reader(path.open()))
+    assert tuple(rows[0]) == NODE_UTILIZATION_COLUMNS
+    assert rows[1:] == [["0.0", "a", "allocated", "1", ""], ["0.0", "b", "allocated", "1", ""],
+                        ["1.0", "c", "allocated", "2", ""], ["2.0", "c", "free", "", ""],
+                        ["5.0", "a", "free", "", ""], ["5.0", "b", "free", "", ""]]  # fmt: skip
+
+
+def test_simgrid_fat_tree_and_dragonfly_clusters_are_read(tmp_path):
+    def platform(attrs: str) -> Platform:
+        path = tmp_path / "p.xml"
+        path.write_text(
+            "<?xml version='1.0'?><platform version='4.1'><zone id='z' routing='Full'>"
+            f"<cluster id='c' prefix='n' radical='0-31' suffix='.x' speed='1Gf' bw='8Gbps' "
+            f"lat='1us' {attrs}/></zone></platform>"
+        )
+        return read_platform_xml(path)
+
+    flat = platform("")
+    assert flat.topology is None and flat.hosts[:2] == ("n0.x", "n1.x")
+    tree = platform("topology='FAT_TREE' topo_parameters='2;8,4;1,2;1,2'")
+    assert tree.topology == Topology("fat-tree", 8, 4 * 1e9)  # 2 spines x 2 links x 1 GB/s
+    fly = platform("topology='DRAGONFLY' topo_parameters='2,2;2,1;2,1;2'")
+    assert fly.topology == Topology("dragonfly", 8, 2 * 1e9)
+    with pytest.raises(ValueError, match="topo_parameters"):
+        platform("topology='FAT_TREE' topo_parameters='2;x'")
