@@ -10,8 +10,17 @@ One training step on ``K`` subnets:
   supernet element gets the mean gradient of the subnets that cover it;
 * one optimiser step on the supernet.
 
-Sums are accumulated in float64, so the join does not depend on the order in which
-workers arrive (up to float64 rounding). The naive alternative, in which each worker
+The join is a **fixed-order reduction** (``join="canonical"``, the default): every subnet's
+gradient and coverage vectors are computed on their own, in float64
+(:func:`subnet_gradients`; the distillation teacher is always the largest subnet's
+gradient-free forward, whichever worker computes it), gathered from all workers, and summed
+in the order of the subnets' indices in the step (:func:`canonical_join`). Each subnet's
+vectors do not depend on which worker computed them, and the order of the sum does not
+depend on how many workers there are or in which order they arrive, so the joined
+gradients are **bitwise identical** for 1, 2 or 4 ranks and any arrival order
+(:func:`join_digest` hashes them; :func:`bitwise_join_check` checks it). The older
+``join="allreduce"`` sums per-worker float64 vectors with one MPI ``Allreduce``: equal up
+to float64 rounding, not bitwise. The naive alternative, in which each worker
 takes its own optimiser step and writes its subnet's weights back, is a write-after-write
 hazard: overlapping elements keep the value of whoever wrote last
 (:func:`last_writer_step`).
@@ -19,8 +28,9 @@ hazard: overlapping elements keep the value of whoever wrote last
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +47,16 @@ __all__ = [
     "LocalResult",
     "StepPhases",
     "assign_subnets",
+    "bitwise_join_check",
+    "canonical_join",
     "coverage_average",
     "distill_loss",
     "fork_join_step",
+    "join_digest",
     "join_order_demo",
     "last_writer_step",
     "local_gradients",
+    "subnet_gradients",
 ]
 
 
@@ -201,6 +215,152 @@ def local_gradients(
     return LocalResult(sums, counts, losses)
 
 
+def subnet_gradients(
+    supernet: Supernet,
+    configs: Sequence[SubnetConfig],
+    indices: Sequence[int],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    distill: bool = True,
+    teacher_logits: torch.Tensor | None = None,
+) -> dict[int, tuple[torch.Tensor, torch.Tensor, float]]:
+    """Fork, one subnet at a time: float64 gradient and coverage vectors per subnet.
+
+    The teacher of in-place distillation is always the largest subnet's forward without
+    gradients (the same computation on every worker), so a subnet's vectors do not depend
+    on which worker computes them or on what else that worker trains.
+
+    Args:
+        supernet: The supernet (weights are read, not written).
+        configs: All subnets of the step.
+        indices: The indices into ``configs`` that this worker trains.
+        x: Input batch.
+        y: Labels.
+        distill: Use in-place distillation (the largest subnet learns from the labels).
+        teacher_logits: Fixed teacher outputs for ``x`` (overrides in-place distillation).
+
+    Returns:
+        ``{index: (gradient sums, coverage counts, loss)}``.
+    """
+    big = supernet.space.max()
+    teacher = teacher_logits
+    if distill and teacher is None and any(configs[i] != big for i in indices):
+        with torch.no_grad():
+            module = supernet.bind(big).pull()
+            module.train()
+            teacher = module(x).detach()
+    out: dict[int, tuple[torch.Tensor, torch.Tensor, float]] = {}
+    for i in indices:
+        config = configs[i]
+        binding = supernet.bind(config)
+        module = binding.pull()
+        module.train()
+        if teacher_logits is not None:
+            use_teacher = teacher_logits
+        else:
+            use_teacher = teacher if distill and config != big else None
+        loss = distill_loss(module(x), y, use_teacher)
+        loss.backward()
+        sums = torch.zeros(supernet.flat.numel, dtype=torch.float64)
+        counts = torch.zeros(supernet.flat.numel, dtype=torch.float64)
+        binding.push_grad(sums, counts)
+        out[int(i)] = (sums, counts, float(loss.detach()))
+    return out
+
+
+def canonical_join(
+    parts: Mapping[int, tuple[torch.Tensor, torch.Tensor, float]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Join: sum per-subnet vectors in the order of the subnet indices, whatever arrived when.
+
+    Args:
+        parts: ``{subnet index: (gradient sums, coverage counts, loss)}`` from all workers.
+
+    Returns:
+        ``(gradient sums, coverage counts)`` in float64.
+
+    Raises:
+        ValueError: ``parts`` is empty.
+    """
+    if not parts:
+        raise ValueError("canonical_join: no subnet contributions")
+    first = next(iter(parts.values()))
+    sums = torch.zeros_like(first[0])
+    counts = torch.zeros_like(first[1])
+    for i in sorted(parts):
+        sums += parts[i][0]
+        counts += parts[i][1]
+    return sums, counts
+
+
+def join_digest(sums: torch.Tensor, counts: torch.Tensor) -> str:
+    """SHA-256 of the joined vectors' bytes: equal digests mean bitwise-equal joins."""
+    h = hashlib.sha256()
+    for t in (sums, counts):
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def bitwise_join_check(
+    supernet: Supernet,
+    configs: Sequence[SubnetConfig],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    ranks: Sequence[int] = (1, 2, 4),
+    orders: int = 3,
+    distill: bool = True,
+    seed: int = 0,
+) -> dict[str, object]:
+    """Join one step's gradients as ``W`` ranks would, in shuffled arrival orders, and hash.
+
+    For every rank count the subnets are split as :func:`fork_join_step` splits them
+    (:func:`assign_subnets`); each simulated rank computes its share
+    (:func:`subnet_gradients`); the ranks' contributions arrive in ``orders`` random orders
+    and are joined with :func:`canonical_join`. For contrast, the same contributions are
+    also summed in arrival order in float32 (a naive accumulation).
+
+    Args:
+        supernet: The supernet (not modified).
+        configs: The step's subnets.
+        x: Input batch.
+        y: Labels.
+        ranks: Rank counts to simulate.
+        orders: Shuffled arrival orders per rank count.
+        distill: In-place distillation.
+        seed: Seed of the shuffles.
+
+    Returns:
+        ``{"digests": {(ranks, order): digest}, "identical": bool, "naive_distinct": int}``
+        where ``naive_distinct`` counts the distinct digests of the naive float32 sums.
+    """
+    rng = torch.Generator().manual_seed(seed)
+    digests: dict[tuple[int, int], str] = {}
+    naive: set[str] = set()
+    for w in ranks:
+        parts = assign_subnets(supernet, configs, w, distill=distill)
+        per_rank = [
+            subnet_gradients(supernet, configs, share, x, y, distill=distill) for share in parts
+        ]
+        for k in range(orders):
+            arrival = torch.randperm(w, generator=rng).tolist()
+            gathered: dict[int, tuple[torch.Tensor, torch.Tensor, float]] = {}
+            for r in arrival:
+                gathered.update(per_rank[r])
+            digests[(w, k)] = join_digest(*canonical_join(gathered))
+            flat = [per_rank[r][i] for r in arrival for i in per_rank[r]]
+            sums32 = torch.zeros_like(flat[0][0], dtype=torch.float32)
+            for part in flat:
+                sums32 += part[0].float()
+            naive.add(join_digest(sums32, torch.zeros(0)))
+    return {
+        "digests": digests,
+        "identical": len(set(digests.values())) == 1,
+        "naive_distinct": len(naive),
+    }
+
+
 def assign_subnets(
     supernet: Supernet,
     configs: Sequence[SubnetConfig],
@@ -253,6 +413,17 @@ def coverage_average(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return torch.where(counts > 0, sums / counts.clamp_min(1.0), torch.zeros_like(sums))
 
 
+def _gather_parts(
+    comm: Any, parts: dict[int, tuple[torch.Tensor, torch.Tensor, float]]
+) -> dict[int, tuple[torch.Tensor, torch.Tensor, float]]:
+    mine = {i: (s.numpy(), c.numpy(), loss) for i, (s, c, loss) in parts.items()}
+    out: dict[int, tuple[torch.Tensor, torch.Tensor, float]] = {}
+    for theirs in comm.allgather(mine):
+        for i, (s, c, loss) in theirs.items():
+            out[int(i)] = (torch.from_numpy(s), torch.from_numpy(c), loss)
+    return out
+
+
 def _allreduce(comm: Any, local: LocalResult) -> tuple[torch.Tensor, torch.Tensor]:
     from mpi4py import MPI
 
@@ -275,13 +446,17 @@ def fork_join_step(
     distill: bool = True,
     teacher_logits: torch.Tensor | None = None,
     phases: StepPhases | None = None,
+    join: str = "canonical",
 ) -> list[float]:
     """One fork-join step: subnets' gradients joined by coverage-count average, one update.
 
     Without ``comm`` all subnets run here in turn. With an ``mpi4py`` communicator of size
-    ``W``, rank ``r`` trains its share from :func:`assign_subnets` and the sums and
-    counts are joined with one ``Allreduce``; every rank then applies the same optimiser
-    step, so the shared weights stay identical on all ranks (one machine or a cluster).
+    ``W``, rank ``r`` trains its share from :func:`assign_subnets`. With
+    ``join="canonical"`` every rank's per-subnet vectors are gathered (``allgather``) and
+    summed in subnet order (:func:`canonical_join`): the joined gradients are bitwise the
+    same for any ``W`` and arrival order. With ``join="allreduce"`` each rank's float64
+    sums and counts are added by one ``Allreduce`` (equal up to rounding). Every rank then
+    applies the same optimiser step, so the shared weights stay identical on all ranks.
 
     With ``phases``, the step's compute, wait, all-reduce and update times
     (``time.perf_counter``) are appended to it; to separate waiting for the slowest rank
@@ -298,11 +473,40 @@ def fork_join_step(
         distill: In-place distillation from the largest subnet.
         teacher_logits: Fixed teacher outputs for ``x``.
         phases: Optional :class:`StepPhases` that receives this step's phase times.
+        join: ``"canonical"`` (fixed-order, bitwise reproducible) or ``"allreduce"``.
 
     Returns:
         The losses of the subnets this rank trained.
     """
+    if join not in ("canonical", "allreduce"):
+        raise ValueError(f"fork_join_step: join={join!r}, expected 'canonical' or 'allreduce'")
     t0 = time.perf_counter()
+    if join == "canonical":
+        multi = comm is not None and comm.Get_size() > 1
+        if multi:
+            parts = assign_subnets(supernet, configs, comm.Get_size(), distill=distill)
+            mine = parts[comm.Get_rank()]
+        else:
+            mine = list(range(len(configs)))
+        own = subnet_gradients(
+            supernet, configs, mine, x, y, distill=distill, teacher_logits=teacher_logits
+        )
+        losses = [own[i][2] for i in mine]
+        t_compute = time.perf_counter()
+        if multi and phases is not None:
+            comm.Barrier()
+        t_wait = time.perf_counter()
+        sums, counts = canonical_join(_gather_parts(comm, own) if multi else own)
+        t_reduce = time.perf_counter()
+        if not multi:
+            t_wait = t_reduce = t_compute
+        supernet.flat.refresh_grad_views()
+        supernet.flat.grads.copy_(coverage_average(sums, counts).to(supernet.flat.grads.dtype))
+        optimizer.step()
+        if phases is not None:
+            t_end = time.perf_counter()
+            phases.add(t_compute - t0, t_wait - t_compute, t_reduce - t_wait, t_end - t_reduce)
+        return losses
     if comm is not None and comm.Get_size() > 1:
         parts = assign_subnets(supernet, configs, comm.Get_size(), distill=distill)
         mine = [configs[i] for i in parts[comm.Get_rank()]]
