@@ -1,4 +1,4 @@
-"""Classification metrics shared by the techniques that evaluate zoo models (top-1 accuracy).
+"""Classification metrics shared by the techniques that evaluate zoo models (top-1, gaps).
 
 Notebook 01 (supernets) and notebook 02 (pruning) both score classifiers on held-out
 digits; they count correct top-1 predictions the same way, here.
@@ -22,7 +22,7 @@ from torch import nn
 
 from hpcnb.errors import HpcnbError
 
-__all__ = ["MetricError", "top1_accuracy", "top1_correct"]
+__all__ = ["MetricError", "paired_gap_interval", "top1_accuracy", "top1_correct"]
 
 
 class MetricError(HpcnbError, ValueError):
@@ -115,3 +115,60 @@ def top1_accuracy(
     finally:
         model.train(was_training)
     return correct / len(yt)
+
+
+def paired_gap_interval(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float, int]:
+    """Mean of ``a - b`` over seeds and items, with a two-level bootstrap interval.
+
+    ``a`` and ``b`` are ``(seeds, items)`` arrays of per-item scores (1 right, 0 wrong) of
+    two models, row ``s`` of both from the same seed and column ``i`` the same test item.
+    Each resample draws the seeds with replacement and, independently, the items with
+    replacement (the same items for both models: a paired comparison); the interval is
+    the central ``confidence`` range of the resampled means, so it covers the spread
+    between seeds and the sampling of the test set. With one seed only the items are
+    resampled.
+
+    Args:
+        a: Per-item scores of the first model, shape ``(seeds, items)`` (or ``(items,)``).
+        b: The same for the second model.
+        confidence: Coverage of the interval, in (0, 1).
+        resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        ``(difference, low, high, n)`` with ``n`` = seeds x items.
+
+    Raises:
+        MetricError: Shapes differ, no items, or a bad confidence.
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.array([[1, 1, 0, 1], [1, 1, 1, 1]])
+        >>> paired_gap_interval(a, a)
+        (0.0, 0.0, 0.0, 8)
+    """
+    da, db = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    if da.shape != db.shape or da.size == 0 or not 0 < confidence < 1 or resamples < 1:
+        raise MetricError(
+            f"paired_gap_interval: shapes {da.shape} and {db.shape}, confidence {confidence}, "
+            f"resamples {resamples}: need equal non-empty shapes, 0 < confidence < 1"
+        )
+    diff = da - db
+    n_seeds, n_items = diff.shape
+    value = float(diff.mean())
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    for r in range(resamples):
+        rows = rng.integers(0, n_seeds, n_seeds) if n_seeds > 1 else np.zeros(1, np.int64)
+        cols = rng.integers(0, n_items, n_items)
+        stats[r] = diff[np.ix_(rows, cols)].mean()
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return value, float(min(low, value)), float(max(high, value)), int(diff.size)

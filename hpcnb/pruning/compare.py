@@ -40,7 +40,7 @@ from torch import nn
 
 import hpcnb.pruning.agents as agents
 from hpcnb import ir
-from hpcnb.models.metrics import top1_accuracy, top1_correct
+from hpcnb.models.metrics import paired_gap_interval, top1_accuracy, top1_correct
 from hpcnb.pruning.env import EnvConfig
 from hpcnb.pruning.peers import torch_pruning_at_budget
 from hpcnb.pruning.task import ModelPruningTask
@@ -530,17 +530,12 @@ def gap_over_seeds(
     """
     if len(a) != len(b) or not a:
         raise ValueError(f"gap_over_seeds: {len(a)} vs {len(b)} outcomes; expected equal, >= 1")
-    diff = np.stack([_items(x, stage_a) - _items(y, stage_b) for x, y in zip(a, b, strict=True)])
-    n_seeds, n_items = diff.shape
-    value = float(diff.mean())
-    rng = np.random.default_rng(seed)
-    stats = np.empty(resamples)
-    for r in range(resamples):
-        rows = rng.integers(0, n_seeds, n_seeds) if n_seeds > 1 else np.zeros(1, np.int64)
-        cols = rng.integers(0, n_items, n_items)
-        stats[r] = diff[np.ix_(rows, cols)].mean()
-    low, high = np.quantile(stats, [0.025, 0.975])
-    return value, float(min(low, value)), float(max(high, value)), int(diff.size)
+    return paired_gap_interval(
+        np.stack([_items(x, stage_a) for x in a]),
+        np.stack([_items(y, stage_b) for y in b]),
+        resamples=resamples,
+        seed=seed,
+    )
 
 
 def by_method(runs: dict[int, list[MethodOutcome]]) -> dict[str, list[MethodOutcome]]:
