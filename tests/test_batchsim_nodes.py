@@ -124,3 +124,45 @@ def test_simgrid_fat_tree_and_dragonfly_clusters_are_read(tmp_path):
     assert fly.topology == Topology("dragonfly", 8, 2 * 1e9)
     with pytest.raises(ValueError, match="topo_parameters"):
         platform("topology='FAT_TREE' topo_parameters='2;x'")
+
+
+def _allreduce_case(allocation: str, network: str = "shared") -> dict[int, float]:
+    # 6 nodes, leaves of 2 with one uplink of 1 GB/s; job 0 holds node 0. Jobs 1 and 2
+    # all-reduce 1 GB on 2 nodes: 1 s alone (ring: 1 GB each way over the node links).
+    from hpcnb.batchsim.experiments import TrainingWork
+
+    topo = Topology.fat_tree(num_nodes=6, leaf_size=2, uplinks=1, link_bandwidth=1e9)
+    platform = Platform(6, link_bandwidth=1e9, link_latency=0.0, topology=topo)
+    jobs = [Job(0, 0, JobType.RIGID, 1, FixedWork(100)),
+            Job(1, 0, JobType.RIGID, 2, TrainingWork(1, 0.0, 1e9)),
+            Job(2, 0, JobType.RIGID, 2, TrainingWork(1, 0.0, 1e9))]  # fmt: skip
+    result = simulate(jobs, platform, make_scheduler("fcfs"), allocation=allocation,
+                      network=network)  # fmt: skip
+    check_invariants(result, jobs)
+    return dict(zip(result.jobs["id"], result.jobs["end"], strict=True))
+
+
+def test_collectives_share_group_links_and_topology_aware_placement_avoids_them():
+    # first-fit: job 1 on nodes 1, 2 (leaves 0, 1), job 2 on 3, 4 (leaves 1, 2): both
+    # cross leaf 1's up and down links, each at half of 1 GB/s: 2 s
+    shared = _allreduce_case("first-fit")
+    assert shared[1] == pytest.approx(2.0) and shared[2] == pytest.approx(2.0)
+    # contention-free: each alone on the links: 1 s
+    alone = _allreduce_case("first-fit", "isolated")
+    assert alone[1] == pytest.approx(1.0) and alone[2] == pytest.approx(1.0)
+    # topology-aware: each job on a leaf of its own (2, 3 and 4, 5): no uplink, 1 s
+    placed = _allreduce_case("topology")
+    assert placed[1] == pytest.approx(1.0) and placed[2] == pytest.approx(1.0)
+
+
+def test_group_traffic_of_each_pattern_by_hand():
+    from hpcnb.batchsim.nodes import group_traffic
+
+    # ring on ranks in groups [0, 1]: each rank sends B/4 to both neighbours (the same
+    # other rank): B/2 each way
+    assert group_traffic("ring", 8.0, [0, 1]) == ({0: 4.0, 1: 4.0}, {1: 4.0, 0: 4.0})
+    # scatter from a root in group 0 to 3 other ranks, 2 of them in group 1: 2 x B/4
+    assert group_traffic("scatter", 8.0, [0, 0, 1, 1]) == ({0: 4.0}, {1: 4.0})
+    assert group_traffic("all_to_all", 12.0, [5, 5, 5]) == ({}, {})
+    with pytest.raises(ValueError, match="no traffic model"):
+        group_traffic("butterfly", 1.0, [0, 1])

@@ -17,7 +17,10 @@ Task timing (on ``n`` nodes, platform of :mod:`hpcnb.batchsim.platform`):
   (SimGrid's parallel-task model ``ptask_L07``), compute and communication of a task
   progress together: a coupled task is one parallel task whose duration is set by its
   bottleneck (``max``); an uncoupled one runs both side by side (also ``max``). On a
-  crossbar a job's node links are its own, so this is exact without sharing.
+  crossbar a job's node links are its own, so this is exact without sharing. On a
+  platform with a fat-tree or dragonfly :class:`~hpcnb.batchsim.nodes.Topology` the task
+  becomes a ``compute`` + ``comm_<pattern>`` pair that the engine runs as one flow over
+  the group links its nodes use, shared with the other jobs (with node identity).
 * ``pfs_read`` / ``pfs_write``: the PFS latency, then ``bytes`` in total (``all_ranks`` /
   ``total``: one flow per node), on the root (``root_only``: one flow) or ``bytes`` per
   node (``uniform``) through the node links and the PFS read or write link, shared
@@ -429,11 +432,18 @@ class ApplicationWork(WorkModel):
                 else:
                     compute = per_node / p.node_flops
             comm = 0.0
+            size = 0.0
             if task.comm_bytes is not None:
                 size = self._eval(task.comm_bytes, env, f"{path}.bytes")
                 comm = p.communication_time(task.comm_pattern, size, n)
-            # a parallel task: compute and communication progress together (ptask_L07)
-            one = [("time", max(compute, comm))]
+            topology = p.topology
+            if (comm > 0 and topology is not None and topology.kind != "crossbar"
+                    and task.comm_pattern not in ("", "none")):  # fmt: skip
+                # the engine runs both as one flow over the job's links
+                one = [("compute", compute), (f"comm_{task.comm_pattern}", size)]
+            else:
+                # a parallel task: compute and communication progress together (ptask_L07)
+                one = [("time", max(compute, comm))]
         return self._repeat(one, reps, path)
 
     def _segments(

@@ -43,7 +43,7 @@ import numpy as np
 
 from hpcnb.batchsim.jobs import Job, JobType, RunContext
 from hpcnb.batchsim.network import FlowNetwork
-from hpcnb.batchsim.nodes import ALLOCATION_POLICIES, NodePool
+from hpcnb.batchsim.nodes import ALLOCATION_POLICIES, NodePool, group_traffic
 from hpcnb.batchsim.platform import (
     Platform,
     Segment,
@@ -482,6 +482,15 @@ class Simulator:
         if kind == "time":
             self._push(now + amount, _SegmentEnd(rec, rec.epoch))
             return
+        if kind == "compute" or kind.startswith("comm_"):
+            compute, pattern, nbytes = 0.0, kind[5:], amount
+            if kind == "compute":
+                compute, pattern, nbytes = amount, "", 0.0
+                if rec.segments and rec.segments[0][0].startswith("comm_"):
+                    comm_kind, nbytes = rec.segments.popleft()
+                    pattern = comm_kind[5:]
+            self._start_collective(rec, compute, pattern, nbytes)
+            return
         root = kind.endswith("_root")
         base = kind.removesuffix("_root")
         count = 1 if root else max(1, rec.active)
@@ -494,6 +503,38 @@ class Simulator:
             self._net.add(rec, 1.0, {resource: per_flow}, now, bound=cap / per_flow, count=count)
         else:
             self._net.add(rec, per_flow, {resource: 1.0}, now, bound=cap, count=count)
+        rec.link = True
+        self._reschedule_flows()
+
+    def _start_collective(
+        self, rec: JobRecord, compute: float, pattern: str, nbytes: float
+    ) -> None:
+        """Run compute and a collective together: one flow over the job's group links.
+
+        The job's own node links bound it (the crossbar time of the collective, as
+        :meth:`Platform.communication_time`); traffic between groups loads the groups'
+        up and down links, shared with every other job's flows. Without node identity,
+        or inside one group, it is a timed segment.
+        """
+        now = self._view.time
+        n = rec.active
+        private = self.platform.communication_time(pattern, nbytes, n) if pattern else 0.0
+        duration = max(compute, private)
+        topology = self.platform.topology
+        usage: dict[object, float] = {}
+        if self._pool is not None and topology is not None and n > 1 and duration > 0:
+            groups = [topology.group(h) for h in rec.hosts[:n]]
+            out, inn = group_traffic(pattern, nbytes, groups)
+            for direction, traffic in (("up", out), ("down", inn)):
+                for g, amount in traffic.items():
+                    resource = (direction, g) if self.network == "shared" else (direction, g,
+                                                                                rec.id)  # fmt: skip
+                    self._net.add_resource(resource, topology.uplink_bandwidth)
+                    usage[resource] = amount
+        if not usage:
+            self._push(now + duration, _SegmentEnd(rec, rec.epoch))
+            return
+        self._net.add(rec, 1.0, usage, now, bound=1.0 / duration)
         rec.link = True
         self._reschedule_flows()
 

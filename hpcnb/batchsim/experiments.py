@@ -9,15 +9,16 @@ used (``"synthetic (Lublin model, stand-in for HPC2N)"``) and whose ``source``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from hpcnb.batchsim.dl import STEP_EXPRESSION, StepTimeModel, read_dl_tables
-from hpcnb.batchsim.jobs import Job
+from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
 from hpcnb.batchsim.platform import Platform, simgrid_platform_xml
 from hpcnb.batchsim.policies import make_scheduler
 from hpcnb.batchsim.scheduler import Scheduler
@@ -31,14 +32,18 @@ from hpcnb.timing import Timing
 __all__ = [
     "ELASTISIM_EXAMPLE_OVERALL",
     "ELASTISIM_EXAMPLE_TURNAROUND",
+    "NETWORK_VARIANTS",
     "LoadedData",
+    "TrainingWork",
     "command_seconds",
+    "dl_network_jobs",
     "jobs_per_second",
     "load_dl_tables",
     "load_dl_workload",
     "load_elastisim_example",
     "load_trace",
     "malleability_gains",
+    "network_comparison",
     "policy_sweep",
     "speed_vs_jobs",
     "speed_vs_scale",
@@ -444,3 +449,103 @@ def speed_vs_scale(
                      "seconds": result.wall_seconds, "jobs_per_s": result.jobs_per_second,
                      "realtime_ratio": span / result.wall_seconds})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class TrainingWork(WorkModel):
+    """Data-parallel training for the network experiment (our own design, not measured).
+
+    ``units`` iterations; each computes ``compute_seconds / nodes`` (perfectly parallel)
+    while a ring all-reduce of ``gradient_bytes`` runs (they overlap: the slower one sets
+    the time). On a platform with a fat-tree or dragonfly topology the iteration is a
+    ``compute`` + ``comm_allreduce`` pair that the engine runs over the job's links.
+    """
+
+    units: int
+    compute_seconds: float
+    gradient_bytes: float
+    num_units: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_units", self.units)
+
+    def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
+        """Return one iteration alone on the network."""
+        comm = ctx.platform.communication_time("allreduce", self.gradient_bytes, nodes)
+        return max(self.compute_seconds / nodes, comm)
+
+    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
+        """Return the iteration as a parallel task (with a topology) or a timed segment."""
+        topology = ctx.platform.topology
+        if nodes > 1 and self.gradient_bytes > 0 and topology is not None \
+                and topology.kind != "crossbar":  # fmt: skip
+            return [("compute", self.compute_seconds / nodes),
+                    ("comm_allreduce", self.gradient_bytes)]  # fmt: skip
+        return [("time", self.unit_time(unit, nodes, ctx))]
+
+
+def dl_network_jobs(
+    workload: pd.DataFrame,
+    durations: np.ndarray,
+    platform: Platform,
+    seed: int = 0,
+    gpus_per_node: int = 4,
+    max_nodes: int = 16,
+    comm_share: float = 0.8,
+    units: int = 20,
+) -> list[Job]:
+    """Rigid data-parallel jobs whose all-reduce loads the network (own design).
+
+    Each workload row (``time, num_replicas``) becomes a job of
+    ``ceil(num_replicas / gpus_per_node)`` nodes (at most ``max_nodes``) that runs for a
+    duration drawn (seeded) from ``durations`` alone on a non-blocking network; its
+    gradients are sized so that one all-reduce takes ``comm_share`` of an iteration's
+    compute there (hidden behind it), so contention that slows the all-reduce by more
+    than ``1 / comm_share`` lengthens the job.
+    """
+    rng = np.random.default_rng(seed)
+    lat, bw = platform.link_latency, platform.link_bandwidth
+    jobs = []
+    for k, row in enumerate(workload.itertuples(index=False)):
+        n = int(min(max_nodes, max(1, -(-int(row.num_replicas) // gpus_per_node))))
+        step = float(rng.choice(durations)) / units
+        gradient = 0.0
+        if n > 1:
+            gradient = max(0.0, (comm_share * step / (2 * (n - 1)) - lat) * n * bw)
+        work = TrainingWork(units, step * n, gradient)
+        jobs.append(Job(k, float(row.time), JobType.RIGID, n, work))
+    return jobs
+
+
+#: The network variants compared by :func:`network_comparison`:
+#: label -> (allocation policy, network model).
+NETWORK_VARIANTS: dict[str, tuple[str, str]] = {
+    "contention-free": ("first-fit", "isolated"),
+    "shared, first-fit": ("first-fit", "shared"),
+    "shared, topology-aware": ("topology", "shared"),
+}
+
+
+def network_comparison(
+    jobs: Sequence[Job],
+    platform: Platform,
+    scheduler: Callable[[], Scheduler],
+    label: str = "",
+    **options: Any,
+) -> tuple[pd.DataFrame, dict[str, SimulationResult]]:
+    """Simulate one workload under :data:`NETWORK_VARIANTS`; check invariants on each.
+
+    Returns:
+        A table (``workload, variant, mean_wait, mean_turnaround, makespan``) and the
+        results by variant.
+    """
+    rows, results = [], {}
+    for variant, (allocation, network) in NETWORK_VARIANTS.items():
+        result = simulate(jobs, platform, scheduler(), allocation=allocation,
+                          **{**options, "network": network})  # fmt: skip
+        check_invariants(result, jobs)
+        results[variant] = result
+        m = result.metrics()
+        keys = ("mean_wait", "mean_turnaround", "makespan")
+        rows.append({"workload": label, "variant": variant, **{k: m[k] for k in keys}})
+    return pd.DataFrame(rows), results

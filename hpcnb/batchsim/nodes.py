@@ -36,7 +36,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["ALLOCATION_POLICIES", "NODE_UTILIZATION_COLUMNS", "NodePool", "Topology"]
+__all__ = [
+    "ALLOCATION_POLICIES",
+    "NODE_UTILIZATION_COLUMNS",
+    "NodePool",
+    "Topology",
+    "group_traffic",
+]
 
 ALLOCATION_POLICIES = ("first-fit", "contiguous", "topology")
 NODE_UTILIZATION_COLUMNS = ("Time", "Node", "State", "Running jobs", "Expected jobs")
@@ -212,3 +218,61 @@ class NodePool:
     def groups_of(self, nodes: Sequence[int]) -> int:
         """Return how many groups the nodes span."""
         return len({self.topology.group(n) for n in nodes})
+
+
+def group_traffic(
+    pattern: str, nbytes: float, groups: Sequence[int]
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Return the bytes each group sends out and receives for one collective.
+
+    Ranks are the positions in ``groups`` (rank ``i`` runs on a node of group
+    ``groups[i]``); the per-pair payloads are ElastiSim's (``all_to_all``: ``B / (n(n-1))``
+    to every other rank; ``ring``: ``B / 2n`` to both neighbours; ``scatter`` /
+    ``gather``: ``B / n`` from / to the root; ``master_worker``: ``2B / (n-1)`` both ways
+    between the root and each worker) and ours for ``allreduce`` (ring all-reduce:
+    ``2(n-1)/n · B`` to the next rank). Only traffic between different groups counts.
+
+    Example:
+        >>> group_traffic("all_to_all", 12.0, [0, 0, 1, 1])  # 4 pairs cross, 1 B each way
+        ({0: 4.0, 1: 4.0}, {1: 4.0, 0: 4.0})
+    """
+    n = len(groups)
+    out: dict[int, float] = {}
+    inn: dict[int, float] = {}
+
+    def send(src: int, dst: int, amount: float) -> None:
+        a, b = groups[src], groups[dst]
+        if a != b and amount > 0:
+            out[a] = out.get(a, 0.0) + amount
+            inn[b] = inn.get(b, 0.0) + amount
+
+    if n <= 1 or nbytes <= 0 or pattern in ("", "none"):
+        return out, inn
+    if pattern == "all_to_all":
+        pair = nbytes / (n * (n - 1))
+        counts: dict[int, int] = {}
+        for g in groups:
+            counts[g] = counts.get(g, 0) + 1
+        for g, k in counts.items():
+            if k < n:
+                out[g] = inn[g] = k * (n - k) * pair
+    elif pattern == "ring":
+        for i in range(n):
+            send(i, (i - 1) % n, nbytes / (2 * n))
+            send(i, (i + 1) % n, nbytes / (2 * n))
+    elif pattern == "allreduce":
+        for i in range(n):
+            send(i, (i + 1) % n, 2 * (n - 1) / n * nbytes)
+    elif pattern in ("scatter", "gather"):
+        for i in range(1, n):
+            if pattern == "scatter":
+                send(0, i, nbytes / n)
+            else:
+                send(i, 0, nbytes / n)
+    elif pattern == "master_worker":
+        for i in range(1, n):
+            send(0, i, nbytes / ((n - 1) / 2))
+            send(i, 0, nbytes / ((n - 1) / 2))
+    else:
+        raise ValueError(f"communication pattern {pattern!r} has no traffic model")
+    return out, inn

@@ -35,6 +35,7 @@ from hpcnb.batchsim.nodes import Topology
 
 __all__ = [
     "COMMUNICATION_PATTERNS",
+    "COMM_KINDS",
     "SEGMENT_KINDS",
     "Platform",
     "Segment",
@@ -320,9 +321,14 @@ def simgrid_platform_xml(
 
 
 Segment = tuple[str, float]
-SEGMENT_KINDS = ("time", "pfs_read", "pfs_write", "pfs_read_root", "pfs_write_root")
+COMM_KINDS = tuple(f"comm_{p}" for p in COMMUNICATION_PATTERNS if p not in ("", "none"))
+SEGMENT_KINDS = ("time", "pfs_read", "pfs_write", "pfs_read_root", "pfs_write_root", "compute",
+                 *COMM_KINDS)  # fmt: skip
 """``time`` (seconds), PFS transfers by every node of the job (``pfs_read`` / ``pfs_write``:
-one flow per node, bytes in total) or by its root node only (``..._root``: one flow)."""
+one flow per node, bytes in total) or by its root node only (``..._root``: one flow), and
+on a platform with a topology a parallel task: ``compute`` (seconds) followed by
+``comm_<pattern>`` (bytes of the collective), which the engine runs together as one flow
+over the links of the job's nodes."""
 
 
 def merge_segments(segments: list[Segment], where: str = "") -> list[Segment]:
@@ -352,8 +358,10 @@ def nominal_duration(
     """Return the duration of segments if each PFS link were shared by ``sharers`` jobs."""
     total = 0.0
     for kind, amount in segments:
-        if kind == "time":
+        if kind in ("time", "compute"):
             total += amount
+        elif kind.startswith("comm_"):  # the estimate leaves collectives out
+            continue
         else:
             bandwidth = read_bandwidth if kind.startswith("pfs_read") else write_bandwidth
             total += amount * max(1, sharers) / bandwidth
