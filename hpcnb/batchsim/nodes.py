@@ -234,7 +234,7 @@ def group_traffic(
 
     Example:
         >>> group_traffic("all_to_all", 12.0, [0, 0, 1, 1])  # 4 pairs cross, 1 B each way
-        ({0: 4.0, 1: 4.0}, {1: 4.0, 0: 4.0})
+        ({0: 4.0, 1: 4.0}, {0: 4.0, 1: 4.0})
     """
     n = len(groups)
     out: dict[int, float] = {}
