@@ -11,6 +11,18 @@ write" bit mask suppresses repeated reads of the same value by the same thread (
 is then in that thread's cache); the signature's read table approximates it with the last
 reader per slot. :func:`record_access` is the one implementation, used by the hooks and
 by trace replay.
+
+Sampling (``ctl[CTL_SAMPLE] = k > 1``), two modes (:data:`SAMPLE_MODES`):
+
+* ``words``: a word (array element) is in the sample when a multiplicative (Fibonacci)
+  hash of its element index falls below ``2**32 / k``; every access to a sampled word is
+  profiled, every other access costs one multiply and compare. Events on the sampled
+  words are exact, so k times the sampled matrix estimates the full one without bias.
+* ``reads``: every write is applied, and only every k-th read of each thread (a per-thread
+  countdown) is checked; the others cost one decrement. Periodic sampling aliases with
+  loop strides, and a value read r times is caught about r times as often as one read once.
+
+:mod:`hpcnb.commprof.sampling` scales the matrix and bounds its error.
 """
 
 from __future__ import annotations
@@ -23,13 +35,19 @@ __all__ = [
     "CTL_FLAGS",
     "CTL_HASH",
     "CTL_PHASE",
+    "CTL_COUNTDOWN",
     "CTL_REGION",
+    "CTL_SAMPLE",
+    "CTL_SAMPLE_MODE",
+    "CTL_SAMPLE_THRESHOLD",
+    "CTL_SIZE",
     "CTL_TID",
     "CTL_TRACE_N",
     "FLAG_EXACT",
     "FLAG_SIGNATURE",
     "FLAG_TRACE",
     "HASH_KINDS",
+    "SAMPLE_MODES",
     "SCHEDULE_KINDS",
     "TRACE_COLUMNS",
     "enter",
@@ -50,7 +68,15 @@ I_CTL, I_BASE, I_BYTES, I_ISZ = 0, 1, 2, 3
 I_EXW, I_EXR, I_SGW, I_SGR = 4, 5, 6, 7
 I_MEX, I_MSG, I_STACK, I_ACC, I_TRACE, I_MBY = 8, 9, 10, 11, 12, 13
 
-CTL_TID, CTL_REGION, CTL_DEPTH, CTL_FLAGS, CTL_TRACE_N, CTL_HASH, CTL_PHASE = range(7)
+CTL_TID, CTL_REGION, CTL_DEPTH, CTL_FLAGS, CTL_TRACE_N, CTL_HASH, CTL_PHASE, CTL_SAMPLE = range(8)
+#: Sampling mode (:data:`SAMPLE_MODES`) and the word sample's 32-bit hash threshold.
+CTL_SAMPLE_MODE, CTL_SAMPLE_THRESHOLD = 8, 9
+#: ``ctl[CTL_COUNTDOWN + tid]``: reads of thread ``tid`` left until its next sampled read.
+CTL_COUNTDOWN = 16
+#: Sampling modes by name -> code used in compiled code.
+SAMPLE_MODES = {"words": 0, "reads": 1}
+#: Length of the ``ctl`` array (the countdowns of up to 64 threads after the fields).
+CTL_SIZE = CTL_COUNTDOWN + 64
 FLAG_EXACT, FLAG_SIGNATURE, FLAG_TRACE = 1, 2, 4
 
 #: Trace columns (one row per access, in execution order).
@@ -108,6 +134,12 @@ def record_access(S, e, addr, isz, is_write) -> None:
     """
     ctl = S[I_CTL]
     tid = ctl[CTL_TID]
+    if ctl[CTL_SAMPLE_MODE] == 1 and ctl[CTL_SAMPLE] > 1 and not is_write:
+        left = ctl[CTL_COUNTDOWN + tid] - 1
+        if left > 0:
+            ctl[CTL_COUNTDOWN + tid] = left
+            return
+        ctl[CTL_COUNTDOWN + tid] = ctl[CTL_SAMPLE]
     region = ctl[CTL_REGION]
     S[I_ACC][region, 1 if is_write else 0] += 1
     flags = ctl[CTL_FLAGS]
@@ -154,8 +186,12 @@ def record_access(S, e, addr, isz, is_write) -> None:
 
 @njit(cache=True, _nrt=False)
 def _access(S, aid, flat, is_write) -> None:
+    e = S[I_BASE][aid] + flat
+    # word sampling: the threshold is 2**32 (nothing skipped) unless sampling by words
+    if (np.uint64(e) * _FIB) >> np.uint64(32) >= np.uint64(S[I_CTL][CTL_SAMPLE_THRESHOLD]):
+        return
     isz = S[I_ISZ][aid]
-    record_access(S, S[I_BASE][aid] + flat, S[I_BYTES][aid] + flat * isz, isz, is_write)
+    record_access(S, e, S[I_BYTES][aid] + flat * isz, isz, is_write)
 
 
 @njit(cache=True, _nrt=False)

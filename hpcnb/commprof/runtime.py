@@ -83,12 +83,25 @@ class MemoryConfig:
         write_slots: Slots of the write signature (0: no signature memory).
         read_slots: Slots of the read signature (defaults to ``write_slots`` when 0).
         hash: Hash name, one of :data:`hpcnb.commprof.hooks.HASH_KINDS`.
+        sample_every: Sampling period k (1: no sampling); see :mod:`hpcnb.commprof.hooks`.
+        sample_mode: ``"words"`` (a hashed 1/k of the words, all their accesses) or
+            ``"reads"`` (every k-th read of each thread).
     """
 
     exact: bool = True
     write_slots: int = 0
     read_slots: int = 0
     hash: str = "discopop"
+    sample_every: int = 1
+    sample_mode: str = "words"
+
+    def __post_init__(self) -> None:
+        if int(self.sample_every) < 1:
+            raise ValueError(f"sample_every={self.sample_every}: expected >= 1")
+        if self.sample_mode not in hooks.SAMPLE_MODES:
+            raise ValueError(
+                f"sample_mode {self.sample_mode!r}: expected one of {sorted(hooks.SAMPLE_MODES)}"
+            )
 
     @property
     def signature(self) -> bool:
@@ -173,8 +186,9 @@ def make_state(
         trace_capacity: Rows of the trace buffer.
         n_arrays: Kernel arrays (address table length).
     """
-    ctl = np.zeros(8, np.int64)
+    ctl = np.zeros(hooks.CTL_SIZE, np.int64)
     ctl[hooks.CTL_FLAGS] = flags
+    ctl[hooks.CTL_SAMPLE_THRESHOLD] = 1 << 32  # no word sampling
     ctl[hooks.CTL_HASH] = hash_kind
     A = max(1, n_arrays)
     return (
@@ -283,6 +297,12 @@ def profile(
         S = make_state(n_ex, sw, sr, R, T, flags, hooks.HASH_KINDS[memory.hash], cap, len(base))
         S[hooks.I_BASE][:], S[hooks.I_BYTES][:], S[hooks.I_ISZ][:] = base, bbase, isz
         ctl = S[hooks.I_CTL]
+        if memory.sample_every > 1:
+            ctl[hooks.CTL_SAMPLE] = memory.sample_every
+            ctl[hooks.CTL_SAMPLE_MODE] = hooks.SAMPLE_MODES[memory.sample_mode]
+            if memory.sample_mode == "words":
+                ctl[hooks.CTL_SAMPLE_THRESHOLD] = (1 << 32) // memory.sample_every
+            ctl[hooks.CTL_COUNTDOWN :] = memory.sample_every
         drive(nthreads, nphases, order, sched, *vals, S)
         if ctl[hooks.CTL_TRACE_N] <= cap:
             break
