@@ -184,3 +184,16 @@ def test_write_synthetic_tables_round_trip(tmp_path: Path, algorithm: str) -> No
     np.testing.assert_allclose(got.as_array()[keep], true.as_array()[keep], rtol=1e-3, atol=1e-7)
     noisy = validate_scaling(write_synthetic_tables(tmp_path / "noisy", true, noise=0.05))
     assert 0 < noisy.mape < 0.15
+
+
+def test_extrapolate_nodes_fits_small_predicts_sixteen(tmp_path: Path) -> None:
+    from hpcnb.perfmodel.scaling import extrapolate_nodes
+
+    d = _synthetic_dir(tmp_path / "m", overlap=0.3)
+    far = extrapolate_nodes(d, max_fit_nodes=8, target_nodes=16)
+    assert set(far.test.num_nodes.tolist()) == {16}
+    assert far.mape < 1e-3  # noiseless tables from the model's own form
+    with pytest.raises(ScalingDataError, match="exceed"):
+        extrapolate_nodes(d, max_fit_nodes=16, target_nodes=8)
+    with pytest.raises(ScalingDataError, match="no row"):
+        extrapolate_nodes(d, max_fit_nodes=8, target_nodes=12)

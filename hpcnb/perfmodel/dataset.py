@@ -63,7 +63,9 @@ __all__ = [
     "build_network",
     "cache_file",
     "collect_dataset",
+    "pruned_variant",
     "summarize",
+    "time_network",
 ]
 
 
@@ -402,3 +404,78 @@ def _measure(
         pinned(lambda: time_training(model, x, y, t).samples), policy, threads=settings
     )
     return inf, train
+
+
+def time_network(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    batch: int,
+    timing: TimingConfig,
+    policy: NoisePolicy | None = None,
+    *,
+    seed: int = 0,
+) -> ProtocolTiming:
+    """Time one ``no_grad`` forward pass of any network under the noise protocol.
+
+    For networks outside the grid (pruned ones, say); nothing is cached.
+
+    Args:
+        model: The network (put in eval mode).
+        input_shape: One sample's shape.
+        batch: Batch size.
+        timing: Threads, warm-up, repeats and clock.
+        policy: Noise thresholds and retry bound (default :class:`NoisePolicy`).
+        seed: Seed of the input.
+    """
+    x = torch.randn(batch, *input_shape, generator=torch.Generator().manual_seed(seed))
+    seen: dict[str, Any] = {}
+
+    def call() -> Sequence[float]:
+        with pinned_threads(timing.threads, numba=False):
+            seen.update(thread_settings(timing.threads, timing.clock))
+            return time_inference(model, x, timing).samples
+
+    return measure_until_quiet(call, policy or NoisePolicy(), threads=lambda: dict(seen))
+
+
+def pruned_variant(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    keep_ratio: float | Sequence[float] | Callable[[int], Sequence[float]],
+) -> nn.Module:
+    """A real, smaller copy of ``model`` with its prunable channel groups shrunk.
+
+    Channel groups come from :mod:`hpcnb.ir` (the same analysis notebook 02 prunes with);
+    a group keeps ``max(1, round(ratio · size))`` channels, sliced by
+    :func:`hpcnb.ir.extract.extract`.
+
+    Args:
+        model: The network.
+        input_shape: One sample's shape (for tracing).
+        keep_ratio: One ratio for every prunable group (uniform pruning), one ratio per
+            prunable group in graph order (a layer-wise plan, as a search produces), or a
+            function of the number of groups returning such a plan.
+
+    Raises:
+        PerfmodelError: A ratio outside (0, 1], or a plan of the wrong length.
+    """
+    from hpcnb.ir import trace
+    from hpcnb.ir.extract import extract
+
+    model.eval()
+    with torch.no_grad():
+        graph = trace(model, torch.randn(2, *input_shape))
+    groups = [g for g in graph.groups() if g.prunable and g.kind == "channel"]
+    if callable(keep_ratio):
+        keep_ratio = keep_ratio(len(groups))
+    ratios = (
+        [float(keep_ratio)] * len(groups)
+        if isinstance(keep_ratio, (int, float))
+        else [float(r) for r in keep_ratio]
+    )
+    if len(ratios) != len(groups):
+        raise PerfmodelError(f"pruned_variant: {len(ratios)} ratios for {len(groups)} groups")
+    if any(not 0 < r <= 1 for r in ratios):
+        raise PerfmodelError(f"pruned_variant: ratios must be in (0, 1], got {ratios}")
+    keep = {g.id: max(1, round(r * g.size)) for g, r in zip(groups, ratios, strict=True)}
+    return extract(model, graph, keep)
