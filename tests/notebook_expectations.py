@@ -282,18 +282,25 @@ EXPECTATIONS: dict[str, Expectation] = {
             "commprof.signature_pattern_agreement_at_64th",
             "commprof.overhead_vs_native",
             "commprof.valgrind_match",
+            "commprof.sampled_overhead",
+            "commprof.sampled_matrix_correlation",
         ),
-        smoke={
+        smoke={  # the C-suite records need valgrind and gcc (absent: not emitted)
             "commprof.pattern_accuracy": 1.0,
             "commprof.signature_f1_at_eighth": ">= 0.9",
             "commprof.overhead_vs_native": "> 0",
             "commprof.valgrind_match": 1.0,
+            "commprof.sampled_overhead": "> 0",
+            "commprof.sampled_matrix_correlation": "> 0",
         },
         full={
             "commprof.pattern_accuracy": 1.0,
             "commprof.signature_f1_at_eighth": ">= 0.95",
             "commprof.overhead_vs_native": "<= 50",
             "commprof.valgrind_match": 1.0,
+            "commprof.sampled_matrix_correlation": ">= 0.95",
+            "commprof.c_suite_matrix_agreement": 1.0,
+            "commprof.c_suite_pattern_accuracy": ">= 0.909",
         },
     ),
 }

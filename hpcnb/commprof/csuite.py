@@ -19,8 +19,6 @@ inputs have no writer and its results are read by nobody.
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
@@ -29,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcnb.commprof.analysis import classify_pattern, inclusive, loop_tree
+from hpcnb.commprof.native import compile_c
 from hpcnb.commprof.runtime import Profile
 from hpcnb.commprof.suite import SUITE, check_result, suite_case
 from hpcnb.commprof.valgrind import ProgramProfile, TraceError, parse_trace, run_program
@@ -57,31 +56,10 @@ def compile_kernel(name: str, openmp: bool = False) -> Path:
     Cached under ``hpcnb.paths.cache_dir("commprof")`` by source, flags and machine.
 
     Raises:
-        TraceError: gcc is missing or fails.
+        CompileError: gcc is missing or fails.
     """
-    from hpcnb.launch import run_bounded
-    from hpcnb.paths import cache_dir, machine_key
-
-    src = kernel_source(name)
-    head = resources.files("hpcnb.commprof").joinpath("csrc", "suite", "csuite.h").read_text()
-    flags = ["-g", "-O1", "-fopenmp" if openmp else "-pthread"]
-    key = hashlib.sha256("\0".join([src, head, *flags, machine_key()]).encode()).hexdigest()
-    out = cache_dir("commprof") / f"csuite-{key[:16]}" / (name + ("_omp" if openmp else ""))
-    if out.is_file():
-        return out
-    if shutil.which("gcc") is None:
-        raise TraceError("gcc not found: install it (apt-get install gcc) to build the C suite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "csuite.h").write_text(head)
-        Path(tmp, f"{name}.c").write_text(src)
-        part = Path(tmp, out.name)
-        cmd = ["gcc", *flags, "-I", tmp, str(Path(tmp, f"{name}.c")), "-o", str(part)]
-        res = run_bounded(cmd, timeout=120)
-        if res.returncode:
-            raise TraceError(f"gcc failed on {name}.c:\n{res.stderr[-2000:]}")
-        shutil.move(str(part), out)
-    return out
+    suite_case(name)  # names the known kernels when unknown
+    return compile_c(f"suite/{name}", ("-g", "-O1", "-fopenmp" if openmp else "-pthread"))
 
 
 def _write_inputs(name: str, args: list[object], folder: Path) -> list[str]:

@@ -1,0 +1,103 @@
+"""Compile the package's C programs (cached) and time native runs of programs, interleaved.
+
+:func:`compile_c` builds ``hpcnb/commprof/csrc/<name>.c`` (and the headers it includes
+from the same folder) with gcc into ``hpcnb.paths.cache_dir("commprof")``, keyed by the
+sources, the flags and :func:`hpcnb.paths.machine_key`. :func:`time_commands` times whole
+program runs through :func:`hpcnb.launch.run_bounded` in interleaved rounds
+(:func:`hpcnb.timing.interleaved`, wall clock), so a ratio of two programs' rounds carries
+the machine's drift on both sides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+
+from hpcnb.errors import HpcnbError
+from hpcnb.timing import Timing, interleaved
+
+__all__ = ["CompileError", "compile_c", "compile_sources", "time_commands"]
+
+
+class CompileError(HpcnbError, RuntimeError):
+    """gcc is missing or failed (the message holds its output)."""
+
+
+def compile_sources(files: Mapping[str, str], main: str, flags: Sequence[str]) -> Path:
+    """Compile ``main`` (a key of ``files``, name -> C text) with ``flags``; return the binary.
+
+    The files are written to one folder (so ``#include "x.h"`` finds its siblings); the
+    binary is cached by content, flags and machine.
+
+    Raises:
+        CompileError: gcc is missing or fails.
+    """
+    from hpcnb.launch import run_bounded
+    from hpcnb.paths import cache_dir, machine_key
+
+    blob = "\0".join([*(f"{k}\0{v}" for k, v in sorted(files.items())), main, *flags])
+    key = hashlib.sha256((blob + machine_key()).encode()).hexdigest()[:16]
+    out = cache_dir("commprof") / f"bin-{key}" / Path(main).stem
+    if out.is_file():
+        return out
+    if shutil.which("gcc") is None:
+        raise CompileError("gcc not found: install it (apt-get install gcc)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in files.items():
+            Path(tmp, name).write_text(text)
+        part = Path(tmp, out.name + ".bin")
+        cmd = ["gcc", *flags, "-I", tmp, str(Path(tmp, main)), "-o", str(part)]
+        res = run_bounded(cmd, timeout=120)
+        if res.returncode:
+            raise CompileError(f"gcc failed on {main} ({' '.join(flags)}):\n{res.stderr[-2000:]}")
+        shutil.move(str(part), out)
+    return out
+
+
+def compile_c(
+    name: str, flags: Sequence[str] = ("-g", "-O1", "-pthread"), folder: str = "csrc"
+) -> Path:
+    """Compile the package's ``<folder>/<name>.c`` with the headers beside it.
+
+    Args:
+        name: Program name (``"ring"``, ``"false_sharing"``, ``"suite/jacobi"`` ...).
+        flags: gcc flags (``-DPAD`` etc. included).
+        folder: Folder of the package holding the sources.
+    """
+    base = resources.files("hpcnb.commprof").joinpath(folder)
+    sub = base
+    parts = name.split("/")
+    for p in parts[:-1]:
+        sub = sub.joinpath(p)
+    main = f"{parts[-1]}.c"
+    if not sub.joinpath(main).is_file():
+        raise FileNotFoundError(f"no C source {folder}/{name}.c in hpcnb.commprof")
+    files = {
+        f.name: f.read_text(encoding="utf-8")
+        for f in sub.iterdir()
+        if f.name == main or f.name.endswith(".h")
+    }
+    return compile_sources(files, main, flags)
+
+
+def time_commands(
+    commands: Mapping[str, Sequence[str]], *, repeats: int = 5, warmup: int = 1,
+    timeout: float = 300.0,
+) -> dict[str, Timing]:  # fmt: skip
+    """Wall times of whole program runs, one of each per round, interleaved.
+
+    Raises:
+        LaunchError: A program exits with a non-zero status.
+    """
+    from hpcnb.launch import run_bounded
+
+    def runner(cmd: Sequence[str]) -> Callable[[], object]:
+        return lambda: run_bounded(list(cmd), timeout=timeout, check=True)
+
+    fns = {label: runner(cmd) for label, cmd in commands.items()}
+    return interleaved(fns, repeats=repeats, warmup=warmup, clock="wall")
