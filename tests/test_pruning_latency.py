@@ -144,7 +144,7 @@ def test_layer_latency_table_is_cached_and_interpolates(task, tmp_path, monkeypa
     convs = [m for m in task.model.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
     assert len(table.layers) == len(convs) and not table.cached
     assert table.key["threads"] == 1 and table.key["input_shape"] == [1, 8, 8]
-    assert len(table.full_samples) == 2 and table.noise >= 0
+    assert len(table.full_samples) == 6 and table.noise >= 0  # 3 x repeats for the full net
     full = table.latency(task.group_sizes)
     assert np.isfinite(full) and full > 0
     for layer in table.layers:  # interpolation returns the grid's own values at its points

@@ -13,8 +13,12 @@ Two implementations:
   of the network is timed once on this machine at the target input size, on a small grid of
   (input channels, output channels), with the given batch and thread count; the network's
   latency is the sum of the layers' bilinearly interpolated times plus a constant for the
-  rest (normalisation, activations, additions, pooling: the full network's measured time
-  minus its layers' times at full width). Layers of equal geometry are timed once. The
+  rest (normalisation, activations, additions, pooling: the full network's time minus its
+  layers' times at full width). Every time is the *fastest* of its interleaved repeats: on a
+  shared machine the other processes only ever add time (a descheduled thread stalls every
+  barrier of a two-thread run), so the minimum estimates the undisturbed cost, where a
+  median over a busy spell can be many times too large. Layers of equal geometry are timed
+  once. The
   table, with every point's timing samples, is cached under
   ``hpcnb.paths.cache_dir("pruning_latency")``, keyed on :func:`hpcnb.paths.machine_key`,
   the thread count, the batch, the input shape and the layer geometries.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -88,7 +93,7 @@ class LayerTiming:
         in_group: Group index whose count sets the input channels (-1: fixed).
         in_grid: Input channel counts timed.
         out_grid: Output channel counts timed.
-        seconds: ``(len(in_grid), len(out_grid))`` median seconds per call.
+        seconds: ``(len(in_grid), len(out_grid))`` seconds per call (fastest repeat).
         spread: The same shape: (75th - 25th percentile) / median of each point's samples.
     """
 
@@ -214,11 +219,12 @@ class LayerLatencyTable:
 
     Attributes:
         layers: One :class:`LayerTiming` per conv / linear layer.
-        constant: Seconds of everything but those layers (measured full network minus
-            the layers' times at full width, at least 0).
+        constant: Seconds of everything but those layers (the full network's fastest run
+            minus the layers' times at full width, at least 0).
         full_samples: Timing samples of the full network, seconds.
         key: The cache key (machine, threads, batch, input shape, geometries).
         cached: Whether the table came from the cache.
+        load_average: The machine's 1, 5 and 15-minute load averages when it was measured.
     """
 
     def __init__(
@@ -234,6 +240,7 @@ class LayerLatencyTable:
         self.full_samples = full_samples
         self.key = key
         self.cached = cached
+        self.load_average: tuple[float, ...] = ()
 
     @property
     def noise(self) -> float:
@@ -289,6 +296,7 @@ class LayerLatencyTable:
             "batch": batch,
             "input_shape": list(input_shape),
             "repeats": repeats,
+            "estimator": "min-v2",
             "torch": torch.__version__,
             "geometries": [s["geometry"] for s in specs],
             "sizes": [int(s) for s in task.group_sizes],
@@ -319,8 +327,9 @@ class LayerLatencyTable:
                     out_grid = _grid(g["cout"]) if spec["out_group"] >= 0 else [g["cout"]]
                     data["geometries"][gkey] = _time_geometry(g, in_grid, out_grid, batch, repeats)
                 model = task.model.eval()
-                full = interleaved([lambda: model(example)], repeats=repeats, warmup=2)[0]
+                full = interleaved([lambda: model(example)], repeats=3 * repeats, warmup=2)[0]
                 data["full"] = list(full.samples)
+            data["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
             if cache:
                 path.write_text(json.dumps(data))
         layers = []
@@ -337,13 +346,15 @@ class LayerLatencyTable:
                     in_group=spec["in_group"],
                     in_grid=tuple(point["in_grid"]),
                     out_grid=tuple(point["out_grid"]),
-                    seconds=np.array([np.median(s) for s in samples]).reshape(shape),
+                    seconds=np.array([np.min(s) for s in samples]).reshape(shape),
                     spread=np.array([_spread(s) for s in samples]).reshape(shape),
                 )
             )
-        full_median = float(np.median(data["full"]))
+        fastest = float(np.min(data["full"]))
         at_full = sum(float(layer.seconds[-1, -1]) for layer in layers)
-        return cls(layers, max(0.0, full_median - at_full), tuple(data["full"]), key, cached)
+        table = cls(layers, max(0.0, fastest - at_full), tuple(data["full"]), key, cached)
+        table.load_average = tuple(data.get("load_average", ()))
+        return table
 
 
 class PredictedLatency:
