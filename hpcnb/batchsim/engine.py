@@ -326,8 +326,12 @@ class SchedulerView:
 
         Rigid jobs: start + requested time (or now, if already over it).
         """
-        if rec.type is JobType.RIGID and rec.job.walltime is not None:
-            return max(self.time, rec.start_time + rec.job.walltime)
+        job = rec.job
+        if job.type is JobType.RIGID:
+            if job.walltime is not None:
+                return max(self.time, rec.start_time + job.walltime)
+            if job.work.num_units == 1:  # its one unit ends at unit_end
+                return max(self.time, rec.unit_end)
         return self.time + self.remaining_time(rec)
 
 

@@ -253,6 +253,8 @@ class ElastiSimFCFS(Scheduler):
         """Grant evolving requests, then walk the jobs in submission order."""
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
+        if view.free_nodes <= 0:  # nothing can start or grow
+            return
         growable = [r for r in view.running if r.type is JobType.MALLEABLE
                     and r.target == r.nodes and (r.at_point or self.expand == "any")]  # fmt: skip
         growable.sort(key=lambda r: r.seq)

@@ -172,12 +172,17 @@ class EasyBackfilling(Scheduler):
                 break
             view.start(queue[i], size)
             i += 1
-        if i >= len(queue) - 1:
+        if i >= len(queue) - 1 or view.free_nodes == 0:
+            return
+        # only jobs whose smallest size fits now can be backfilled (free only shrinks below)
+        free = view.free_nodes
+        candidates = [r for r in queue[i + 1 :] if r.job.num_nodes_min <= free]
+        if not candidates:
             return
         head = queue[i]
         releases = [(view.expected_end(r), r.nodes) for r in view.running]
         shadow, extra = shadow_time(view.time, view.free_nodes, self.reserve_size(head), releases)
-        for rec in queue[i + 1 :]:
+        for rec in candidates:
             if view.free_nodes == 0:
                 return
             size = self.start_size(view, rec)
