@@ -200,3 +200,25 @@ def test_gap_over_seeds_pairs_items_and_seeds():
     assert low > 0 and low <= diff <= high
     with pytest.raises(ValueError):
         gap_over_seeds(a, a[:2])
+
+
+def test_predicted_latency_asks_perfmodel_once_per_policy(task, monkeypatch):
+    import hpcnb.perfmodel as perfmodel
+    from hpcnb.pruning.latency import PredictedLatency
+
+    calls = []
+
+    class Estimate(tuple):
+        seconds = property(lambda self: self[0])
+
+    def fake(model, input_shape, batch, threads):
+        calls.append((input_shape, batch, threads))
+        params = sum(p.numel() for p in model.parameters())
+        return Estimate((1e-9 * params, 0.0, 1.0))
+
+    monkeypatch.setattr(perfmodel, "predict_latency", fake, raising=False)
+    model = PredictedLatency(task, (1, 8, 8), batch=1, threads=2)
+    full = model.latency(task.group_sizes)
+    half = model.latency(np.maximum(task.group_sizes // 2, 1))
+    assert half < full and model.latency(task.group_sizes) == full
+    assert calls == [((1, 8, 8), 1, 2)] * 2  # memoised

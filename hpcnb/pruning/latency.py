@@ -361,7 +361,9 @@ class PredictedLatency:
     """A :class:`LatencyModel` from ``hpcnb.perfmodel.predict_latency`` (where it exists).
 
     Each query extracts the pruned network (``task.extract``) and asks the performance
-    model; answers are memoised per count vector.
+    model (its ``seconds``, where it answers with an estimate and an interval); answers
+    are memoised per count vector. Its first use fits ConvMeter on this machine's cached
+    timing data set, which notebook 03 measures (minutes when the cache is empty).
 
     Args:
         task: The pruning task.
@@ -395,9 +397,8 @@ class PredictedLatency:
         key = tuple(int(c) for c in np.asarray(counts))
         if key not in self._memo:
             model = self.task.extract(np.asarray(key), ratios=False)
-            self._memo[key] = float(
-                self._predict(model, self.input_shape, self.batch, self.threads)
-            )
+            answer = self._predict(model, self.input_shape, self.batch, self.threads)
+            self._memo[key] = float(getattr(answer, "seconds", answer))
         return self._memo[key]
 
 
