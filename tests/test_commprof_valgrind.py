@@ -225,3 +225,20 @@ def test_parser_joins_clone_scheduler_mailbox_and_line_records() -> None:
 def test_missing_tools_are_named(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert set(missing_tools()) == {"valgrind", "gcc", *BINUTILS}
+
+
+def test_false_sharing_lines_and_compact_addresses() -> None:
+    log = "\n".join([
+        "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
+        "I  00001000,4", " S 00002000,8",                # main writes x[0]
+        "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7ffff000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
+        "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
+        " S 7fffeff8,8", " S 00002008,8", " L 00002008,8",  # child: its stack, then x[1]
+    ])  # fmt: skip
+    pp = parse_trace(TraceRun(log, "BASE 0x0\n", _fake_binary(), ["fake"]))
+    (x,) = [r for r in object_table(pp) if r.name == "x"]
+    assert x.false_sharing_lines == 1 and x.sharing == "partitioned" and x.events == 0
+    compact = pp.compact_profile()
+    assert compact.trace[:, 3].max() < 4096 and np.array_equal(
+        compact.trace[:, 3] % 64, pp.profile.trace[:, 3] % 64
+    )

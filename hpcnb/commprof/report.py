@@ -12,8 +12,9 @@
 * ``multi-writer``: some word is written by two or more threads.
 
 A cache line (``line_bytes``, 64) of an object is *falsely shared* when two threads touch
-it, at least one of them writes it, and they never touch the same word of it: their
-traffic on that line is only coherence, no data flows.
+it, one of them writes it, and the two never touch the same word of it: their traffic on
+that line is only coherence, no data flows between them (a third thread, say the main
+thread reading every result at the end, does not change that).
 
 :func:`write_outputs` writes ``communication.csv`` (rows: writer thread, columns: reader
 thread; words read by the column thread that the row thread wrote last), ``objects.csv``,
@@ -108,6 +109,19 @@ def _events_per_element(pp: ProgramProfile) -> np.ndarray:
     return out
 
 
+def _falsely_shared(access: np.ndarray, write: np.ndarray, nthreads: int) -> bool:
+    """Whether two threads touch a line's words, one writing, without a word in common."""
+    words = [{w for w, m in enumerate(access.tolist()) if int(m) >> t & 1} for t in range(nthreads)]
+    writes = [any(int(m) >> t & 1 for m in write.tolist()) for t in range(nthreads)]
+    for t in range(nthreads):
+        if not writes[t] or not words[t]:
+            continue
+        for u in range(nthreads):
+            if u != t and words[u] and not words[t] & words[u]:
+                return True
+    return False
+
+
 def object_table(pp: ProgramProfile, line_bytes: int = 64) -> list[ObjectRow]:
     """Sharing class, falsely shared lines and events of every object (module docstring)."""
     tr = pp.profile.trace
@@ -147,13 +161,7 @@ def object_table(pp: ProgramProfile, line_bytes: int = 64) -> list[ObjectRow]:
             lines = (o.address + np.arange(nw) * wb) // line_bytes
             for ln in np.unique(lines[(a != 0)]):
                 k = np.flatnonzero(lines == ln)
-                if bin(int(np.bitwise_or.reduce(a[k]))).count("1") < 2:
-                    continue
-                if int(np.bitwise_or.reduce(w[k])) == 0:
-                    continue
-                shared_word = (_popcount(a[k]) >= 2).any()
-                if not shared_word:
-                    fs += 1
+                fs += _falsely_shared(a[k], w[k], pp.nthreads)
         rows.append(
             ObjectRow(o.name, o.kind, o.site, o.size, nthreads, cls, fs, int(events[sl].sum()))
         )

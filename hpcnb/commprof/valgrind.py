@@ -275,6 +275,29 @@ class ProgramProfile:
         """Whole-program ``[writer, reader]`` matrix of communicated words."""
         return self.profile.exact.sum(axis=0)
 
+    def compact_profile(self) -> Profile:
+        """The profile with its trace's addresses packed close together (for locality).
+
+        Objects are laid end to end, each keeping its offset within a 4096-byte page, so
+        word and cache-line structure stay as in the run while the address range shrinks
+        from the process's (heap, stack, globals far apart) to the objects' total size.
+        """
+        p = self.profile
+        tr = None if p.trace is None else p.trace.copy()
+        if tr is not None and len(tr):
+            owner = self.object_of_element()[tr[:, 2]]
+            base, shift = 0, np.zeros(len(self.objects), np.int64)
+            for k, o in enumerate(self.objects):
+                start = base + (o.address % 4096)
+                shift[k] = start - o.address
+                base = -(-(start + o.size) // 4096) * 4096
+            tr[:, 3] += shift[owner]
+        return Profile(
+            kernel=p.kernel, regions=p.regions, nthreads=p.nthreads, exact=p.exact,
+            exact_bytes=p.exact_bytes, signature=p.signature, accesses=p.accesses, trace=tr,
+            n_elements=p.n_elements, itemsizes=p.itemsizes, memory=p.memory,
+        )  # fmt: skip
+
     def object_of_element(self) -> np.ndarray:
         """Object index of every shadow element."""
         out = np.empty(self.profile.n_elements, np.int64)
