@@ -9,9 +9,16 @@ metrics and suggestions; :data:`SUITE` holds kernels with known patterns.
 The pieces behind these are imported from their modules: :mod:`~hpcnb.commprof.shadow`
 (signature memories replayed over traces, detection accuracy, held-out tuning),
 :mod:`~hpcnb.commprof.cases` (before/after case studies), :mod:`~hpcnb.commprof.runtime`
-(interleaved timing of native and instrumented runs), :mod:`~hpcnb.commprof.plots`
-(figures), :mod:`~hpcnb.commprof.valgrind` (import of real traces),
-:mod:`~hpcnb.commprof.hooks` and :mod:`~hpcnb.commprof.kernels`.
+(interleaved timing of native and instrumented runs), :mod:`~hpcnb.commprof.sampling`
+(sampled profiles, scaled matrices and their error bound), :mod:`~hpcnb.commprof.plots`
+(figures), :mod:`~hpcnb.commprof.hooks` and :mod:`~hpcnb.commprof.kernels`.
+
+Unmodified compiled programs (``hpcnb commprof profile -- PROGRAM ARGS``):
+:mod:`~hpcnb.commprof.valgrind` (run under valgrind lackey, threads, objects, accesses),
+:mod:`~hpcnb.commprof.binary` (symbols, line table, loops from back edges),
+:mod:`~hpcnb.commprof.report` (matrix, objects, loops, report files),
+:mod:`~hpcnb.commprof.csuite` (the kernel suite in C against the Numba profiles) and
+:mod:`~hpcnb.commprof.native` (compiling and timing the package's C programs).
 
 Example:
     >>> import numpy as np

@@ -41,6 +41,7 @@ instead of spinning through millions of traced instructions.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -76,8 +77,9 @@ __all__ = [
 
 #: Bytes of the main thread's stack below the logger's constructor frame taken as an object.
 STACK_WINDOW = 1 << 20
-#: Default limit on the size of a lackey log (bytes): use smaller inputs beyond it.
-MAX_LOG_BYTES = 1 << 30
+#: Default limit on the size of a lackey log (bytes): use smaller inputs beyond it (the
+#: parse holds the log and one tuple per word access in memory, a few times the log's size).
+MAX_LOG_BYTES = 256 << 20
 #: Recorded run shipped with the package (a 4-thread ring exchange, ``csrc/ring.c``).
 RECORDED = "ring_t4"
 _PIE_BASE = 0x108000  # where valgrind loads a position-independent main executable
@@ -419,7 +421,7 @@ def parse_trace(
     parallel_from = -1
     starts, ends, ids = objs.starts, objs.ends, objs.ids
     wb = word_bytes
-    for line in run.log.splitlines():
+    for line in io.StringIO(run.log):
         c = line[:1]
         if c == "I":
             n_lines += 1
@@ -570,7 +572,7 @@ def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
     starts = [s for s, _ in spans]
     import bisect
 
-    for line in run.log.splitlines():
+    for line in io.StringIO(run.log):
         c = line[:1]
         if c == "I":
             a = int(line[3 : line.index(",")], 16)
@@ -585,18 +587,18 @@ def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
             hit = a == mailbox or (k >= 0 and a < spans[k][1])
             if hit or cur not in written:
                 if cur in last_i and written.get(cur) != last_i[cur]:
-                    keep.append(last_i[cur])
+                    keep.append(last_i[cur].rstrip("\n"))
                     written[cur] = last_i[cur]
                 if cur not in written:
                     written[cur] = ""
-                keep.append(line)
+                keep.append(line.rstrip("\n"))
             continue
         if "SCHED[" in line and ("acquired lock" in line or "exit_thread" in line):
             m = re.search(r"SCHED\[(\d+)\]", line)
             cur = int(m.group(1)) if m else cur
-            keep.append(line)
+            keep.append(line.rstrip("\n"))
         elif c == "S" and _CLONE.match(line):
-            keep.append(line)
+            keep.append(line.rstrip("\n"))
     return TraceRun("\n".join(keep) + "\n", run.allocations, run.binary, run.command, run.stdout)
 
 
