@@ -166,3 +166,54 @@ def test_group_traffic_of_each_pattern_by_hand():
     assert group_traffic("all_to_all", 12.0, [5, 5, 5]) == ({}, {})
     with pytest.raises(ValueError, match="no traffic model"):
         group_traffic("butterfly", 1.0, [0, 1])
+
+
+def _bb_platform(tmp_path, striping: bool) -> Platform:
+    props = ("<prop id='node_local_bb' value='True'/><prop id='bb_read_bw' value='2GBps'/>"
+             "<prop id='bb_write_bw' value='1GBps'/>")  # fmt: skip
+    if striping:
+        props += "<prop id='wide_striping' value='True'/><prop id='flops_per_byte' value='0'/>"
+    path = tmp_path / f"bb{striping}.xml"
+    path.write_text(
+        "<?xml version='1.0'?><platform version='4.1'><zone id='z' routing='Full'>"
+        "<cluster id='c' prefix='n' radical='0-3' suffix='' speed='1Gf' bw='8Gbps' lat='0us'>"
+        f"{props}</cluster></zone></platform>"
+    )
+    return read_platform_xml(path)
+
+
+def test_burst_buffers_node_local_and_wide_striped_by_hand(tmp_path):
+    local = _bb_platform(tmp_path, False)
+    assert (local.bb_read_bandwidth, local.bb_write_bandwidth) == (2e9, 1e9)
+    assert not local.bb_wide_striping
+    # each rank writes its own 4 GB at 1 GB/s: 4 s, however many nodes
+    assert local.burst_buffer_time(4e9, True, 4) == pytest.approx(4.0)
+    assert local.burst_buffer_time(4e9, False, 4) == pytest.approx(2.0)
+    striped = _bb_platform(tmp_path, True)
+    # striped over 4 nodes: 1 GB locally (1 s) and an all-to-all of 3 GB per rank over
+    # 1 GB/s links (3 s): the all-to-all sets the time
+    assert striped.burst_buffer_time(4e9, True, 4) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="without burst buffers"):
+        Platform(4).burst_buffer_time(1.0, True, 1)
+
+
+def test_burst_buffer_tasks_run_in_a_simulation(tmp_path):
+    import json
+
+    from hpcnb.batchsim.elastisim import read_elastisim
+
+    platform = _bb_platform(tmp_path, False)
+    (tmp_path / "platform.xml").write_text((tmp_path / "bbFalse.xml").read_text())
+    (tmp_path / "configuration.json").write_text(json.dumps({"platform_file": "platform.xml"}))
+    model = {"phases": [{"iterations": 2, "tasks": [
+        {"type": "bb_write", "bytes": "size", "pattern": "all_ranks"},
+        {"type": "bb_read", "bytes": "size", "pattern": "root_only"}]}]}  # fmt: skip
+    (tmp_path / "app.json").write_text(json.dumps(model))
+    job = {"type": "rigid", "submit_time": 0, "num_nodes": 4, "application_model": "app.json",
+           "arguments": {"size": 8e9}}  # fmt: skip
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [job]}))
+    data = read_elastisim(tmp_path / "jobs.json")
+    assert data.platform == platform
+    result = simulate(data.jobs, data.platform, make_scheduler("elastisim-fcfs"))
+    # per iteration: 2 GB per rank at 1 GB/s (2 s) + 8 GB on the root at 2 GB/s (4 s)
+    assert result.jobs["end"].iloc[0] == pytest.approx(2 * (2.0 + 4.0))

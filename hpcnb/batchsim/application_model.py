@@ -28,7 +28,13 @@ Task timing (on ``n`` nodes, platform of :mod:`hpcnb.batchsim.platform`):
 * ``idle`` / ``busy_wait``: ``delay`` seconds. ``sequence``: its ``tasks``, ``iterations``
   times.
 
-Burst-buffer tasks and explicit ``vector`` / ``matrix`` patterns are rejected with a
+* ``bb_read`` / ``bb_write``: burst buffers as in ElastiSim's platform files: each rank
+  moves its share (``all_ranks`` / ``total``: ``bytes / n``; ``uniform``: ``bytes``;
+  ``root_only``: rank 0) through its node-local buffer, or, with wide striping, through
+  the buffers of all the job's nodes (:meth:`Platform.burst_buffer_time`). A platform
+  without burst buffers makes them an error naming the task.
+
+Explicit ``vector`` / ``matrix`` patterns are rejected with a
 :class:`~hpcnb.batchsim.inputs.WorkloadError` naming the file and the JSON path of the
 task (``application_model.json: phases[2].tasks[0].flops: ...``), as is every other
 problem, within the :class:`~hpcnb.batchsim.inputs.ElastiSimLimits`.
@@ -78,7 +84,8 @@ from hpcnb.batchsim.platform import (
 
 __all__ = ["ApplicationModel", "ApplicationWork", "read_application_model"]
 
-_TASK_TYPES = ("cpu", "gpu", "pfs_read", "pfs_write", "idle", "busy_wait", "sequence")
+_TASK_TYPES = ("cpu", "gpu", "pfs_read", "pfs_write", "bb_read", "bb_write", "idle", "busy_wait",
+               "sequence")  # fmt: skip
 _SPREAD = {"uniform": "uniform", "total": "total", "all_ranks": "total", "root_only": "root"}
 _DEFAULT_LIMITS = ElastiSimLimits()
 
@@ -136,12 +143,13 @@ class _ModelReader:
         if kind in ("idle", "busy_wait"):
             delay = self.required(raw.get("delay", 0), child_path(path, "delay"))
             return _Task(kind, path, delay, iterations=iterations)
-        pattern_key = "pattern" if kind.startswith("pfs") else "computation_pattern"
+        io = kind.startswith(("pfs", "bb"))
+        pattern_key = "pattern" if io else "computation_pattern"
         spread_name = raw.get(pattern_key, "uniform" if kind in ("cpu", "gpu") else "total")
         if not isinstance(spread_name, str) or spread_name not in _SPREAD:
             raise self.error(child_path(path, pattern_key), f"{describe(spread_name)} is not "
                              f"supported; expected one of {sorted(_SPREAD)}")  # fmt: skip
-        if kind.startswith("pfs"):
+        if io:
             if "bytes" not in raw:
                 raise self.error(path, "an I/O task needs 'bytes'")
             size = self.required(raw["bytes"], child_path(path, "bytes"))
@@ -412,6 +420,14 @@ class ApplicationWork(WorkModel):
         elif task.type in ("idle", "busy_wait"):
             assert task.payload is not None
             one = [("time", self._eval(task.payload, env, f"{path}.delay"))]
+        elif task.type.startswith("bb"):
+            assert task.payload is not None
+            size = self._eval(task.payload, env, f"{path}.bytes")
+            per_rank = size / n if task.spread == "total" else size
+            try:
+                one = [("time", p.burst_buffer_time(per_rank, task.type == "bb_write", n))]
+            except ValueError as exc:
+                raise WorkloadError(self.model.source, path, str(exc)) from None
         elif task.type.startswith("pfs"):
             assert task.payload is not None
             size = self._eval(task.payload, env, f"{path}.bytes")

@@ -65,6 +65,11 @@ class Platform:
         pfs_read_bandwidth: Aggregate PFS read bandwidth shared by all jobs (bytes/s).
         pfs_write_bandwidth: Aggregate PFS write bandwidth shared by all jobs (bytes/s).
         pfs_latency: Latency of a PFS request (s).
+        bb_read_bandwidth: Read bandwidth of each node's burst buffer (bytes/s; 0: none).
+        bb_write_bandwidth: Write bandwidth of each node's burst buffer (bytes/s; 0: none).
+        bb_wide_striping: Whether a job's burst buffers form one shared, striped buffer
+            (ElastiSim's ``wide_striping``) instead of node-local ones.
+        bb_flops_per_byte: CPU work per striped byte (ElastiSim's ``flops_per_byte``).
         topology: How the nodes are wired (``None``: a crossbar, nodes not grouped).
         hosts: Host names of the nodes (from a platform file), for per-node output.
     """
@@ -78,6 +83,10 @@ class Platform:
     pfs_read_bandwidth: float = 80e9
     pfs_write_bandwidth: float = 50e9
     pfs_latency: float = 500e-6
+    bb_read_bandwidth: float = 0.0
+    bb_write_bandwidth: float = 0.0
+    bb_wide_striping: bool = False
+    bb_flops_per_byte: float = 0.0
     topology: Topology | None = None
     hosts: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
@@ -87,8 +96,38 @@ class Platform:
         for name in ("node_flops", "link_bandwidth", "pfs_read_bandwidth", "pfs_write_bandwidth"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Platform.{name}={getattr(self, name)}: expected > 0")
+        for name in ("bb_read_bandwidth", "bb_write_bandwidth", "bb_flops_per_byte"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"Platform.{name}={getattr(self, name)}: expected >= 0")
         if self.gpus_per_node < 0:
             raise ValueError(f"Platform.gpus_per_node={self.gpus_per_node}: expected >= 0")
+
+    @property
+    def has_burst_buffers(self) -> bool:
+        """Whether the nodes have burst buffers (both bandwidths set)."""
+        return self.bb_read_bandwidth > 0 and self.bb_write_bandwidth > 0
+
+    def burst_buffer_time(self, nbytes: float, write: bool, nodes: int) -> float:
+        """Return the time (s) for each of ``nodes`` ranks to move ``nbytes`` of its own.
+
+        Node-local buffers: ``nbytes / bandwidth`` on the rank's own buffer. Wide
+        striping (ElastiSim's shared burst buffer over the job's nodes): each rank
+        keeps ``1/n`` of its data locally and sends the rest to the other ``n - 1``
+        buffers (an all-to-all), paying ``bb_flops_per_byte`` of CPU per byte striped;
+        the slowest of the three sets the time.
+
+        Raises:
+            ValueError: The platform has no burst buffers.
+        """
+        if not self.has_burst_buffers:
+            raise ValueError("a burst-buffer task on a platform without burst buffers "
+                             "(node_local_bb, bb_read_bw, bb_write_bw)")  # fmt: skip
+        bandwidth = self.bb_write_bandwidth if write else self.bb_read_bandwidth
+        if not self.bb_wide_striping or nodes <= 1:
+            return nbytes / bandwidth
+        part = nbytes / nodes
+        stripe = self.communication_time("all_to_all", part * nodes * (nodes - 1), nodes)
+        return max(part / bandwidth, stripe, self.bb_flops_per_byte * nbytes / self.node_flops)
 
     @property
     def num_gpus(self) -> int:
@@ -257,6 +296,23 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
         prefix, suffix = cluster.get("prefix", ""), cluster.get("suffix", "")
         ids = _radical_ids(cluster.get("radical", ""))
         kwargs["hosts"] = tuple(f"{prefix}{i}{suffix}" for i in ids)  # type: ignore[assignment]
+    props = {p.get("id", ""): p.get("value", "") for p in cluster.iter("prop")}
+    if props.get("node_local_bb", "").lower() == "true":
+        for key, attr in (
+            ("bb_read_bw", "bb_read_bandwidth"),
+            ("bb_write_bw", "bb_write_bandwidth"),
+        ):
+            if key not in props:
+                raise ValueError(f"{where}: node_local_bb is true but prop {key!r} is missing")
+            kwargs[attr] = parse_quantity(props[key], "bandwidth", f"{where} prop {key}")
+        kwargs["bb_wide_striping"] = props.get("wide_striping", "").lower() == "true"
+        if kwargs["bb_wide_striping"]:
+            try:
+                kwargs["bb_flops_per_byte"] = float(props.get("flops_per_byte", "0"))
+            except ValueError:
+                value = props.get("flops_per_byte")
+                reason = f"prop flops_per_byte {value!r} is not a number"
+                raise ValueError(f"{where}: {reason}") from None
     bw = float(kwargs.get("link_bandwidth", Platform.link_bandwidth))
     kwargs["topology"] = _cluster_topology(cluster, n, bw, where)  # type: ignore[assignment]
     for link in root.iter("link"):
