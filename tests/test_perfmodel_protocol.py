@@ -255,3 +255,26 @@ def test_predict_latency_monotone_in_flops_on_a_width_sweep() -> None:
         predict_latency(build_network("resnet", 0.25), (3, 16, 16), 4, 2, predictor=predictor)
     with pytest.raises(PerfmodelError, match="batch"):
         predict_latency(build_network("resnet", 0.25), (3, 16, 16), 0, 1, predictor=predictor)
+
+
+def test_default_predictor_fits_on_a_given_small_grid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcnb.perfmodel.predict import default_predictor
+
+    monkeypatch.setenv("HPCNB_CACHE", str(tmp_path))
+    monkeypatch.setattr(dataset_module, "time_inference", FakeTimer(set()))
+    monkeypatch.setattr(dataset_module, "time_training", FakeTimer(set()))
+    grid = GridConfig(
+        families=("resnet", "vgg"),
+        widths=(0.25,),
+        resolutions=(8,),
+        batches=(2, 4),
+        timing=TimingConfig(warmup=0, repeats=5),
+    )
+    predictor = default_predictor(1, "inference", grid)
+    assert predictor.rows == 4 and predictor.threads == 1
+    assert default_predictor(1, "inference", grid) is predictor  # memoised
+    assert list((tmp_path / "perfmodel").glob("timings-*.json"))  # under the shared cache root
+    with pytest.raises(PerfmodelError, match="threads"):
+        default_predictor(2, "inference", grid)

@@ -47,10 +47,12 @@ from typing import NamedTuple
 import numpy as np
 from torch import nn
 
+from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
 from hpcnb.perfmodel.estimator import Measurement, leave_one_family_out, measured_seconds
 from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core, network_features
 from hpcnb.perfmodel.opmodel import OpCostModel, op_design_matrix
 from hpcnb.perfmodel.protocol import PerfmodelError
+from hpcnb.perfmodel.timing import TimingConfig, peak_flops
 
 __all__ = ["LatencyEstimate", "LatencyPredictor", "default_predictor", "predict_latency"]
 
@@ -166,10 +168,12 @@ class LatencyPredictor:
         return self.predict_features(features, batch)
 
 
-_DEFAULTS: dict[tuple[int, str], LatencyPredictor] = {}
+_DEFAULTS: dict[tuple[int, str, GridConfig], LatencyPredictor] = {}
 
 
-def default_predictor(threads: int = 1, mode: str = "inference") -> LatencyPredictor:
+def default_predictor(
+    threads: int = 1, mode: str = "inference", grid: GridConfig | None = None
+) -> LatencyPredictor:
     """The predictor fitted on this machine's cached data set for ``threads`` (memoised).
 
     The data set is notebook 03's default grid (:class:`~hpcnb.perfmodel.dataset.GridConfig`)
@@ -178,17 +182,30 @@ def default_predictor(threads: int = 1, mode: str = "inference") -> LatencyPredi
     2-core machine). The dense-FLOP floor is this machine's matrix-product rate, measured
     now (about a second).
 
+    A caller with a tight time budget (a notebook's SMOKE run on a fresh machine) passes a
+    smaller ``grid``, e.g. ``GridConfig(widths=(0.25,), resolutions=(16,), batches=(2, 8),
+    timing=TimingConfig(warmup=1, repeats=2))`` (ten configurations, well under a minute);
+    its ``timing.threads`` must equal ``threads``.
+
     Args:
         threads: Thread count of the timings.
         mode: ``"inference"`` or ``"training"``.
-    """
-    key = (int(threads), mode)
-    if key not in _DEFAULTS:
-        from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
-        from hpcnb.perfmodel.timing import TimingConfig, peak_flops
+        grid: The data set to fit on (default: notebook 03's full grid).
 
+    Raises:
+        PerfmodelError: ``grid.timing.threads`` differs from ``threads``.
+    """
+    if grid is None:
         timing = TimingConfig(threads=int(threads), clock="cpu" if threads == 1 else "wall")
-        rows = collect_dataset(GridConfig(timing=timing), remeasure="none")
+        grid = GridConfig(timing=timing)
+    if grid.timing.threads != threads:
+        raise PerfmodelError(
+            f"default_predictor: threads={threads} but grid.timing.threads={grid.timing.threads}"
+        )
+    key = (int(threads), mode, grid)
+    if key not in _DEFAULTS:
+        timing = grid.timing
+        rows = collect_dataset(grid, remeasure="none")
         peak = peak_flops(
             TimingConfig(threads=int(threads), warmup=1, repeats=5, clock=timing.clock)
         )
