@@ -311,8 +311,10 @@ def test_job_spec_errors_name_the_key() -> None:
         JobSpec.from_json({"model": model, "timeout": 3, **gen})
     with pytest.raises(SpecError, match="the job lacks 'model'"):
         JobSpec.from_json(gen)
-    with pytest.raises(SpecError, match="unknown kind 'distilled'"):
-        DraftSpec.from_json({"kind": "distilled", "path": "x.pt"})
+    with pytest.raises(SpecError, match="unknown kind 'medusa'"):
+        DraftSpec.from_json({"kind": "medusa", "heads": 4})
+    with pytest.raises(SpecError, match="'distilled' lacks 'path'"):
+        DraftSpec.from_json({"kind": "distilled"})
     with pytest.raises(SpecError, match="'early_exit' lacks 'layers'"):
         DraftSpec.from_json({"kind": "early_exit"})
     with pytest.raises(SpecError, match="strategy='greedy'"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from hpcnb.speculative import (
     run_pipeline_mpi,
 )
 from hpcnb.speculative.contracts import FaultSpec
+from hpcnb.speculative.drafts import DistilledDraftSpec
 from hpcnb.speculative.stages import model_from_spec
 
 pytestmark = pytest.mark.mpi
@@ -49,6 +51,48 @@ def test_all_strategies_lossless_and_cancellation_skips_work() -> None:
     # a skipped run was not computed on rank 1
     computed_ids = {e.run_id for e in pipe.events if e.rank == 1 and e.kind == "compute"}
     assert not computed_ids & {e.run_id for e in skipped}
+
+
+def test_every_strategy_and_draft_lossless_adaptive_and_acceptance_as_in_process(
+    tmp_path: Path,
+) -> None:
+    """Tiny model, 2 ranks: every strategy x draft (fixed and adaptive) gives the greedy
+    tokens; the MPI acceptance of fixed-k speculation equals the offline replay's."""
+    from hpcnb.speculative.distill import DistillSettings, distill_draft, save_draft
+    from hpcnb.speculative.drafts import ModelDraft, measure_acceptance
+
+    target = model_from_spec(MODEL)
+    ref = target.greedy(PROMPT, N_NEW)
+    settings = DistillSettings(n_layers=1, dim=32, ffn_dim=64, n_heads=2, n_kv_heads=1,
+                               n_new=16, steps=20, batch=8, vocab=96)  # fmt: skip
+    trained = distill_draft(target, [PROMPT[:3], PROMPT[2:7], [4, 8, 15, 16]], settings)
+    path = str(save_draft(tmp_path / "tiny.safetensors", trained))
+    drafts = {
+        "ngram": NgramDraftSpec(),
+        "early_exit": EarlyExitDraftSpec(layers=1),
+        "distilled": DistilledDraftSpec(path),
+        "never": DistilledDraftSpec(path, shift=1),
+    }
+    base = GenerationSpec("pipeline", PROMPT, N_NEW, k=3, max_inflight=3)
+    runs = [base]
+    for draft in drafts.values():
+        for strategy in ("speculative", "pipeinfer"):
+            for adaptive in (False, True):
+                runs.append(replace(base, strategy=strategy, draft=draft, adaptive=adaptive,
+                                    plain_drafts=adaptive))  # fmt: skip
+    results = run_pipeline_mpi(JobSpec(MODEL, runs, timeout_s=20), n_ranks=2, timeout_s=120)
+    for gen, r in zip(runs, results, strict=True):
+        assert list(r.tokens) == ref, (gen.strategy, gen.draft, gen.adaptive)
+    # fixed-k standard speculation: the head sees the target's argmax, so the acceptance
+    # over MPI is the offline replay's exactly
+    offline = measure_acceptance(ModelDraft(trained.model, vocab=trained.vocab), PROMPT, ref, 3)
+    mpi = next(
+        r for g, r in zip(runs, results, strict=True)
+        if g.draft == drafts["distilled"] and g.strategy == "speculative" and not g.adaptive
+    )  # fmt: skip
+    assert (mpi.accepted, mpi.drafted) == (offline["accepted"], offline["drafted"])
+    never = [r for g, r in zip(runs, results, strict=True) if g.draft == drafts["never"]]
+    assert all(r.accepted <= 1 for r in never)
 
 
 @pytest.mark.parametrize("kind", ["kill", "hang"])

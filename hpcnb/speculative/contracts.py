@@ -209,6 +209,8 @@ class GenerationSpec:
         max_inflight: Most runs in flight (``pipeinfer``).
         max_ahead: Most unverified tokens beyond the committed ones (``pipeinfer``).
         plain_drafts: ``pipeinfer``: the run from the committed tokens also drafts.
+        adaptive: Adapt the draft length and runs in flight to the acceptance so far
+            (:class:`~hpcnb.speculative.head.HeadPolicy`).
     """
 
     strategy: str
@@ -219,6 +221,7 @@ class GenerationSpec:
     max_inflight: int = 4
     max_ahead: int = 12
     plain_drafts: bool = False
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
         """Check the strategy; store the prompt as a tuple of ints."""

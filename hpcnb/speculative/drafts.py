@@ -11,9 +11,10 @@
   continuation, replaying standard speculative decoding offline.
 
 A job names its draft by a *draft spec* (:class:`~hpcnb.speculative.contracts.DraftSpec`),
-registered under a ``kind``: :class:`NgramDraftSpec` (``"ngram"``) and
-:class:`EarlyExitDraftSpec` (``"early_exit"``). To add a kind, write its draft and, in this
-file, a frozen dataclass of its options that builds it::
+registered under a ``kind``: :class:`NgramDraftSpec` (``"ngram"``),
+:class:`EarlyExitDraftSpec` (``"early_exit"``) and :class:`DistilledDraftSpec`
+(``"distilled"``, a trained draft read from its safetensors file). To add a kind,
+write its draft and, in this file, a frozen dataclass of its options that builds it::
 
     @register_draft("my_kind")
     @dataclass(frozen=True)
@@ -47,6 +48,7 @@ from hpcnb.speculative.head import lcp
 from hpcnb.speculative.model import LlamaModel
 
 __all__ = [
+    "DistilledDraftSpec",
     "EarlyExitDraftSpec",
     "ModelDraft",
     "NgramDraft",
@@ -89,12 +91,25 @@ class ModelDraft:
         model: A complete (small) model: embeddings, layers, norm and head.
         cutoff: Stop drafting when the softmax probability of the top token is below this.
         name: Label.
+        vocab: Token id of each output row when the head covers only part of the
+            vocabulary (a distilled draft's); ``None``: row ``i`` is token ``i``.
+        shift: Add this to every proposed id (modulo the vocabulary): ``shift=1`` makes a
+            control draft with the same cost whose tokens are (almost) never accepted.
     """
 
-    def __init__(self, model: LlamaModel, cutoff: float = 0.0, name: str = "model") -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        cutoff: float = 0.0,
+        name: str = "model",
+        vocab: Sequence[int] | None = None,
+        shift: int = 0,
+    ) -> None:
         self.model = model
         self.cutoff = float(cutoff)
         self.name = name
+        self.vocab = None if vocab is None else [int(t) for t in vocab]
+        self.shift = int(shift)
         self._cache = model.new_cache()
         self._tokens: list[int] = []
         self.calls = 0
@@ -128,12 +143,15 @@ class ModelDraft:
         out: list[int] = []
         for _ in range(k):
             p = torch.softmax(last, -1)
-            conf, tok = torch.max(p, -1)
+            conf, idx = torch.max(p, -1)
             if float(conf) < self.cutoff:
                 break
-            out.append(int(tok))
+            tok = int(idx) if self.vocab is None else self.vocab[int(idx)]
+            out.append(tok)
             if len(out) < k:
-                last = self._advance([int(tok)])
+                last = self._advance([tok])
+        if self.shift:
+            out = [(t + self.shift) % self.model.config.vocab_size for t in out]
         return out
 
 
@@ -181,6 +199,39 @@ class EarlyExitDraftSpec(DraftSpec):
         return int(self.layers)
 
 
+@register_draft("distilled")
+@dataclass(frozen=True)
+class DistilledDraftSpec(DraftSpec):
+    """A draft trained on the target's greedy outputs (:mod:`hpcnb.speculative.distill`).
+
+    Attributes:
+        path: Its safetensors file (``TrainedDraft.meta["path"]`` after
+            :func:`~hpcnb.speculative.distill.load_or_distill`).
+        cutoff: Confidence cutoff (see :class:`ModelDraft`).
+        shift: ``1`` makes the never-accepted control draft of the same cost (see
+            :class:`ModelDraft`); ``0`` the draft itself.
+    """
+
+    path: str
+    cutoff: float = 0.0
+    shift: int = 0
+
+    def build(self, head_model: LlamaModel | None) -> ModelDraft:
+        """Load the draft from its file on the head rank.
+
+        Raises:
+            FileNotFoundError: The file does not exist.
+            hpcnb.speculative.distill.DistillError: The file is not a draft.
+        """
+        from hpcnb.speculative.distill import load_draft
+
+        trained = load_draft(self.path)
+        name = "distilled" if not self.shift else "distilled_never_accepted"
+        return ModelDraft(
+            trained.model, float(self.cutoff), name, vocab=trained.vocab, shift=int(self.shift)
+        )
+
+
 def measure_acceptance(
     draft: ModelDraft | NgramDraft, prompt: Sequence[int], greedy: Sequence[int], k: int = 4
 ) -> dict[str, float]:
@@ -193,22 +244,28 @@ def measure_acceptance(
         k: Draft tokens per verification.
 
     Returns:
-        ``acceptance_rate`` (accepted / drafted), ``tokens_per_pass`` (committed tokens per
-        target pass), ``accepted``, ``drafted`` and ``passes`` (counts, as floats).
+        ``acceptance_rate`` (accepted / drafted), ``token_acceptance`` (accepted / judged
+        tokens: a draft's tokens after its first rejection are never judged; the chance
+        that a token is right given the ones before it were), ``tokens_per_pass``
+        (committed tokens per target pass), ``accepted``, ``drafted``, ``rejected`` and
+        ``passes`` (counts, as floats).
     """
     full = list(prompt) + list(greedy)
-    pos, drafted, accepted, passes = len(prompt), 0, 0, 0
+    pos, drafted, accepted, rejected, passes = len(prompt), 0, 0, 0, 0
     while pos < len(full):
         d = draft.propose(full[:pos], min(k, len(full) - pos))
         drafted += len(d)
         a = lcp(d, full[pos : pos + len(d)])
         accepted += a
+        rejected += int(a < len(d))
         pos += a + 1
         passes += 1
     return {
         "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "token_acceptance": accepted / (accepted + rejected) if accepted + rejected else 0.0,
         "tokens_per_pass": len(greedy) / passes if passes else 0.0,
         "accepted": float(accepted),
         "drafted": float(drafted),
+        "rejected": float(rejected),
         "passes": float(passes),
     }

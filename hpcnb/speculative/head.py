@@ -14,6 +14,25 @@ One policy serves the three strategies, the MPI runtime and the discrete-event s
     launched whenever no live run covers the next position. When a result invalidates
     runs still in flight they are cancelled (early inference cancellation).
 
+``adaptive`` (speculative and pipeinfer)
+    The draft length and, for PipeInfer, the runs in flight follow the acceptance seen so
+    far. The head keeps ``p``, an exponential moving average (weight
+    :data:`ADAPT_ALPHA` per judged token, starting at :data:`ADAPT_PRIOR`) of whether each
+    draft token whose position has been verified was right (tokens after a rejection in
+    the same draft are never judged). A draft that starts ``a`` unverified tokens beyond
+    the committed ones has ``k = max{i <= k_max : p**(a + i) >=`` :data:`ADAPT_MIN_GAIN`
+    ``}`` tokens (``p**(a + i)`` is the chance that its ``i``-th token is accepted, i.e.
+    its expected gain in tokens). For standard speculation ``a = 0``; for PipeInfer a run
+    chained on runs in flight has ``a`` = their unverified tokens, so the number of runs
+    in flight follows ``p`` too (up to ``max_inflight``): with ``p = 0.5`` a chain stops
+    two draft tokens ahead, with ``p = 0.9`` fifteen. When ``k`` is 0 the head
+    decodes as the plain pipeline does and, to notice a draft that improves, lets one
+    draft token ride along after :data:`ADAPT_PROBE_EVERY` runs without one; each
+    rejected probe doubles that wait (up to :data:`ADAPT_PROBE_MAX`), an accepted draft
+    token resets it. With a draft that is never right, ``p`` falls below the threshold
+    after two judged tokens (2 + 1 drafted tokens), then probes come after 8, 16, 32,
+    64, 64, ... runs.
+
 A *run* evaluates ``tokens`` at positions ``parent_len, parent_len + 1, ...`` in its own
 KV-cache sequence ``seq``, whose first ``parent_len`` positions are copied from
 ``parent_seq`` (sequence 0 holds the committed tokens, or the parent is an earlier
@@ -33,9 +52,32 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["STRATEGIES", "Draft", "HeadPolicy", "Run", "RunHeader", "lcp"]
+__all__ = [
+    "ADAPT_ALPHA",
+    "ADAPT_MIN_GAIN",
+    "ADAPT_PRIOR",
+    "ADAPT_PROBE_EVERY",
+    "ADAPT_PROBE_MAX",
+    "STRATEGIES",
+    "Draft",
+    "HeadPolicy",
+    "Run",
+    "RunHeader",
+    "draft_length",
+    "lcp",
+]
 
 STRATEGIES = ("pipeline", "speculative", "pipeinfer")
+ADAPT_PRIOR = 0.5
+"""Acceptance assumed before any draft token is judged."""
+ADAPT_ALPHA = 0.4
+"""Weight of each judged draft token in the moving average of acceptance."""
+ADAPT_MIN_GAIN = 0.2
+"""Draft another token while the chance that it is accepted is at least this."""
+ADAPT_PROBE_EVERY = 8
+"""With drafting switched off, one draft token rides along after this many runs without."""
+ADAPT_PROBE_MAX = 64
+"""Longest wait between probes (each rejected probe doubles the wait, up to this)."""
 Edit = tuple
 
 
@@ -56,6 +98,20 @@ def lcp(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def draft_length(p: float, k_max: int, ahead: int = 0, min_gain: float = ADAPT_MIN_GAIN) -> int:
+    """Return the adaptive draft length: most ``i <= k_max`` with ``p**(ahead + i) >= min_gain``.
+
+    >>> [draft_length(p, 4) for p in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    [0, 1, 2, 4, 4]
+    >>> draft_length(0.7, 4, ahead=3), draft_length(0.7, 4, ahead=4)
+    (1, 0)
+    """
+    k = 0
+    while k < k_max and p ** (ahead + k + 1) >= min_gain:
+        k += 1
+    return k
 
 
 @dataclass(frozen=True)
@@ -116,6 +172,9 @@ class HeadPolicy:
         plain_drafts: ``pipeinfer`` only: the run that starts from the committed tokens
             also carries draft tokens (``False``: it is a single non-speculative token, as
             in the paper's description).
+        adaptive: Adapt the draft length (at most ``k``) and the runs in flight (at most
+            ``max_inflight``) to the acceptance seen so far (the rule in the module
+            docstring).
     """
 
     strategy: str
@@ -127,6 +186,7 @@ class HeadPolicy:
     max_ahead: int = 12
     first_run_id: int = 0
     plain_drafts: bool = False
+    adaptive: bool = False
     committed: list[int] = field(default_factory=list)
     inflight: dict[int, Run] = field(default_factory=dict)
     seq0_len: int = 0
@@ -135,8 +195,12 @@ class HeadPolicy:
     drafted: int = 0
     accepted: int = 0
     commit_times: list[float] = field(default_factory=list)
+    acceptance_estimate: float = ADAPT_PRIOR  # moving average of judged draft tokens
+    k_history: list[int] = field(default_factory=list)
     _next_seq: int = 1
-    _guess: dict[int, int] = field(default_factory=dict)
+    _guess: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _since_probe: int = 0
+    _probe_wait: int = ADAPT_PROBE_EVERY
 
     def __post_init__(self) -> None:
         """Validate the settings and start from the prompt."""
@@ -189,6 +253,8 @@ class HeadPolicy:
         self.n_runs += 1
         self._next_seq += 1
         self.inflight[run.run_id] = run
+        self._since_probe = 0 if spec else self._since_probe + 1
+        self.k_history.append(len(assumed) - max(len(self.committed), parent_len) if spec else 0)
         return run
 
     def _propose(self, context: list[int], k: int) -> list[int]:
@@ -197,9 +263,23 @@ class HeadPolicy:
         room = self.target_len - len(context)
         d = [int(t) for t in self.draft.propose(context, min(k, max(room, 0)))][:k]
         self.drafted += len(d)
+        owner = self.first_run_id + self.n_runs  # the run about to be launched
         for j, t in enumerate(d):
-            self._guess[len(context) + j] = t
+            self._guess[len(context) + j] = (t, owner)
         return d
+
+    def _probe_due(self) -> bool:
+        return self._since_probe >= self._probe_wait
+
+    def draft_len(self, ahead: int = 0) -> int:
+        """Return the most draft tokens of a run starting ``ahead`` unverified tokens out.
+
+        ``k`` unless adaptive; see the module docstring for the rule.
+        """
+        if not self.adaptive:
+            return self.k
+        k = draft_length(self.acceptance_estimate, self.k, ahead)
+        return 1 if k == 0 and ahead == 0 and self._probe_due() else k
 
     def next_run(self) -> Run | None:
         """Return the next run to launch now, or ``None`` to wait for a result."""
@@ -209,17 +289,18 @@ class HeadPolicy:
         if self.strategy in ("pipeline", "speculative"):
             if self.inflight:
                 return None
-            d = self._propose(c, self.k) if self.strategy == "speculative" else []
+            d = self._propose(c, self.draft_len()) if self.strategy == "speculative" else []
             return self._new_run(0, self.seq0_len, c + d, bool(d))
         # pipeinfer
         if len(self.inflight) >= self.max_inflight:
             return None
         live = [r for r in self._live() if len(r.assumed) >= len(c)]
         if not live:
-            d = self._propose(c, self.k) if self.plain_drafts else []
+            d = self._propose(c, self.draft_len()) if self.plain_drafts else []
             return self._new_run(0, self.seq0_len, c + d, bool(d))
         tip = max(live, key=lambda r: (len(r.assumed), r.run_id))
-        room = min(self.k, len(c) + self.max_ahead - len(tip.assumed))
+        ahead = len(tip.assumed) - len(c)
+        room = min(self.draft_len(ahead), self.max_ahead - ahead)
         d = self._propose(tip.assumed, room)
         if not d:
             return None
@@ -262,8 +343,9 @@ class HeadPolicy:
                 if q + 1 > len(c) or run.assumed[q] != c[q] or lcp(run.assumed[: q + 1], c) < q + 1:
                     break
                 if q + 1 == len(c) and len(c) < self.target_len:
-                    if self._guess.pop(len(c), None) == int(y):
-                        self.accepted += 1
+                    guess = self._guess.pop(len(c), None)
+                    if guess is not None:
+                        self._judge(guess[0] == int(y))
                     c.append(int(y))
             gained = len(c) - before
             self.commit_times.extend([now] * gained)
@@ -284,7 +366,19 @@ class HeadPolicy:
                     r.cancelled = True
                     cancels.append(r.run_id)
         self.n_cancelled += len(cancels)
+        dead = {run.run_id, *cancels}  # their guesses beyond the committed tokens are void
+        n = len(self.committed)
+        self._guess = {q: g for q, g in self._guess.items() if q >= n and g[1] not in dead}
         return edits, cancels
+
+    def _judge(self, accepted: bool) -> None:
+        """Count a verified draft token and update the moving average of acceptance."""
+        self.accepted += int(accepted)
+        if accepted:
+            self._probe_wait = ADAPT_PROBE_EVERY
+        elif draft_length(self.acceptance_estimate, self.k) == 0:  # a rejected probe
+            self._probe_wait = min(2 * self._probe_wait, ADAPT_PROBE_MAX)
+        self.acceptance_estimate += ADAPT_ALPHA * (float(accepted) - self.acceptance_estimate)
 
     def latencies(self, t_start: float = 0.0) -> tuple[float, float, float]:
         """Return ``(ttft_s, itl_mean_s, itl_p90_s)`` of the committed tokens.

@@ -206,6 +206,7 @@ def _head(
         max_ahead=int(gen.max_ahead),
         first_run_id=first_run_id,
         plain_drafts=bool(gen.plain_drafts),
+        adaptive=bool(gen.adaptive),
     )
     cache = model.new_cache()
     last = st.size - 1

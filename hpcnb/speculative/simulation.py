@@ -129,6 +129,7 @@ def simulate(
     max_ahead: int = 12,
     seed: int = 0,
     plain_drafts: bool = False,
+    adaptive: bool = False,
 ) -> RunResult:
     """Simulate one generation of ``n_new`` tokens and return its metrics and events."""
     P = cluster.n_ranks
@@ -136,8 +137,9 @@ def simulate(
     prompt = truth[:prompt_len]
     draft = SyntheticDraft(truth, acceptance, seed) if strategy != "pipeline" else None
     pol = HeadPolicy(
-        strategy, prompt, n_new, draft, k, max_inflight, max_ahead, plain_drafts=plain_drafts
-    )
+        strategy, prompt, n_new, draft, k, max_inflight, max_ahead, plain_drafts=plain_drafts,
+        adaptive=adaptive,
+    )  # fmt: skip
     heap: list[tuple] = []
     counter = 0
 
@@ -260,6 +262,7 @@ def sweep(
     pipeinfer_ks: tuple[int, ...] = (1, 2, 4),
     inflights: tuple[int, ...] | None = None,
     plain_drafts: bool = False,
+    adaptive: bool = False,
     seeds: tuple[int, ...] = (0,),
     **overrides: Any,
 ) -> list[dict[str, Any]]:
@@ -273,6 +276,7 @@ def sweep(
         pipeinfer_ks: Tokens per speculative run tried for PipeInfer (the best is kept).
         inflights: PipeInfer in-flight limits tried (default ``(4, n_ranks, 2 * n_ranks)``).
         plain_drafts: PipeInfer variant (see :class:`HeadPolicy`).
+        adaptive: Adaptive draft length and runs in flight (see :class:`HeadPolicy`).
         seeds: Acceptance traces averaged over.
         **overrides: :class:`ClusterConfig` fields to replace.
 
@@ -291,7 +295,7 @@ def sweep(
                 for mi in mis:
                     res = [
                         simulate(cl, strategy, a, n_new, k=kk, max_inflight=mi, seed=s,
-                                 plain_drafts=plain_drafts)
+                                 plain_drafts=plain_drafts, adaptive=adaptive)
                         for s in seeds
                     ]  # fmt: skip
                     tps = float(np.mean([r.tokens_per_s for r in res]))
