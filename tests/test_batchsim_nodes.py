@@ -217,3 +217,15 @@ def test_burst_buffer_tasks_run_in_a_simulation(tmp_path):
     result = simulate(data.jobs, data.platform, make_scheduler("elastisim-fcfs"))
     # per iteration: 2 GB per rank at 1 GB/s (2 s) + 8 GB on the root at 2 GB/s (4 s)
     assert result.jobs["end"].iloc[0] == pytest.approx(2 * (2.0 + 4.0))
+
+
+def test_cli_allocation_writes_per_node_utilization(tmp_path):
+    from hpcnb.batchsim.swf import write_swf
+
+    trace = write_swf(lublin_feitelson(50, 16, 1), tmp_path / "t.swf")
+    from hpcnb.cli import main
+
+    assert main(["batchsim", "simulate", str(trace), "--allocation", "contiguous",
+                 "--network", "isolated", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    header = (tmp_path / "out" / "node_utilization.csv").read_text().splitlines()[0]
+    assert tuple(header.split(",")) == NODE_UTILIZATION_COLUMNS

@@ -3,16 +3,19 @@
 Sub-commands::
 
     hpcnb batchsim simulate WORKLOAD [--scheduler NAME] [--nodes N] [--strict]
-        [--malleable-fraction F] [--seed S] [--on-error error|skip] --out DIR
+        [--malleable-fraction F] [--seed S] [--on-error error|skip]
+        [--allocation first-fit|contiguous|topology] [--network shared|isolated] --out DIR
     hpcnb batchsim generate OUT.swf [--jobs N] [--nodes N] [--seed S]
     hpcnb batchsim schedulers
     hpcnb batchsim validate-dl MODEL_DIR [--train-max-nodes N] [--folds K] [--seed S]
 
 ``WORKLOAD`` is an SWF trace (``.swf`` / ``.swf.gz``) or an ElastiSim ``jobs.json``.
 ``simulate`` writes ``job_statistics.csv`` (ElastiSim columns), ``node_utilization.csv``
-and ``metrics.json`` into ``DIR`` and prints the metrics. With an SWF trace, trace
-jobs are replayed with their recorded submit times, run times and sizes on ``--nodes``
-nodes (default: the header's MaxProcs or MaxNodes; one processor = one node); jobs
+(per node in ElastiSim's shape with ``--allocation``, else the allocated-node count) and
+``metrics.json`` into ``DIR`` and prints the metrics. The scheduler defaults to
+``elastisim-fcfs`` for an ElastiSim ``jobs.json`` and ``fcfs`` for an SWF trace. With an
+SWF trace, trace jobs are replayed with their recorded submit times, run times and sizes
+on ``--nodes`` nodes (default: the header's MaxProcs or MaxNodes; one processor = one node); jobs
 with unknown run time or size are reported and skipped. ``--nodes`` is an integer in
 ``[1, MAX_NODES]`` (2**31 - 1). ``--malleable-fraction`` converts that share of
 multi-node jobs to malleable ones
@@ -147,6 +150,10 @@ def simulate_command(args: argparse.Namespace) -> int:
         jobs, platform, options, notes, count = _load(args)
         from hpcnb.batchsim.simulation import simulate  # after reading: errors come first
 
+        if args.allocation:
+            options["allocation"] = args.allocation
+        if args.network:
+            options["network"] = args.network
         result = simulate(jobs, platform, scheduler, **options)
     except (HpcnbError, ValueError, OSError) as exc:
         print(f"hpcnb batchsim simulate: {_one_line(exc)}", file=sys.stderr)
@@ -247,6 +254,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--seed", type=int, default=0, help="seed of the malleable choice")
     sim.add_argument("--on-error", choices=("error", "skip"), default="error",
                      help="malformed SWF lines: fail (default) or skip and report")  # fmt: skip
+    sim.add_argument("--allocation", default=None, choices=("first-fit", "contiguous", "topology"),
+                     help="give nodes identity with this placement policy (per-node "
+                     "node_utilization.csv); default: nodes counted")  # fmt: skip
+    sim.add_argument("--network", default=None, choices=("shared", "isolated"),
+                     help="PFS and links shared by jobs (default) or contention-free")  # fmt: skip
     sim.add_argument("--out", required=True, help="output folder")
     gen = sub.add_parser("generate", help="write a Lublin-Feitelson synthetic SWF workload")
     gen.add_argument("output", help="output .swf or .swf.gz")
