@@ -242,3 +242,19 @@ def test_false_sharing_lines_and_compact_addresses() -> None:
     assert compact.trace[:, 3].max() < 4096 and np.array_equal(
         compact.trace[:, 3] % 64, pp.profile.trace[:, 3] % 64
     )
+
+
+def test_thread_started_before_its_clone_record_keeps_creation_order() -> None:
+    log = "\n".join([
+        "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
+        "I  00001000,4", " S 00002000,8",
+        "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
+        " S 00006ff8,8", " S 00002008,8",                # runs before its clone is logged
+        "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
+        "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x9000, 0x0, 0x0, 0x0 ) --> Success(0x3)",
+        "--9--   SCHED[3]:  acquired lock (thread_wrapper(starting new thread))",
+        " S 00008ff8,8", " L 00002008,8",
+    ])  # fmt: skip
+    pp = parse_trace(TraceRun(log, "BASE 0x0\n", _fake_binary(), ["fake"]))
+    assert pp.valgrind_threads == [1, 2, 3]  # no thread counted twice, no hole
+    assert pp.matrix()[1, 2] == 1

@@ -14,7 +14,9 @@ facts are joined (our own design, documented here):
    (flags with ``CLONE_THREAD``) takes the next number; the valgrind thread whose
    ``starting new thread`` record follows is matched to it by its first stack access,
    which lies at the ``child_stack`` argument of that clone (oldest pending clone when no
-   stack matches). A valgrind thread slot reused after a join is a new thread.
+   stack matches; a thread that runs before its clone record takes the next number and the
+   late record is recognised by its stack). A valgrind thread slot reused after a join is a
+   new thread.
 3. **Data objects**: globals and statics from the symbol table
    (:mod:`hpcnb.commprof.binary`, site = the definition's file:line); heap blocks from a
    small allocation logger (``csrc/allocation_logger.c``) that the project compiles at
@@ -359,11 +361,55 @@ class _Objects:
         self.ids = ids
 
 
-def _match_clone(pending: list[tuple[int, int]], addr: int) -> int:
-    for k, (stack, _) in enumerate(pending):
-        if 0 <= stack - addr < (1 << 20):
-            return pending.pop(k)[1]
-    return pending.pop(0)[1]
+def _near_stack(pairs: list[tuple[int, int]], value: int, keys_are_stacks: bool) -> int:
+    """Index of the pair whose stack top lies at most 1 MiB above its first access, or -1.
+
+    The pairs' keys are stack tops (``value`` is an access) or accesses (``value`` a top).
+    """
+    for k, (x, _) in enumerate(pairs):
+        top, addr = (x, value) if keys_are_stacks else (value, x)
+        if 0 <= top - addr < (1 << 20):
+            return k
+    return -1
+
+
+class _Threads:
+    """Logical thread numbers (creation order) for valgrind's thread slots.
+
+    A ``clone`` record hands out the next number; the slot whose first access lies just
+    below that clone's ``child_stack`` gets it. A thread that runs before its clone record
+    appears (or without one) takes the next number at its first access, and the clone
+    record that comes later with its stack is then recognised and not counted again.
+    """
+
+    def __init__(self) -> None:
+        self.next_id = 1
+        self.pending: list[tuple[int, int]] = []  # (child_stack, id) of clones not yet started
+        self.unclaimed: list[tuple[int, int]] = []  # (first address, id) started unannounced
+        self.slots = [1]  # valgrind slot of each logical thread (-1: never ran)
+
+    def clone(self, stack: int) -> None:
+        k = _near_stack(self.unclaimed, stack, keys_are_stacks=False)
+        if k >= 0:
+            self.unclaimed.pop(k)
+            return
+        self.pending.append((stack, self.next_id))
+        self.next_id += 1
+
+    def start(self, slot: int, addr: int) -> int:
+        k = _near_stack(self.pending, addr, keys_are_stacks=True)
+        if k >= 0:
+            t = self.pending.pop(k)[1]
+        elif self.pending:
+            t = self.pending.pop(0)[1]
+        else:
+            t = self.next_id
+            self.next_id += 1
+            self.unclaimed.append((addr, t))
+        while len(self.slots) <= t:
+            self.slots.append(-1)
+        self.slots[t] = slot
+        return t
 
 
 def parse_trace(
@@ -410,9 +456,9 @@ def parse_trace(
         return r
 
     vg_to_logical: dict[int, int] = {1: 0}
-    vg_threads = [1]
+    threads = _Threads()
+    main_started = False
     unmatched: set[int] = set()
-    pending: list[tuple[int, int]] = []
     region: dict[int, tuple[int, int]] = {}
     rows: list[tuple[int, int, int, int, int, int]] = []
     cur_vg, cur = 1, 0
@@ -438,11 +484,8 @@ def parse_trace(
             a = int(line[3:comma], 16)
             if cur_vg in unmatched:
                 unmatched.discard(cur_vg)
-                t = _match_clone(pending, a) if pending else len(vg_threads)
+                t = threads.start(cur_vg, a)
                 vg_to_logical[cur_vg] = t
-                while len(vg_threads) <= t:
-                    vg_threads.append(-1)
-                vg_threads[t] = cur_vg
                 cur = t
                 if parallel_from < 0:
                     parallel_from = len(rows)
@@ -481,12 +524,12 @@ def parse_trace(
             if m:
                 cur_vg = int(m.group(1))
                 region[cur_vg] = (0, -1)
-                if cur_vg != 1 or len(vg_threads) > 1:
+                if cur_vg != 1 or main_started:
                     unmatched.add(cur_vg)
                     vg_to_logical.pop(cur_vg, None)
                     cur = -1
                 else:
-                    cur = 0
+                    cur, main_started = 0, True
                 continue
             m = _SCHED_EXIT.search(line)
             if m:
@@ -503,7 +546,7 @@ def parse_trace(
             if m:
                 flags = int(m.group(3), 16)
                 if flags & _CLONE_VM and flags & _CLONE_THREAD:
-                    pending.append((int(m.group(4), 16), len(vg_threads) + len(pending)))
+                    threads.clone(int(m.group(4), 16))
             if "acquired lock" in line:  # a scheduler record continuing a syscall line
                 m2 = re.search(r"SCHED\[(\d+)\]:\s+acquired lock", line)
                 if m2:
@@ -514,6 +557,7 @@ def parse_trace(
             f"{' '.join(run.command)}: the valgrind log holds no memory trace "
             "(expected lackey --trace-mem=yes output)"
         )
+    vg_threads = threads.slots
     T = max(len(vg_threads), threads_hint or 0, 1)
     if T > 64:
         raise TraceError(f"{T} threads: the exact shadow memory holds at most 64")
