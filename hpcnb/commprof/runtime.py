@@ -84,6 +84,8 @@ class MemoryConfig:
         read_slots: Slots of the read signature (defaults to ``write_slots`` when 0).
         hash: Hash name, one of :data:`hpcnb.commprof.hooks.HASH_KINDS`.
         sample_every: Sampling period k (1: no sampling); see :mod:`hpcnb.commprof.hooks`.
+            The profile's matrices and access counts then cover the profiled accesses only
+            (:func:`hpcnb.commprof.sampling.scaled` estimates the full matrix).
         sample_mode: ``"words"`` (a hashed 1/k of the words, all their accesses) or
             ``"reads"`` (every k-th read of each thread).
     """
