@@ -24,6 +24,7 @@ from hpcnb.winograd import (
     winograd_reference,
 )
 from hpcnb.winograd.codegen import cpu_source, cuda_source, input_body
+from hpcnb.winograd.config import default_config
 from hpcnb.winograd.conv import conv2d_direct, conv2d_im2col
 from hpcnb.winograd.cuda import validate_in_simulator
 from hpcnb.winograd.numerics import direct_fp64
@@ -207,11 +208,11 @@ def test_wisdom_round_trip(tmp_path):
     space = [WinogradConfig(m=2), WinogradConfig(m=4, block_tiles=8, channel_major=False)]
     assert lookup_wisdom(xs, ws, 1, path=path) is None
     res = autotune(xs, ws, 1, space=space, reps=1, path=path)
-    assert not res.from_wisdom and res.best in [*space, WinogradConfig(m=4)]
+    assert not res.from_wisdom and res.best in [*space, default_config(3)]
     assert len(res.trials) == 3 and res.gain >= 1.0
     # final measurement: default first, then the sweep's fastest; best is its fastest median
     finals = [WinogradConfig(**c) for c, _ in res.final]
-    assert finals[0] == WinogradConfig(m=4) and len(finals) == 3
+    assert finals[0] == default_config(3) and len(finals) == 3
     assert res.best_s == min(t for _, t in res.final) <= res.default_s == res.final[0][1]
     assert res.best == finals[min(range(3), key=lambda i: res.final[i][1])]
     data = json.loads(path.read_text())
@@ -243,8 +244,8 @@ def test_default_is_always_a_candidate_and_never_beaten_by_a_slower_choice(tmp_p
     xs, ws = (1, 2, 9, 9), (2, 2, 3, 3)
     path = tmp_path / "w.json"
     res = autotune(xs, ws, 1, knobs={"m": (2, 4)}, reps=1, finalists=2, final_reps=3, path=path)
-    assert WinogradConfig(m=4) in [WinogradConfig(**c) for c, _ in res.trials]
-    assert res.final[0][0] == asdict(WinogradConfig(m=4))
+    assert default_config(3) in [WinogradConfig(**c) for c, _ in res.trials]
+    assert res.final[0][0] == asdict(default_config(3))
     assert res.best_s <= res.default_s and res.gain >= 1.0
     assert asdict(res.best) in [c for c, _ in res.final]
     again = autotune(xs, ws, 1, knobs={"m": (2, 4)}, path=path)

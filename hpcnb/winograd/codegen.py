@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 ConstFmt = Callable[[Fraction], str]
-_CODEGEN_VERSION = "8"
+_CODEGEN_VERSION = "9"
 
 
 def cache_dir() -> Path:
@@ -375,6 +375,170 @@ def _cpu_tails(progs: TransformPrograms) -> dict[str, list[str]]:
     }
 
 
+def _cpu_vector_functions(progs: TransformPrograms) -> list[str]:
+    """The fused path: tile bodies applied to a vector of tiles, gather, scatter, drivers.
+
+    Layout of one block of ``L`` consecutive tiles (tile ``p0 + q``, ``q < L``):
+
+    * ``D[i*n + j, q]``: the gathered ``n x n`` patch of one channel (zero outside the
+      image), ``n² x L``: the tile gather, consumed at once by the input transform;
+    * ``V[ab, c, q]``: transformed input, ``n² x C x L``, contiguous in ``q``;
+    * ``Mt[ab, k, q] = Σ_c U[ab, k, c] V[ab, c, q]``: the ``n²`` independent GEMMs
+      (``K x C`` times ``C x L``), by BLAS (``np.dot``, one thread per call) or by the
+      register-blocked Numba loop ``gemm_block``;
+    * ``Y[i*m + j, q]``: one filter's output tiles, scattered into ``out`` at once.
+
+    The transform loops run over ``q`` with the straight-line body inside, so every load
+    and store is unit-stride in ``q`` and the loop vectorises across tiles.
+    """
+    n, m = progs.transform.n, progs.transform.m
+    const = _const_name
+    ind = " " * 8
+    in_vec = ["@numba.njit(cache=True)", "def in_vec(D, V, c, L):", "    for q in range(L):"]
+    in_vec += [f"{ind}d_{i}_{j} = D[{i * n + j}, q]" for i in range(n) for j in range(n)]
+    in_vec += [ind + ln for ln in input_body(progs, const)]
+    in_vec += [f"{ind}V[{a * n + b}, c, q] = v_{a}_{b}" for a in range(n) for b in range(n)]
+    out_vec = ["@numba.njit(cache=True)", "def out_vec(Mt, k, Y, L):", "    for q in range(L):"]
+    out_vec += [f"{ind}m_{a}_{b} = Mt[{a * n + b}, k, q]" for a in range(n) for b in range(n)]
+    out_vec += [ind + ln for ln in output_body(progs, const)]
+    out_vec += [f"{ind}Y[{i * m + j}, q] = y_{i}_{j}" for i in range(m) for j in range(m)]
+    rest = f"""
+@numba.njit(cache=True)
+def gather(x, c, p0, L, D, pad, tiles_h, tiles_w):
+    H = x.shape[2]
+    W = x.shape[3]
+    tpi = tiles_h * tiles_w
+    for q in range(L):
+        p = p0 + q
+        b = p // tpi
+        rem = p - b * tpi
+        h0 = (rem // tiles_w) * {m} - pad
+        w0 = (rem % tiles_w) * {m} - pad
+        if h0 >= 0 and w0 >= 0 and h0 + {n} <= H and w0 + {n} <= W:
+            for i in range({n}):
+                for j in range({n}):
+                    D[i * {n} + j, q] = x[b, c, h0 + i, w0 + j]
+        else:
+            for i in range({n}):
+                hh = h0 + i
+                for j in range({n}):
+                    ww = w0 + j
+                    if 0 <= hh < H and 0 <= ww < W:
+                        D[i * {n} + j, q] = x[b, c, hh, ww]
+                    else:
+                        D[i * {n} + j, q] = ZERO
+
+
+@numba.njit(cache=True)
+def scatter(Y, out, k, p0, L, tiles_h, tiles_w):
+    Ho = out.shape[2]
+    Wo = out.shape[3]
+    tpi = tiles_h * tiles_w
+    for q in range(L):
+        p = p0 + q
+        b = p // tpi
+        rem = p - b * tpi
+        oh = (rem // tiles_w) * {m}
+        ow = (rem % tiles_w) * {m}
+        for i in range(min({m}, Ho - oh)):
+            for j in range(min({m}, Wo - ow)):
+                out[b, k, oh + i, ow + j] = Y[i * {m} + j, q]
+
+
+@numba.njit(cache=True)
+def gemm_block(A, B, Cm):
+    # Cm = A @ B for A (K, C), B (C, L), four rows of Cm per pass over B (register blocking)
+    K = A.shape[0]
+    C = A.shape[1]
+    L = B.shape[1]
+    k4 = K - K % 4
+    for k in range(0, k4, 4):
+        for q in range(L):
+            Cm[k, q] = ZERO
+            Cm[k + 1, q] = ZERO
+            Cm[k + 2, q] = ZERO
+            Cm[k + 3, q] = ZERO
+        for c in range(C):
+            a0 = A[k, c]
+            a1 = A[k + 1, c]
+            a2 = A[k + 2, c]
+            a3 = A[k + 3, c]
+            for q in range(L):
+                bv = B[c, q]
+                Cm[k, q] += a0 * bv
+                Cm[k + 1, q] += a1 * bv
+                Cm[k + 2, q] += a2 * bv
+                Cm[k + 3, q] += a3 * bv
+    for k in range(k4, K):
+        for q in range(L):
+            Cm[k, q] = ZERO
+        for c in range(C):
+            a0 = A[k, c]
+            for q in range(L):
+                Cm[k, q] += a0 * B[c, q]
+
+
+@numba.njit(cache=True)
+def products(U, V, Mt, t, use_blas):
+    if use_blas:
+        Mt[t] = np.dot(U[t], V[t])
+    else:
+        gemm_block(U[t], V[t], Mt[t])
+
+
+@numba.njit(parallel=True, cache=True)
+def fused_tiles(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
+    # one block of tiles per work item: gather + input transform, n² GEMMs, output
+    # transform + scatter, all on private scratch of the thread that runs the block
+    C = x.shape[1]
+    K = U.shape[1]
+    P = x.shape[0] * tiles_h * tiles_w
+    nblk = (P + block - 1) // block
+    for bi in numba.prange(nblk):
+        p0 = bi * block
+        L = min(block, P - p0)
+        D = np.empty(({n * n}, L), dtype=x.dtype)
+        V = np.empty(({n * n}, C, L), dtype=x.dtype)
+        for c in range(C):
+            gather(x, c, p0, L, D, pad, tiles_h, tiles_w)
+            in_vec(D, V, c, L)
+        Mt = np.empty(({n * n}, K, L), dtype=x.dtype)
+        for t in range({n * n}):
+            products(U, V, Mt, t, use_blas)
+        Y = np.empty(({m * m}, L), dtype=x.dtype)
+        for k in range(K):
+            out_vec(Mt, k, Y, L)
+            scatter(Y, out, k, p0, L, tiles_h, tiles_w)
+
+
+@numba.njit(parallel=True, cache=True)
+def fused_stages(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
+    # blocks in sequence, each stage parallel: over channels (gather + input transform),
+    # over the n² GEMMs, over filters (output transform + scatter); for few tiles
+    C = x.shape[1]
+    K = U.shape[1]
+    P = x.shape[0] * tiles_h * tiles_w
+    B = min(block, P)
+    V = np.empty(({n * n}, C, B), dtype=x.dtype)
+    Mt = np.empty(({n * n}, K, B), dtype=x.dtype)
+    for p0 in range(0, P, B):
+        L = min(B, P - p0)
+        Vb = V if L == B else np.empty(({n * n}, C, L), dtype=x.dtype)
+        Mb = Mt if L == B else np.empty(({n * n}, K, L), dtype=x.dtype)
+        for c in numba.prange(C):
+            D = np.empty(({n * n}, L), dtype=x.dtype)
+            gather(x, c, p0, L, D, pad, tiles_h, tiles_w)
+            in_vec(D, Vb, c, L)
+        for t in numba.prange({n * n}):
+            products(U, Vb, Mb, t, use_blas)
+        for k in numba.prange(K):
+            Y = np.empty(({m * m}, L), dtype=x.dtype)
+            out_vec(Mb, k, Y, L)
+            scatter(Y, out, k, p0, L, tiles_h, tiles_w)
+"""
+    return [*in_vec, "", "", *out_vec, "", *rest.rstrip("\n").split("\n")]
+
+
 CPU_TARGET = PythonTarget(
     key="cpu",
     name="Numba CPU",
@@ -383,9 +547,11 @@ CPU_TARGET = PythonTarget(
     launch=lambda total: ([f"for idx in numba.prange({total}):"], 4),
     tails=_cpu_tails,
     before=_cpu_tile_functions,
+    after=_cpu_vector_functions,
 )
 """Numba CPU: small non-parallel tile functions (``in_tile``, ``out_tile``) called from
-``prange`` drivers; border tiles go through a zero-filled scratch patch."""
+``prange`` drivers (the unfused path, border tiles through a zero-filled scratch patch),
+and the fused path of :func:`_cpu_vector_functions` (``fused_tiles``, ``fused_stages``)."""
 
 
 def _cuda_tails(progs: TransformPrograms) -> dict[str, list[str]]:

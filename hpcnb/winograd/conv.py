@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections import OrderedDict
+from dataclasses import replace
 
 import numba
 import numpy as np
@@ -41,17 +43,21 @@ from hpcnb.winograd.wisdom import lookup_wisdom
 __all__ = [
     "CPU_BACKEND",
     "batched_gemm",
+    "cached_filters",
     "conv2d_direct",
     "conv2d_im2col",
     "conv2d_winograd",
     "filter_transform",
+    "fused_plan",
     "winograd_numpy",
 ]
 
 
-def _pinned(threads: int) -> contextlib.AbstractContextManager:
-    """Numba and BLAS pools pinned to ``threads`` in a block (torch untouched; 0: as they are)."""
-    return pinned_threads(threads, torch=False) if threads > 0 else contextlib.nullcontext()
+def _pinned(threads: int, blas: bool = True) -> contextlib.AbstractContextManager:
+    """Numba (and BLAS) pools pinned to ``threads`` in a block (torch untouched; 0: as they are)."""
+    if threads <= 0:
+        return contextlib.nullcontext()
+    return pinned_threads(threads, torch=False, blas=blas)
 
 
 def filter_transform(
@@ -106,6 +112,57 @@ def _filter_kernel(w, G, U):  # pragma: no cover - compiled
                 U[a * n + b, k, c] = acc
 
 
+_BLAS: list = []
+
+
+def _blas_one_thread() -> contextlib.AbstractContextManager:
+    """BLAS pools at one thread (the fused kernels call BLAS from every Numba thread).
+
+    Numba's ``np.dot`` calls SciPy's BLAS, so that library is loaded before the
+    threadpoolctl controller (built once: inspecting the loaded libraries is slow).
+    """
+    if not _BLAS:
+        import scipy.linalg.cython_blas  # noqa: F401  (the BLAS behind Numba's np.dot)
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
+def fused_plan(P: int, C: int, K: int, n: int, threads: int, config: WinogradConfig):
+    """Block size and schedule of the fused path for ``P`` tiles.
+
+    The automatic block keeps one block's transformed input and products
+    (``n² (C + K) B`` floats) within about 1 MiB, the size of a core's share of L2 on this
+    class of CPU, between 8 and 128 tiles, and small enough that every thread gets at
+    least two blocks when there are tiles for it. The ``"tiles"`` schedule (one block per
+    thread) is chosen when there are at least ``2 x threads`` blocks, else ``"stages"``.
+
+    Args:
+        P: Tiles of the layer (``N · tiles_h · tiles_w``).
+        C: Input channels.
+        K: Output channels.
+        n: Tile side ``m + r - 1``.
+        threads: Threads that will run it.
+        config: ``block_tiles`` and ``schedule`` (0 / ``"auto"``: chosen here).
+
+    Returns:
+        ``(block, schedule)``.
+    """
+    threads = max(threads, 1)
+    if config.block_tiles > 0:
+        block = min(config.block_tiles, P)
+    else:
+        block = (2**20 // 4) // (n * n * (C + K))
+        block = max(8, min(128, block))
+        block = min(block, max(8, -(-P // (2 * threads))))
+        block = min(block, P)
+    schedule = config.schedule
+    if schedule == "auto":
+        schedule = "tiles" if -(-P // block) >= 2 * threads else "stages"
+    return block, schedule
+
+
 def winograd_numpy(
     x: np.ndarray,
     w: np.ndarray,
@@ -115,6 +172,11 @@ def winograd_numpy(
     U: np.ndarray | None = None,
 ) -> np.ndarray:
     """Winograd convolution of NumPy arrays with the generated kernels.
+
+    With ``config.fused`` (the default) one generated kernel does the whole layer block by
+    block (see :func:`fused_plan` and the layout in :mod:`~hpcnb.winograd.codegen`);
+    otherwise, and always for fp16 storage, three passes over whole-layer buffers: the
+    input transform into ``V (n², C, tiles)``, the batched products, the output transform.
 
     Args:
         x: Input ``(N, C, H, W)``.
@@ -141,13 +203,19 @@ def winograd_numpy(
         U = filter_transform(w, m, config.points, dtype=np_dtype)
     elif U.shape != (n * n, K, C):
         raise WinogradError(f"winograd_numpy: U must have shape {(n * n, K, C)}, got {U.shape}")
-    U = U.astype(np_dtype, copy=False)
-    if config.storage == "fp16":
-        U = U.astype(np.float16).astype(np_dtype)
+    U = np.ascontiguousarray(U, dtype=np_dtype)
     tiles_h, tiles_w = math.ceil(Ho / m), math.ceil(Wo / m)
     P = N * tiles_h * tiles_w
-    B = P if config.block_tiles <= 0 else min(config.block_tiles, P)
     out = np.empty((N, K, Ho, Wo), dtype=np_dtype)
+    if config.fused and config.storage == "fp32":
+        with _pinned(config.threads, blas=False), _blas_one_thread():
+            block, schedule = fused_plan(P, C, K, n, numba.get_num_threads(), config)
+            run = kern.fused_tiles if schedule == "tiles" else kern.fused_stages
+            run(x, U, out, padding, tiles_h, tiles_w, block, config.gemm == "blas")
+        return out
+    if config.storage == "fp16":
+        U = U.astype(np.float16).astype(np_dtype)
+    B = P if config.block_tiles <= 0 else min(config.block_tiles, P)
     V = np.empty((n * n, C, B), dtype=np_dtype)
     Mt = np.empty((n * n, K, B), dtype=np_dtype)
     with _pinned(config.threads):
@@ -179,7 +247,9 @@ def conv2d_winograd(
     """Stride-1 2-D convolution by Winograd's minimal filtering on the CPU, like ``F.conv2d``.
 
     The configuration is explicit: the default configuration unless ``config`` says
-    otherwise. The per-machine wisdom (:mod:`~hpcnb.winograd.wisdom`) is read only when
+    otherwise. The filter transform is done once per weight (:func:`cached_filters`:
+    a ``torch.Tensor`` until it is changed in place, a read-only NumPy array). The
+    per-machine wisdom (:mod:`~hpcnb.winograd.wisdom`) is read only when
     asked with ``config="wisdom"``.
 
     Args:
@@ -214,7 +284,64 @@ def conv2d_winograd(
         raise WinogradError(
             f"conv2d_winograd: config must be a WinogradConfig, 'wisdom' or None, got {config!r}"
         )
-    return convolve(x, w, padding, config, target="cpu", m=m)
+    check_conv_args(tuple(np.shape(x)), tuple(np.shape(w)), padding)
+    r = int(np.shape(w)[2])
+    cfg = config or default_config(r)
+    if m is not None:
+        validate_mr(m, r)
+        cfg = replace(cfg, m=m)
+    validate_mr(cfg.m, r)
+    return convolve(x, w, padding, cfg, target="cpu", U=cached_filters(w, cfg.m, cfg.points))
+
+
+_FILTERS: OrderedDict = OrderedDict()
+FILTER_CACHE_BYTES = 512 * 2**20
+"""Largest total size of the transformed filters kept by :func:`cached_filters` (bytes)."""
+
+
+def _weight_key(w) -> tuple | None:
+    """Identity of a weight that changes whenever its values may have changed, or None.
+
+    A ``torch.Tensor`` is known by its storage address and its version counter (bumped by
+    every in-place change); a NumPy array only when it is read-only (then it cannot change
+    through it), by its address. Writable arrays are not cached.
+    """
+    if type(w).__module__.startswith("torch"):
+        return ("torch", w.data_ptr(), w._version, tuple(w.shape), tuple(w.stride()), str(w.dtype))
+    if isinstance(w, np.ndarray) and not w.flags.writeable:
+        ptr = w.__array_interface__["data"][0]
+        return ("numpy", ptr, w.shape, w.strides, w.dtype.str)
+    return None
+
+
+def cached_filters(w, m: int, points: str = "default") -> np.ndarray | None:
+    """Transformed filters ``U`` of ``w`` for ``F(m, r)``, computed once per weight.
+
+    The cache (least recently used first out, at most :data:`FILTER_CACHE_BYTES`) holds a
+    reference to each weight, so an address cannot be reused while its entry lives.
+
+    Args:
+        w: Filters ``(K, C, r, r)``: a ``torch.Tensor`` or a read-only NumPy array.
+        m: Outputs per tile side.
+        points: Point set.
+
+    Returns:
+        ``(n², K, C)`` float32, or None for a writable NumPy array (not cacheable).
+    """
+    wk = _weight_key(w)
+    if wk is None:
+        return None
+    key = (*wk, m, points)
+    hit = _FILTERS.get(key)
+    if hit is not None:
+        _FILTERS.move_to_end(key)
+        return hit[1]
+    wa = w.detach().cpu().numpy() if hasattr(w, "detach") else w
+    U = filter_transform(np.asarray(wa), m, points, dtype=np.float32)
+    _FILTERS[key] = (w, U)
+    while sum(u.nbytes for _, u in _FILTERS.values()) > FILTER_CACHE_BYTES and len(_FILTERS) > 1:
+        _FILTERS.popitem(last=False)
+    return U
 
 
 CPU_BACKEND = register_backend(Backend("cpu", winograd_numpy, default_config))
