@@ -8,6 +8,7 @@ used (``"synthetic (Lublin model, stand-in for HPC2N)"``) and whose ``source``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ __all__ = [
     "malleability_gains",
     "network_comparison",
     "policy_sweep",
+    "replicate_workload",
     "speed_vs_jobs",
     "speed_vs_scale",
     "synthetic_dl_table",
@@ -549,3 +551,23 @@ def network_comparison(
         keys = ("mean_wait", "mean_turnaround", "makespan")
         rows.append({"workload": label, "variant": variant, **{k: m[k] for k in keys}})
     return pd.DataFrame(rows), results
+
+
+def replicate_workload(
+    jobs: Sequence[Job], platform: Platform, copies: int
+) -> tuple[list[Job], Platform]:
+    """Return ``copies`` copies of a workload on a machine ``copies`` times larger.
+
+    Each copy keeps the submit times; the machine's nodes and PFS bandwidths are
+    multiplied by ``copies``, so the load per node and per byte of PFS bandwidth stays
+    that of the original (a job mix scaled up, for speed runs). Copy ``k`` offsets the job
+    ids by ``k`` times the largest id plus one.
+    """
+    step = max((j.id for j in jobs), default=0) + 1
+    scaled = [dataclasses.replace(j, id=j.id + k * step) for k in range(copies) for j in jobs]
+    machine = dataclasses.replace(
+        platform, num_nodes=platform.num_nodes * copies, hosts=(),
+        pfs_read_bandwidth=platform.pfs_read_bandwidth * copies,
+        pfs_write_bandwidth=platform.pfs_write_bandwidth * copies,
+    )  # fmt: skip
+    return scaled, machine
