@@ -229,3 +229,23 @@ def test_cli_allocation_writes_per_node_utilization(tmp_path):
                  "--network", "isolated", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
     header = (tmp_path / "out" / "node_utilization.csv").read_text().splitlines()[0]
     assert tuple(header.split(",")) == NODE_UTILIZATION_COLUMNS
+
+
+def test_oversubscription_in_a_configuration_is_refused_by_name(tmp_path):
+    import json
+
+    from hpcnb.batchsim.elastisim import WorkloadError, read_elastisim
+
+    (tmp_path / "p.xml").write_text(
+        "<?xml version='1.0'?><platform version='4.1'><zone id='z' routing='Full'>"
+        "<cluster id='c' prefix='n' radical='0-3' suffix='' speed='1Gf' bw='8Gbps' lat='0us'/>"
+        "</zone></platform>"
+    )
+    config = {"platform_file": "p.xml", "allow_oversubscription": True}
+    (tmp_path / "configuration.json").write_text(json.dumps(config))
+    (tmp_path / "app.json").write_text(json.dumps({"phases": [{"tasks": [
+        {"type": "idle", "delay": 1}]}]}))  # fmt: skip
+    job = {"type": "rigid", "submit_time": 0, "num_nodes": 1, "application_model": "app.json"}
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [job]}))
+    with pytest.raises(WorkloadError, match="allow_oversubscription: several jobs per node"):
+        read_elastisim(tmp_path / "jobs.json")

@@ -283,6 +283,10 @@ def read_elastisim(
     options = {}
     for key in ("schedule_on_scheduling_point", "clip_evolving_requests"):
         options[key] = boolean(config.get(key, True), config_path, key)
+    if boolean(config.get("allow_oversubscription", False), config_path,
+               "allow_oversubscription"):  # fmt: skip
+        reason = "several jobs per node are not simulated (one job per node); set it to false"
+        raise WorkloadError(config_path, "allow_oversubscription", reason)
     return ElastiSimInput(jobs, platform, config, interval,
                           options["schedule_on_scheduling_point"],
                           options["clip_evolving_requests"], skipped)  # fmt: skip
