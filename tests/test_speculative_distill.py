@@ -247,3 +247,14 @@ def _same_events(got: tuple[StageEvent, ...], expect: list[StageEvent]) -> None:
         assert (g.rank, g.run_id, g.kind, g.n_tokens, g.speculative) == (
             e.rank, e.run_id, e.kind, e.n_tokens, e.speculative)  # fmt: skip
         assert g.t0 == pytest.approx(e.t0) and g.t1 == pytest.approx(e.t1)
+
+
+def test_copy_layers_variant_keeps_the_target_embeddings(target: LlamaModel) -> None:
+    s = DistillSettings(copy_layers=(0, 3), n_new=4, steps=2, batch=2, vocab=50)
+    draft = distill_draft(target, _prompts(4, seed=5), s)
+    cfg = draft.model.config
+    assert (cfg.n_layers, cfg.dim, cfg.ffn_dim) == (2, target.config.dim, target.config.ffn_dim)
+    assert torch.equal(draft.model.embedding, target.embedding)  # frozen, not trained
+    assert draft.model.output.shape == (len(draft.vocab), target.config.dim)
+    with pytest.raises(DistillError, match="copy_layers"):
+        DistillSettings(copy_layers=(7,)).config(target.config)
