@@ -26,7 +26,7 @@ from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
 from hpcnb.winograd.conv import filter_transform, winograd_numpy
 from hpcnb.winograd.wisdom import read_wisdom, shape_key, store_entry, stored_entry
 
-__all__ = ["TuneResult", "autotune", "search_space"]
+__all__ = ["RegretResult", "TuneResult", "autotune", "regret_study", "search_space"]
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,16 @@ def autotune(
 
     measure(default)
     if knobs is not None:  # coordinate search: one knob at a time, the others at their best
-        unknown = set(knobs) - {"m", "block_tiles", "channel_major", "threads", "gemm"}
+        unknown = set(knobs) - {
+            "m",
+            "block_tiles",
+            "channel_major",
+            "threads",
+            "gemm",
+            "schedule",
+            "fused",
+            "points",
+        }
         if unknown:
             raise WinogradError(f"autotune: unknown knobs {sorted(unknown)}")
         best = default
@@ -203,3 +212,101 @@ def autotune(
     }
     store_entry(key, entry, path)
     return result
+
+
+@dataclass(frozen=True)
+class RegretResult:
+    """The tuner's choice against the best configuration of an exhaustive sweep.
+
+    Attributes:
+        shape: The shape key.
+        tuned: The tuner's choice.
+        best: The fastest configuration of the sweep (median over its rounds).
+        regret: ``tuned time / best time - 1`` (medians of the same interleaved rounds).
+        round_regrets: The same per round (tuned / best of round ``i``, minus 1).
+        tune_s: Wall seconds the tuner took (its sweep, finalists and wisdom write).
+        sweep_s: Wall seconds of the exhaustive sweep.
+        configs: Configurations in the sweep.
+        measured: Timed configurations of the tuner (its cost in measurements).
+    """
+
+    shape: str
+    tuned: WinogradConfig
+    best: WinogradConfig
+    regret: float
+    round_regrets: tuple[float, ...]
+    tune_s: float
+    sweep_s: float
+    configs: int
+    measured: int
+
+
+def regret_study(
+    x_shape: tuple,
+    w_shape: tuple,
+    padding: int,
+    *,
+    space: list[WinogradConfig],
+    knobs: dict[str, tuple],
+    reps: int = 3,
+    tune_reps: int = 1,
+    seed: int = 0,
+    path: str | os.PathLike | None = None,
+) -> RegretResult:
+    """Tune one shape by coordinate search, then time the whole space to find its best.
+
+    The tuner runs as a user would run it (``reuse=False``, its result stored in the
+    wisdom at ``path``). Then every configuration of ``space`` and the tuner's choice are
+    timed together in ``reps`` interleaved rounds after a warm-up round, on the same data;
+    the regret compares the tuner's choice with the fastest median of that sweep.
+
+    Args:
+        x_shape: Input shape.
+        w_shape: Filter shape.
+        padding: Zero padding.
+        space: The exhaustive space (the ground truth).
+        knobs: The tuner's coordinate search (see :func:`autotune`).
+        reps: Interleaved rounds of the exhaustive sweep.
+        tune_reps: The tuner's repetitions per configuration.
+        seed: Seed of the data.
+        path: Wisdom file.
+
+    Returns:
+        The comparison.
+    """
+    t0 = time.perf_counter()
+    res = autotune(
+        x_shape, w_shape, padding, knobs=knobs, reps=tune_reps, seed=seed, path=path, reuse=False
+    )
+    tune_s = time.perf_counter() - t0
+    configs = list(dict.fromkeys([*space, res.best]))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    filters = {
+        (c.m, c.points): filter_transform(w, c.m, c.points, dtype=np.float32) for c in configs
+    }
+    t0 = time.perf_counter()
+    timings = interleaved(
+        [lambda c=c: winograd_numpy(x, w, padding, c, U=filters[(c.m, c.points)]) for c in configs],
+        repeats=reps,
+        warmup=1,
+    )
+    sweep_s = time.perf_counter() - t0
+    medians = [t.median for t in timings]
+    i_best = int(np.argmin(medians))
+    i_tuned = configs.index(res.best)
+    per_round = tuple(
+        a / b - 1 for a, b in zip(timings[i_tuned].samples, timings[i_best].samples, strict=True)
+    )
+    return RegretResult(
+        shape=res.shape,
+        tuned=res.best,
+        best=configs[i_best],
+        regret=medians[i_tuned] / medians[i_best] - 1,
+        round_regrets=per_round,
+        tune_s=tune_s,
+        sweep_s=sweep_s,
+        configs=len(configs),
+        measured=len(res.trials),
+    )

@@ -4,8 +4,11 @@ All four run in one process with the same fixed thread count (torch, Numba and B
 on the same random float32 data, in interleaved rounds after one warm-up round; each
 time is the median of the rounds, and every round is kept so that speed-ups can be
 recorded as per-round ratios with an interval (:func:`round_geometric_means` combines
-them over layers). Layers are the 3×3 convolutions of ResNet/VGG stages (``C = K``,
-padding 1).
+them over layers). Layers are the 3×3 stride-1 convolutions of ResNet-18/34 (``C = K``,
+padding 1; :data:`RESNET_LAYERS`, with how often each shape occurs in
+:data:`RESNET_COUNTS`). Thread counts are pinned for the whole measurement and checked
+inside it (:func:`thread_counts`): a benchmark whose pools do not hold the asked count
+raises instead of reporting.
 """
 
 from __future__ import annotations
@@ -25,19 +28,52 @@ from hpcnb.winograd.conv import (
 )
 
 __all__ = [
+    "RESNET_COUNTS",
     "RESNET_LAYERS",
     "GainMeasurement",
     "Layer",
     "benchmark_layer",
+    "check_threads",
     "geometric_mean",
     "layer_set",
     "measure_gain",
     "round_geometric_means",
+    "smoke_layers",
+    "thread_counts",
     "time_configs",
 ]
 
-# (channels, image side) of the ResNet/VGG 3x3 stages
+# (channels, image side) of the ResNet-18/34 3x3 stride-1 convolutions (every stage's
+# first block opens with a stride-2 convolution, which is not among them)
 RESNET_LAYERS: tuple[tuple[int, int], ...] = ((64, 56), (128, 28), (256, 14), (512, 7))
+RESNET_COUNTS: dict[str, tuple[int, ...]] = {"resnet18": (4, 3, 3, 3), "resnet34": (6, 7, 11, 5)}
+"""How many 3x3 stride-1 convolutions of each shape of :data:`RESNET_LAYERS` each net has."""
+
+
+def thread_counts() -> dict[str, int]:
+    """Thread counts in force now: torch's intra-op pool, Numba's and each BLAS pool."""
+    import numba
+    import torch
+    from threadpoolctl import threadpool_info
+
+    out = {"torch": torch.get_num_threads(), "numba": numba.get_num_threads()}
+    for i, info in enumerate(threadpool_info()):
+        if info.get("user_api") == "blas":
+            out[f"blas{i}"] = int(info["num_threads"])
+    return out
+
+
+def check_threads(threads: int) -> dict[str, int]:
+    """Return :func:`thread_counts`, raising when torch or Numba does not run ``threads``.
+
+    Raises:
+        WinogradError: A pool holds another count (the timing would not be equal).
+    """
+    counts = thread_counts()
+    bad = {k: v for k, v in counts.items() if k in ("torch", "numba") and v != threads}
+    if bad:
+        raise WinogradError(f"benchmark: thread pools {bad} differ from the pinned {threads}")
+    return counts
 
 
 @dataclass(frozen=True)
@@ -84,6 +120,11 @@ def layer_set(batches: tuple[int, ...] = (1, 8), scale: int = 1) -> list[Layer]:
         for c, h in RESNET_LAYERS
         for b in batches
     ]
+
+
+def smoke_layers() -> list[Layer]:
+    """Two small layers for SMOKE runs (seconds, not minutes)."""
+    return [Layer(N=1, C=16, H=14), Layer(N=2, C=32, H=7)]
 
 
 def geometric_mean(values) -> float:
@@ -153,7 +194,9 @@ def benchmark_layer(
     Returns:
         Dict with ``layer``, ``<method>_s`` medians (``winograd_s`` with the filters
         transformed once beforehand, as for inference with fixed weights, and
-        ``winograd_with_filter_transform_s`` including it), ``winograd_rel_error`` vs torch,
+        ``winograd_with_filter_transform_s`` including it), ``winograd_rel_error`` vs a
+        float64 direct convolution, ``threads_checked`` (:func:`thread_counts` inside the
+        pinned block),
         the ratios of medians ``speedup_vs_torch``, ``speedup_vs_direct``,
         ``speedup_vs_im2col``, and ``round_speedups``: ``{"torch": (...), "direct": (...),
         "im2col": (...)}``, the per-round ratios (method time / Winograd time of the same
@@ -186,13 +229,16 @@ def benchmark_layer(
         methods["im2col"] = lambda: conv2d_im2col(x, w, pad)
     if direct:
         methods["direct"] = lambda: conv2d_direct(x, w, pad)
+    from hpcnb.winograd.numerics import direct_fp64, relative_error
+
+    ref = direct_fp64(x, w, pad)
     with pinned_threads(threads):
-        with torch.no_grad():
-            ref = F.conv2d(xt, wt, padding=pad).numpy()
+        counts = check_threads(threads)
         y = winograd_numpy(x, w, pad, cfg, U=U)
         # one warm-up round (and compile), then interleaved rounds: a change of machine
         # load hits every method alike
         timings = interleaved(methods, repeats=reps, warmup=1)
+        check_threads(threads)  # nothing changed the pools while timing
     times = {k: t.samples for k, t in timings.items()}
     med = {k: t.median for k, t in timings.items()}
     t_wino = med["winograd"]
@@ -203,7 +249,9 @@ def benchmark_layer(
         "H": layer.H,
         "m": cfg.m,
         "threads": cfg.threads,
-        "winograd_rel_error": float(np.abs(y - ref).max() / np.abs(ref).max()),
+        "points": cfg.points,
+        "winograd_rel_error": relative_error(y, ref),
+        "threads_checked": counts,
         "winograd_gflops_equiv": layer.flops / t_wino / 1e9,
     }
     out.update({f"{k}_s": v for k, v in med.items()})
