@@ -61,6 +61,11 @@ def test_disturbed_measurement_is_detected_and_remeasured() -> None:
     assert len(calls) == 2 and t.attempts == 2
     assert t.samples == tuple(CLEAN) and not t.noisy
     assert t.history[0][0] > 0.1 >= t.history[1][0]
+    assert t.history[1][2] == pytest.approx(1.00)  # each attempt's median is kept
+    assert t.between_attempts == pytest.approx((1.02 - 1.00) / 1.01)
+    assert np.isnan(
+        measure_until_quiet(lambda: CLEAN, NoisePolicy(), load=lambda: QUIET).between_attempts
+    )
 
 
 def test_persistently_noisy_measurement_is_flagged_after_bounded_retries() -> None:
@@ -172,6 +177,12 @@ def test_flagged_entries_are_remeasured_within_budget(
     assert inference.calls == 4  # a zero budget re-measures nothing
     fixed = collect_dataset(_tiny_grid(), cache_dir=tmp_path, policy=policy, remeasure="noisy")
     assert inference.calls == 5 and not fixed[0].inference_timing.noisy
+    # the re-measure keeps the earlier run's attempts in its history
+    assert fixed[0].inference_timing.attempts == 4 and len(fixed[0].inference_timing.history) == 4
+    # batch 2 was measured again (both modes): inference medians 1.02, 1.02, 1.02, 1.00
+    # (spread 0.02 / 1.02), training 1.00, 1.00 (spread 0); the summary is their median
+    assert fixed[0].inference_timing.between_attempts == pytest.approx(0.02 / 1.02)
+    assert summarize(fixed).between_attempts == pytest.approx(0.01 / 1.02)
 
 
 def test_unreadable_cache_is_measured_afresh(

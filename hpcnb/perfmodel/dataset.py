@@ -26,7 +26,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +42,7 @@ from hpcnb.perfmodel.protocol import (
     NoisePolicy,
     PerfmodelError,
     ProtocolTiming,
+    between_attempt_spread,
     measure_until_quiet,
     thread_settings,
 )
@@ -219,12 +220,17 @@ def _entry_timings(entry: Any) -> tuple[ProtocolTiming, ProtocolTiming] | None:
 
 
 def _better(old: ProtocolTiming, new: ProtocolTiming) -> ProtocolTiming:
-    """The cleaner of two timings of one configuration: not under load, then less dispersed."""
+    """The cleaner of two timings of one configuration, keeping both histories.
+
+    Cleaner: not under load, then less dispersed. The attempts of both stay in its history,
+    so the spread between runs stays visible.
+    """
 
     def rank(t: ProtocolTiming) -> tuple[bool, float]:
         return ("load" in t.flags, t.dispersion)
 
-    return new if rank(new) <= rank(old) else old
+    kept = new if rank(new) <= rank(old) else old
+    return replace(kept, attempts=old.attempts + new.attempts, history=old.history + new.history)
 
 
 @dataclass(frozen=True)
@@ -239,6 +245,10 @@ class DatasetSummary:
         flagged_load: Timings flagged for load above the core count.
         remeasured: Timings that needed more than one attempt.
         max_load: Highest 1-minute load average seen at measurement.
+        between_attempts: Median spread of the attempt medians over timings measured more
+            than once (:func:`~hpcnb.perfmodel.protocol.between_attempt_spread`; ``nan`` when
+            none was): the noise *between* measurements, which the IQR of one burst of
+            samples does not see.
     """
 
     timings: int
@@ -248,6 +258,7 @@ class DatasetSummary:
     flagged_load: int
     remeasured: int
     max_load: float
+    between_attempts: float
 
 
 def summarize(rows: Sequence[Measurement]) -> DatasetSummary:
@@ -272,6 +283,7 @@ def summarize(rows: Sequence[Measurement]) -> DatasetSummary:
         flagged_load=sum("load" in t.flags for t in timings),
         remeasured=sum(t.attempts > 1 for t in timings),
         max_load=float(max(t.load[0] for t in timings)),
+        between_attempts=between_attempt_spread(timings),
     )
 
 

@@ -159,7 +159,9 @@ class ProtocolTiming:
         threads: Thread settings during the kept attempt (:func:`thread_settings`).
         attempts: Measurements taken (1 + re-measures).
         flags: Why the kept attempt is still noisy (empty when it is not).
-        history: ``(dispersion, 1-minute load)`` of every attempt, in order.
+        history: ``(dispersion, 1-minute load, median seconds)`` of every attempt, in
+            order (also attempts of earlier runs merged by a re-measure; the median is
+            ``nan`` for entries written before it was kept).
     """
 
     samples: tuple[float, ...]
@@ -169,12 +171,25 @@ class ProtocolTiming:
     threads: dict[str, Any] = field(default_factory=dict)
     attempts: int = 1
     flags: tuple[str, ...] = ()
-    history: tuple[tuple[float, float], ...] = ()
+    history: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def median(self) -> float:
         """Median seconds of the kept samples."""
         return float(np.median(self.samples))
+
+    @property
+    def between_attempts(self) -> float:
+        """Spread of the attempts' medians, ``(max - min) / median`` of them (``nan`` if < 2).
+
+        Within one attempt the samples follow each other within milliseconds; between
+        attempts (and between runs) the machine's load and cache contention change. On a
+        busy machine this spread can be far larger than :attr:`dispersion`.
+        """
+        medians = [h[2] for h in self.history if np.isfinite(h[2])]
+        if len(medians) < 2:
+            return float("nan")
+        return float((max(medians) - min(medians)) / np.median(medians))
 
     @property
     def noisy(self) -> bool:
@@ -214,7 +229,10 @@ class ProtocolTiming:
                 threads=dict(data.get("threads", {})),
                 attempts=int(data.get("attempts", 1)),
                 flags=tuple(str(f) for f in data.get("flags", ())),
-                history=tuple((float(a), float(b)) for a, b in data.get("history", ())),
+                history=tuple(
+                    (float(h[0]), float(h[1]), float(h[2]) if len(h) > 2 else float("nan"))
+                    for h in data.get("history", ())
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PerfmodelError(f"timing entry {str(data)[:80]}...: {exc}") from exc
@@ -239,7 +257,7 @@ def measure_until_quiet(
 
     Returns:
         The kept attempt (see the module docstring for which one) with every attempt's
-        dispersion and load in ``history``.
+        dispersion, load and median in ``history``.
 
     Raises:
         PerfmodelError: ``measure`` returned no samples or a non-positive median.
@@ -265,8 +283,18 @@ def measure_until_quiet(
         threads=settings,
         attempts=len(attempts),
         flags=flags,
-        history=tuple((a[1], a[2][0]) for a in attempts),
+        history=tuple((a[1], a[2][0], float(np.median(a[0]))) for a in attempts),
     )
+
+
+def between_attempt_spread(timings: Sequence[ProtocolTiming]) -> float:
+    """Median :attr:`ProtocolTiming.between_attempts` over timings measured more than once.
+
+    Returns ``nan`` when no timing has two attempts with a known median.
+    """
+    values = [t.between_attempts for t in timings]
+    values = [v for v in values if np.isfinite(v)]
+    return float(np.median(values)) if values else float("nan")
 
 
 def noise_floor(timings: Sequence[ProtocolTiming]) -> float:
