@@ -132,8 +132,10 @@ def snap_counts(
     most the group size; a group no larger than ``round_to`` keeps its count). If the
     unrounded counts meet ``budget`` (FLOPs, of ``flops_model``) but the rounded ones do
     not, the group rounded up the most is lowered by ``round_to`` until the budget holds
-    again; FLOPs grow with every count, so this ends. Counts that missed the budget
-    before rounding are returned rounded, unrepaired.
+    again; FLOPs grow with every count, so this ends. If even the smallest multiples miss
+    the budget (a tight budget on a narrow network), the unrounded counts are returned, so
+    snapping never breaks a budget the counts met. Counts that missed the budget before
+    rounding are returned rounded, unrepaired.
 
     Args:
         counts: ``(G,)`` kept channels per group.
@@ -173,7 +175,7 @@ def snap_counts(
         lowerable = snapped - round_to >= np.minimum(round_to, sizes)
         lowerable &= sizes > round_to
         if not lowerable.any():
-            break
+            return counts.copy()  # multiples of round_to cannot meet this budget: unsnapped
         excess = np.where(lowerable, snapped - counts, -np.inf)
         j = int(np.argmax(excess))
         snapped[j] -= round_to
