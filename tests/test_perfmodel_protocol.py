@@ -289,3 +289,14 @@ def test_default_predictor_fits_on_a_given_small_grid(
     assert list((tmp_path / "perfmodel").glob("timings-*.json"))  # under the shared cache root
     with pytest.raises(PerfmodelError, match="threads"):
         default_predictor(2, "inference", grid)
+
+
+def test_the_fastest_clean_attempt_is_kept() -> None:
+    slower = [1.10, 1.11, 1.09, 1.10, 1.12]  # clean but shifted up, as under cache contention
+    runs = iter([slower, CLEAN])
+    loads = iter([(3.0, 3.0, 3.0), (3.0, 3.0, 3.0)])  # both under load: no early stop
+    t = measure_until_quiet(
+        lambda: next(runs), NoisePolicy(retries=1), load=lambda: next(loads), cores=2
+    )
+    assert t.attempts == 2 and t.samples == tuple(CLEAN) and t.flags == ("load",)
+    assert t.between_attempts == pytest.approx(0.10 / 1.05)

@@ -44,6 +44,7 @@ from hpcnb.perfmodel.protocol import (
     ProtocolTiming,
     between_attempt_spread,
     measure_until_quiet,
+    preference,
     thread_settings,
 )
 from hpcnb.perfmodel.timing import TimingConfig, time_inference, time_training
@@ -220,14 +221,15 @@ def _entry_timings(entry: Any) -> tuple[ProtocolTiming, ProtocolTiming] | None:
 
 
 def _better(old: ProtocolTiming, new: ProtocolTiming) -> ProtocolTiming:
-    """The cleaner of two timings of one configuration, keeping both histories.
+    """The better of two timings of one configuration, keeping both histories.
 
-    Cleaner: not under load, then less dispersed. The attempts of both stay in its history,
-    so the spread between runs stays visible.
+    Better: the smaller :func:`~hpcnb.perfmodel.protocol.preference` (not under load, not
+    too dispersed, then the lower median). The attempts of both stay in its history, so the
+    spread between runs stays visible.
     """
 
-    def rank(t: ProtocolTiming) -> tuple[bool, float]:
-        return ("load" in t.flags, t.dispersion)
+    def rank(t: ProtocolTiming) -> tuple[bool, bool, float]:
+        return preference(t.flags, t.median)
 
     kept = new if rank(new) <= rank(old) else old
     return replace(kept, attempts=old.attempts + new.attempts, history=old.history + new.history)
@@ -303,7 +305,9 @@ def collect_dataset(
     re-measures). For cached ones ``remeasure`` decides:
 
     * ``"noisy"``: measure again those whose inference or training timing is flagged noisy
-      (or was measured under load); the cleaner of the old and the new timing is kept;
+      (or was measured under load); the better of the old and the new timing is kept
+      (:func:`~hpcnb.perfmodel.protocol.preference`: not under load, not too dispersed,
+      then faster);
     * ``"all"``: measure every configuration again and keep the new timings;
     * ``"none"``: use the cache as it is.
 

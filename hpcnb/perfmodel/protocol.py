@@ -12,9 +12,12 @@ timing of the perfmodel data set therefore keeps, besides its median:
 :func:`measure_until_quiet` applies the protocol: a timing whose dispersion is above
 :attr:`NoisePolicy.max_dispersion` (default 0.10: the middle half of the samples spans more
 than 10 % of the median), or that was taken while the 1-minute load average exceeded the
-core count, is measured again, at most :attr:`NoisePolicy.retries` more times. The attempt
-with the smallest dispersion among those taken under acceptable load is kept (any attempt
-when none was); all attempts stay in the record. A timing that is still noisy after the
+core count, is measured again, at most :attr:`NoisePolicy.retries` more times. The kept
+attempt is the best by, in order: taken under acceptable load, dispersion under the
+threshold, the *lowest median* (other work on the machine only ever adds time — cache and
+memory contention inflate even the CPU clock — so the fastest clean attempt is the best
+estimate of the undisturbed time, and over runs a re-measured data set converges instead of
+drifting); all attempts stay in the record. A timing that is still noisy after the
 retries is *flagged* (:attr:`ProtocolTiming.flags`: ``"dispersion"`` and/or ``"load"``) so
 that a reader, or a later run with ``remeasure="noisy"``, can tell it apart.
 
@@ -52,6 +55,7 @@ __all__ = [
     "load_average",
     "measure_until_quiet",
     "noise_floor",
+    "preference",
     "thread_settings",
 ]
 
@@ -238,6 +242,16 @@ class ProtocolTiming:
             raise PerfmodelError(f"timing entry {str(data)[:80]}...: {exc}") from exc
 
 
+def preference(flags: Sequence[str], median: float) -> tuple[bool, bool, float]:
+    """Sort key of attempts (smaller is better): under load, too dispersed, median seconds.
+
+    Example:
+        >>> preference(("load",), 1.0) > preference(("dispersion",), 2.0) > preference((), 3.0)
+        True
+    """
+    return ("load" in flags, "dispersion" in flags, float(median))
+
+
 def measure_until_quiet(
     measure: Callable[[], Sequence[float]],
     policy: NoisePolicy,
@@ -256,8 +270,8 @@ def measure_until_quiet(
         threads: Returns the thread settings to store (default: none stored).
 
     Returns:
-        The kept attempt (see the module docstring for which one) with every attempt's
-        dispersion, load and median in ``history``.
+        The kept attempt (the smallest :func:`preference`; see the module docstring) with
+        every attempt's dispersion, load and median in ``history``.
 
     Raises:
         PerfmodelError: ``measure`` returned no samples or a non-positive median.
@@ -273,8 +287,9 @@ def measure_until_quiet(
         attempts.append((samples, disp, before, settings, flags))
         if not flags:
             break
-    quiet = [a for a in attempts if "load" not in a[4]] or attempts
-    samples, disp, before, settings, flags = min(quiet, key=lambda a: a[1])
+    samples, disp, before, settings, flags = min(
+        attempts, key=lambda a: preference(a[4], float(np.median(a[0])))
+    )
     return ProtocolTiming(
         samples=samples,
         dispersion=disp,
