@@ -68,8 +68,10 @@ def test_fused_plan_blocks_and_schedule():
     block, sched = fused_plan(P=1568, C=64, K=64, n=6, threads=2, config=cfg)
     assert 8 <= block <= 128 and sched == "tiles"
     assert 36 * 128 * block * 4 <= 2**20  # one block's V and M stay within 1 MiB
-    block, sched = fused_plan(P=4, C=512, K=512, n=6, threads=2, config=cfg)
-    assert block == 4 and sched == "stages"  # one block: each stage parallel instead
+    assert fused_plan(P=4, C=512, K=512, n=6, threads=2, config=cfg) == (2, "tiles")
+    # fewer tiles than threads: one block of all tiles, each stage parallel instead
+    assert fused_plan(P=1, C=512, K=512, n=6, threads=2, config=cfg) == (1, "stages")
+    assert fused_plan(40, 8, 8, 6, 2, WinogradConfig(schedule="stages")) == (40, "stages")
     assert fused_plan(100, 8, 8, 6, 2, WinogradConfig(block_tiles=7)) == (7, "tiles")
     assert fused_plan(100, 8, 8, 6, 2, WinogradConfig(schedule="stages"))[1] == "stages"
     with pytest.raises(ValueError, match="schedule"):

@@ -22,7 +22,12 @@ Kernels (NCHW, tile ``p`` of ``P = N·tiles_h·tiles_w`` covers outputs
 * ``output_transform(Mt, out, tiles_h, tiles_w, p0, channel_major)``: inverse transform
   of each ``(k, tile)``, writing only the outputs inside the image (border tiles);
 * CUDA only: ``batched_gemm(U, V, Mt)``: ``Mt[ab] = U[ab] @ V[ab]`` for every ``ab < n²``
-  (on the CPU the products are a BLAS or Numba batched GEMM, see ``hpcnb.winograd.conv``).
+  (on the CPU the products are a BLAS or Numba batched GEMM, see ``hpcnb.winograd.conv``);
+* CPU only, the fused path (:func:`_cpu_vector_functions`): ``fused_tiles`` and
+  ``fused_stages(x, U, out, pad, tiles_h, tiles_w, block, use_blas)`` run the whole layer
+  block by block (gather + input transform vectorised across tiles, the ``n²`` GEMMs,
+  output transform + scatter), from ``in_vec``, ``out_vec``, ``gather``, ``scatter``
+  and ``gemm_block``.
 """
 
 from __future__ import annotations
