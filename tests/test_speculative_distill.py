@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,9 @@ def test_simulator_reproduces_hand_computed_timelines() -> None:
     _same_events(spec.events, expect)
     assert spec.elapsed_s == pytest.approx(19.2) and spec.tokens_per_s == pytest.approx(9 / 19.2)
     assert spec.accepted == spec.drafted == 6
+    # a measured head batch cost replaces the per-token head: 0.5 * (1 + 0.2 * 2) at 3 tokens
+    measured = replace(cl, head_batch_slope=0.2)
+    assert measured.stage_s(1, 3) == pytest.approx(2.0 + 0.7) and cl.stage_s(1, 3) == 3.5
 
 
 def _same_events(got: tuple[StageEvent, ...], expect: list[StageEvent]) -> None:

@@ -52,7 +52,8 @@ def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: in
     Returns:
         ``layer_s`` (one token, one layer), ``batch_slope`` (extra cost per extra token
         of a ``batch``-token run, as a fraction of one token), ``head_s`` (output head per
-        token) and ``layer_bytes`` (float32 weight bytes of one layer).
+        token), ``head_batch_slope`` (the same slope for the output head) and
+        ``layer_bytes`` (float32 weight bytes of one layer).
     """
     layers = list(model.layers)
     n = min(4, len(layers))
@@ -70,12 +71,14 @@ def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: in
         sub.run_layers(sub.embed(ids[:context]), 0, sub.new_cache())
 
     h = torch.randn(1, model.config.dim)
+    hb = torch.randn(batch, model.config.dim)
     timings = interleaved(
-        [prefill_only, lambda: run(1), lambda: run(batch), lambda: sub.logits(h)],
+        [prefill_only, lambda: run(1), lambda: run(batch), lambda: sub.logits(h),
+         lambda: sub.logits(hb)],
         repeats=repeats,
         warmup=1,
-    )
-    base, r1, rb, head = (t.median for t in timings)
+    )  # fmt: skip
+    base, r1, rb, head, head_b = (t.median for t in timings)
     t1 = max(r1 - base, 1e-9) / n
     tb = max(rb - base, 1e-9) / n
     lw = model.layers[layers[0]]
@@ -84,6 +87,7 @@ def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: in
         "layer_s": t1,
         "batch_slope": min(max((tb / t1 - 1.0) / (batch - 1), 0.0), 1.0),
         "head_s": head,
+        "head_batch_slope": min(max((head_b / head - 1.0) / (batch - 1), 0.0), 1.0),
         "layer_bytes": float(nbytes),
     }
 

@@ -7,7 +7,8 @@ each next token correctly with probability ``acceptance`` (independently per tok
 
 Costs (all in seconds): a stage running ``L`` layers on a batch of ``b`` tokens takes
 ``L * layer_s * (1 + batch_slope * (b - 1))``; the last stage adds the output head
-``head_s * b``; the head rank pays ``draft_s`` per drafted token before running its
+``head_s * b`` (or ``head_s * (1 + head_batch_slope * (b - 1))`` when the head's batch cost
+was measured); the head rank pays ``draft_s`` per drafted token before running its
 stage. A hop of ``b`` tokens' hidden states takes ``latency_s + b * hidden_bytes /
 bandwidth_bps``; results and cancel messages take ``latency_s``. Each link sends one
 message at a time, in order — MPI's non-overtaking rule, which the head's verification
@@ -47,6 +48,8 @@ class ClusterConfig:
         bandwidth_bps: Link bandwidth in bytes/s.
         hidden_bytes: Bytes of one token's hidden state.
         layers_per_rank: Layers of each stage (default: an even split).
+        head_batch_slope: Extra cost of the output head per extra token of a batch, as a
+            fraction of one token (``None``: the head costs ``head_s`` per token).
     """
 
     n_ranks: int = 2
@@ -59,6 +62,7 @@ class ClusterConfig:
     bandwidth_bps: float = 125e6
     hidden_bytes: int = 576 * 4
     layers_per_rank: tuple[int, ...] | None = None
+    head_batch_slope: float | None = None
 
     def __post_init__(self) -> None:
         """Check the values."""
@@ -86,7 +90,10 @@ class ClusterConfig:
             n = (rank + 1) * self.n_layers // self.n_ranks - rank * self.n_layers // self.n_ranks
         t = n * self.layer_s * (1.0 + self.batch_slope * (b - 1))
         if rank == self.n_ranks - 1:
-            t += self.head_s * b
+            if self.head_batch_slope is None:
+                t += self.head_s * b
+            else:
+                t += self.head_s * (1.0 + self.head_batch_slope * (b - 1))
         return t
 
     def hop_s(self, b: int) -> float:
