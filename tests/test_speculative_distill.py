@@ -241,6 +241,7 @@ def test_simulator_reproduces_hand_computed_timelines() -> None:
     # a measured head batch cost replaces the per-token head: 0.5 * (1 + 0.2 * 2) at 3 tokens
     measured = replace(cl, head_batch_slope=0.2)
     assert measured.stage_s(1, 3) == pytest.approx(2.0 + 0.7) and cl.stage_s(1, 3) == 3.5
+    assert replace(cl, run_overhead_s=0.25).stage_s(0, 1) == pytest.approx(1.25)
 
 
 def _same_events(got: tuple[StageEvent, ...], expect: list[StageEvent]) -> None:

@@ -50,6 +50,8 @@ class ClusterConfig:
         layers_per_rank: Layers of each stage (default: an even split).
         head_batch_slope: Extra cost of the output head per extra token of a batch, as a
             fraction of one token (``None``: the head costs ``head_s`` per token).
+        run_overhead_s: Fixed seconds every stage spends on every run it computes
+            (message handling, interpreter), on top of its layers.
     """
 
     n_ranks: int = 2
@@ -63,6 +65,7 @@ class ClusterConfig:
     hidden_bytes: int = 576 * 4
     layers_per_rank: tuple[int, ...] | None = None
     head_batch_slope: float | None = None
+    run_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         """Check the values."""
@@ -71,7 +74,7 @@ class ClusterConfig:
                 f"need 2 <= n_ranks <= n_layers, got n_ranks={self.n_ranks}, "
                 f"n_layers={self.n_layers}"
             )
-        for name in ("layer_s", "head_s", "draft_s", "latency_s", "batch_slope"):
+        for name in ("layer_s", "head_s", "draft_s", "latency_s", "batch_slope", "run_overhead_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"ClusterConfig.{name} must be >= 0")
         if self.bandwidth_bps <= 0:
@@ -88,7 +91,7 @@ class ClusterConfig:
             n = self.layers_per_rank[rank]
         else:
             n = (rank + 1) * self.n_layers // self.n_ranks - rank * self.n_layers // self.n_ranks
-        t = n * self.layer_s * (1.0 + self.batch_slope * (b - 1))
+        t = self.run_overhead_s + n * self.layer_s * (1.0 + self.batch_slope * (b - 1))
         if rank == self.n_ranks - 1:
             if self.head_batch_slope is None:
                 t += self.head_s * b
