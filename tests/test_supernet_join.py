@@ -80,24 +80,12 @@ def test_fork_join_step_applies_the_canonical_join() -> None:
 
 @pytest.mark.mpi
 def test_mpi_ranks_train_bitwise_the_same_weights_as_one_process(tmp_path: Path) -> None:
-    from hpcnb.supernet.mpi import ForkJoinJob, run_forkjoin_mpi, run_local, write_job
+    from test_supernet_timing import _sandwich_job
+
+    from hpcnb.supernet.mpi import run_forkjoin_mpi, run_local, write_job
 
     sn, kwargs, x, y, _ = _setup()
-    rng = np.random.default_rng(0)
-    schedule = tuple(
-        tuple(tuple(c.values) for c in SandwichSampler(sn.space).draw(rng, 4)) for _ in range(2)
-    )
-    job = ForkJoinJob(
-        factory="hpcnb.models:vit",
-        factory_kwargs=kwargs,
-        example_shape=(1, 1, 8, 8),
-        schedule=schedule,
-        batch_size=16,
-        lr=0.05,
-        optimizer="sgd",
-        seed=0,
-        threads=1,
-    )
+    _, job = _sandwich_job(sn, kwargs)  # three sandwich steps of four subnets, SGD, 1 thread
     folder = write_job(tmp_path / "job", job, sn.model.state_dict(), x.numpy(), y.numpy())
     seq = run_local(folder, threads=1, timeout=120)
     par = run_forkjoin_mpi(folder, 2, timeout=120)

@@ -30,13 +30,12 @@ from __future__ import annotations
 import io
 import pickle
 import tarfile
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from hpcnb.data.embedded import ImageSplit
 from hpcnb.data.registry import (
     DEFAULT_TIMEOUT_S,
     ENV_VAR,
@@ -47,6 +46,7 @@ from hpcnb.data.registry import (
     DownloadError,
     cache_folder,
     data_dir,
+    large_files,
     sha256_of,
 )
 from hpcnb.errors import HpcnbError
@@ -86,21 +86,12 @@ def large_file(name: str = ARCHIVE) -> DataFile:
     Raises:
         DataNotFoundError: ``name`` is not registered there.
     """
-    text = resources.files("hpcnb.data").joinpath("registry.toml").read_text(encoding="utf-8")
-    table = tomllib.loads(text).get("large_files", {})
+    table = large_files()
     if name not in table:
         raise DataNotFoundError(
             f"{name!r} is not in the registry's large_files; known: {sorted(table)}"
         )
-    entry = table[name]
-    return DataFile(
-        name=name,
-        url=str(entry["url"]),
-        sha256=str(entry["sha256"]).lower(),
-        size=int(entry["size"]),
-        licence=str(entry["licence"]),
-        citation=str(entry["citation"]),
-    )
+    return table[name]
 
 
 def _verified(entry: DataFile, file: Path) -> Path:
@@ -270,18 +261,11 @@ def write_cifar_archive(
 
 
 @dataclass(frozen=True)
-class CifarSplit:
-    """CIFAR-10 as train / validation / test arrays, like :class:`hpcnb.data.DigitsSplit`.
+class CifarSplit(ImageSplit):
+    """CIFAR-10 as train / validation / test arrays (like :class:`hpcnb.data.DigitsSplit`).
 
     Images are float32 in [0, 1] with shape ``(n, 3, 32, 32)``; labels are int64.
     """
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
 
 
 def cifar10(

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DigitsSplit", "digits", "text_corpus"]
+__all__ = ["DigitsSplit", "ImageSplit", "digits", "text_corpus"]
 
 
 @dataclass(frozen=True)
-class DigitsSplit:
-    """sklearn's 8×8 digits as train / validation / test arrays.
+class ImageSplit:
+    """An image classification data set as train / validation / test arrays.
 
-    Images are float32 in [0, 1] with shape ``(n, 1, 8, 8)``; labels are int64.
+    Images are float32 in [0, 1] with shape ``(n, channels, height, width)``; labels are
+    int64.
     """
 
     x_train: np.ndarray
@@ -29,6 +30,11 @@ class DigitsSplit:
     y_val: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
+
+
+@dataclass(frozen=True)
+class DigitsSplit(ImageSplit):
+    """sklearn's 8×8 digits as train / validation / test arrays, shape ``(n, 1, 8, 8)``."""
 
 
 def digits(seed: int = 0, val_fraction: float = 0.15, test_fraction: float = 0.2) -> DigitsSplit:

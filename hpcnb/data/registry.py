@@ -58,6 +58,7 @@ __all__ = [
     "fetch",
     "fetch_all",
     "files_read",
+    "large_files",
     "lookup_state",
     "path",
     "registry",
@@ -99,17 +100,12 @@ class DataFile:
     citation: str
 
 
-@lru_cache(maxsize=1)
-def registry() -> dict[str, DataFile]:
-    """Return the registry, ``{logical name: DataFile}``, read from the package data.
-
-    Raises:
-        HpcnbError: The shipped registry is malformed (a packaging error).
-    """
+@lru_cache(maxsize=2)
+def _table(kind: str) -> dict[str, DataFile]:
+    """The ``[files]`` or ``[large_files]`` table of the shipped registry, as DataFiles."""
     text = resources.files("hpcnb.data").joinpath("registry.toml").read_text(encoding="utf-8")
-    table = tomllib.loads(text).get("files", {})
     out = {}
-    for name, entry in table.items():
+    for name, entry in tomllib.loads(text).get(kind, {}).items():
         try:
             out[name] = DataFile(
                 name=name,
@@ -122,6 +118,27 @@ def registry() -> dict[str, DataFile]:
         except (KeyError, TypeError, ValueError) as exc:
             raise HpcnbError(f"registry.toml: entry {name!r} is malformed ({exc})") from exc
     return out
+
+
+def registry() -> dict[str, DataFile]:
+    """Return the registry, ``{logical name: DataFile}``, read from the package data.
+
+    Raises:
+        HpcnbError: The shipped registry is malformed (a packaging error).
+    """
+    return dict(_table("files"))
+
+
+def large_files() -> dict[str, DataFile]:
+    """Return the registry's ``large_files`` table: files fetched only when asked for.
+
+    They are too large for the offline test copy and for ``hpcnb data fetch --all``
+    (e.g. the 170 MB CIFAR-10 archive); see :mod:`hpcnb.data.cifar`.
+
+    Raises:
+        HpcnbError: The shipped registry is malformed (a packaging error).
+    """
+    return dict(_table("large_files"))
 
 
 def _entry(name: str) -> DataFile:

@@ -59,7 +59,7 @@ def top1_correct(
         xt = xt.float()
     if len(yt) == 0 or len(xt) != len(yt) or batch_size < 1:
         raise MetricError(
-            f"top-1 correctness needs a non-empty evaluation set with one label per input and "
+            f"top-1 accuracy needs a non-empty evaluation set with one label per input and "
             f"batch_size >= 1; got {len(xt)} inputs, {len(yt)} labels, batch_size={batch_size}"
         )
     was_training = model.training
@@ -97,24 +97,8 @@ def top1_accuracy(
     Raises:
         MetricError: No items, ``x`` and ``y`` of different lengths, or ``batch_size`` < 1.
     """
-    xt, yt = _tensor(x), _tensor(y).long()
-    if xt.is_floating_point():
-        xt = xt.float()
-    if len(yt) == 0 or len(xt) != len(yt) or batch_size < 1:
-        raise MetricError(
-            f"top-1 accuracy needs a non-empty evaluation set with one label per input and "
-            f"batch_size >= 1; got {len(xt)} inputs, {len(yt)} labels, batch_size={batch_size}"
-        )
-    was_training = model.training
-    model.eval()
-    try:
-        correct = sum(
-            int((model(xt[i : i + batch_size]).argmax(-1) == yt[i : i + batch_size]).sum())
-            for i in range(0, len(yt), batch_size)
-        )
-    finally:
-        model.train(was_training)
-    return correct / len(yt)
+    correct = top1_correct(model, x, y, batch_size)
+    return int(correct.sum()) / len(correct)
 
 
 def paired_gap_interval(

@@ -500,12 +500,14 @@ def fork_join_step(
         t_reduce = time.perf_counter()
         if not multi:
             t_wait = t_reduce = t_compute
-        supernet.flat.refresh_grad_views()
-        supernet.flat.grads.copy_(coverage_average(sums, counts).to(supernet.flat.grads.dtype))
-        optimizer.step()
+        _average_and_step(supernet, optimizer, sums, counts)
         if phases is not None:
-            t_end = time.perf_counter()
-            phases.add(t_compute - t0, t_wait - t_compute, t_reduce - t_wait, t_end - t_reduce)
+            phases.add(
+                t_compute - t0,
+                t_wait - t_compute,
+                t_reduce - t_wait,
+                time.perf_counter() - t_reduce,
+            )
         return losses
     if comm is not None and comm.Get_size() > 1:
         parts = assign_subnets(supernet, configs, comm.Get_size(), distill=distill)
@@ -525,13 +527,21 @@ def fork_join_step(
         )
         sums, counts = local.sums, local.counts
         t_compute = t_wait = t_reduce = time.perf_counter()
+    _average_and_step(supernet, optimizer, sums, counts)
+    if phases is not None:
+        phases.add(
+            t_compute - t0, t_wait - t_compute, t_reduce - t_wait, time.perf_counter() - t_reduce
+        )
+    return local.losses
+
+
+def _average_and_step(
+    supernet: Supernet, optimizer: torch.optim.Optimizer, sums: torch.Tensor, counts: torch.Tensor
+) -> None:
+    """Write the coverage-count average of the joined gradients and take the optimizer step."""
     supernet.flat.refresh_grad_views()
     supernet.flat.grads.copy_(coverage_average(sums, counts).to(supernet.flat.grads.dtype))
     optimizer.step()
-    if phases is not None:
-        t_end = time.perf_counter()
-        phases.add(t_compute - t0, t_wait - t_compute, t_reduce - t_wait, t_end - t_reduce)
-    return local.losses
 
 
 def last_writer_step(
