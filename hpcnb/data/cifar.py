@@ -38,16 +38,11 @@ import numpy as np
 from hpcnb.data.embedded import ImageSplit
 from hpcnb.data.registry import (
     DEFAULT_TIMEOUT_S,
-    ENV_VAR,
-    MIRROR_VAR,
-    ChecksumError,
     DataFile,
     DataNotFoundError,
-    DownloadError,
-    cache_folder,
-    data_dir,
+    fetch,
     large_files,
-    sha256_of,
+    path,
 )
 from hpcnb.errors import HpcnbError
 
@@ -94,16 +89,6 @@ def large_file(name: str = ARCHIVE) -> DataFile:
     return table[name]
 
 
-def _verified(entry: DataFile, file: Path) -> Path:
-    actual = sha256_of(file)
-    if actual != entry.sha256:
-        raise ChecksumError(
-            f"{file}: sha256 {actual} does not match the registry's {entry.sha256} for "
-            f"{entry.name!r}; the file is not used"
-        )
-    return file
-
-
 def cifar10_archive(*, download: bool = False, timeout: float = DEFAULT_TIMEOUT_S) -> Path:
     """Return the verified CIFAR-10 archive: ``HPCNB_DATA``, the cache, or a download.
 
@@ -116,38 +101,15 @@ def cifar10_archive(*, download: bool = False, timeout: float = DEFAULT_TIMEOUT_
         ChecksumError: A local copy whose hash differs (never used, never replaced).
         DownloadError: The download failed or did not verify.
     """
-    entry = large_file(ARCHIVE)
-    root = data_dir()
-    for folder in ([root] if root is not None else []) + [cache_folder()]:
-        candidate = folder / entry.name
-        if candidate.is_file():
-            return _verified(entry, candidate)
-    if not download:
-        raise DataNotFoundError(
-            f"{entry.name}: not found in {ENV_VAR} or the cache {cache_folder()}; download it "
-            f"({entry.size / 1e6:.0f} MB from {entry.url}) with cifar10(download=True), or put "
-            f"the archive at <{ENV_VAR}>/{entry.name}"
-        )
-    import os
-
-    import pooch
-    import requests
-
-    mirror = os.environ.get(MIRROR_VAR)
-    url = f"{mirror.rstrip('/')}/{entry.name}" if mirror else entry.url
+    if download:
+        return fetch(ARCHIVE, timeout=timeout)
     try:
-        file = pooch.retrieve(
-            url,
-            known_hash=f"sha256:{entry.sha256}",
-            fname=Path(entry.name).name,
-            path=cache_folder() / Path(entry.name).parent,
-            downloader=pooch.HTTPDownloader(timeout=timeout),
-        )
-    except requests.RequestException as exc:
-        raise DownloadError(f"{entry.name}: download from {url} failed: {exc}") from exc
-    except ValueError as exc:
-        raise DownloadError(f"{entry.name}: download from {url} rejected: {exc}") from exc
-    return _verified(entry, Path(file))
+        return path(ARCHIVE)
+    except DataNotFoundError as exc:
+        size_mb = large_file(ARCHIVE).size / 1e6
+        raise DataNotFoundError(
+            f"{exc}; or download it ({size_mb:.0f} MB) with cifar10(download=True)"
+        ) from None
 
 
 _ALLOWED = {

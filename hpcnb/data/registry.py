@@ -142,11 +142,12 @@ def large_files() -> dict[str, DataFile]:
 
 
 def _entry(name: str) -> DataFile:
-    try:
-        return registry()[name]
-    except KeyError:
-        known = ", ".join(sorted(registry()))
-        raise DataNotFoundError(f"{name!r} is not in the data registry; known: {known}") from None
+    """The entry of ``name`` in the registry or, fetched only by name, its large files."""
+    entry = registry().get(name) or large_files().get(name)
+    if entry is None:
+        known = ", ".join(sorted(registry()) + sorted(large_files()))
+        raise DataNotFoundError(f"{name!r} is not in the data registry; known: {known}")
+    return entry
 
 
 def data_dir() -> Path | None:

@@ -50,7 +50,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core
-from hpcnb.perfmodel.protocol import ProtocolTiming
+from hpcnb.perfmodel.protocol import PerfmodelError, ProtocolTiming
 from hpcnb.records import mean_interval
 
 MODES = ("inference", "training")
@@ -61,6 +61,7 @@ __all__ = [
     "FamilyEvaluation",
     "FlopsOnly",
     "Measurement",
+    "LinearSecondsModel",
     "Roofline",
     "absolute_percentage_errors",
     "design_matrix",
@@ -68,6 +69,7 @@ __all__ = [
     "leave_one_family_out",
     "mape",
     "mape_interval",
+    "relative_nnls",
     "measured_seconds",
     "step_time_function",
 ]
@@ -214,7 +216,7 @@ def mape_interval(
     return mean_interval(ape, groups=groups, confidence=confidence, resamples=resamples, seed=seed)
 
 
-def _relative_nnls(
+def relative_nnls(
     X: np.ndarray, y: np.ndarray, offset: np.ndarray | float = 0.0
 ) -> tuple[float, np.ndarray]:
     """``θ0, θ ≥ 0`` minimising ``Σ ((offset + θ0 + X θ - y) / y)²`` (offset: a fixed part)."""
@@ -230,7 +232,29 @@ def _relative_nnls(
     return float(coef[0]), coef[1:] / scale
 
 
-class ConvMeter(RegressorMixin, BaseEstimator):
+class LinearSecondsModel(RegressorMixin, BaseEstimator):
+    """Base of the fitted non-negative linear runtime models: ``intercept_ + X @ coef_``.
+
+    Subclasses fit ``intercept_``, ``coef_`` and ``n_features_in_``.
+    """
+
+    intercept_: float
+    coef_: np.ndarray
+    n_features_in_: int
+
+    def predict(self, X: ArrayLike) -> np.ndarray:
+        """Predicted seconds, shape ``(n,)``.
+
+        Raises:
+            PerfmodelError: Wrong number of feature columns (a ``ValueError``).
+        """
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise PerfmodelError(f"X has shape {X.shape}; expected (n, {self.n_features_in_})")
+        return self.intercept_ + X @ self.coef_
+
+
+class ConvMeter(LinearSecondsModel):
     """Non-negative linear runtime model over ConvMeter features (module docstring).
 
     Args:
@@ -253,20 +277,9 @@ class ConvMeter(RegressorMixin, BaseEstimator):
         _check_mode(self.mode)
         X = np.asarray(X, dtype=float)
         y = np.asarray(y, dtype=float)
-        self.intercept_, self.coef_ = _relative_nnls(X, y)
+        self.intercept_, self.coef_ = relative_nnls(X, y)
         self.n_features_in_ = X.shape[1]
         return self
-
-    def predict(self, X: ArrayLike) -> np.ndarray:
-        """Predicted seconds, shape ``(n,)``.
-
-        Raises:
-            ValueError: Wrong number of feature columns.
-        """
-        X = np.asarray(X, dtype=float)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has shape {X.shape}; expected (n, {self.n_features_in_})")
-        return self.intercept_ + X @ self.coef_
 
     def formula(self) -> str:
         """The fitted formula as text, with each term's unit cost."""
@@ -285,7 +298,7 @@ class FlopsOnly(RegressorMixin, BaseEstimator):
     def fit(self, X: ArrayLike, y: ArrayLike) -> FlopsOnly:
         """Fit the line by relative non-negative least squares; return ``self``."""
         X = np.asarray(X, dtype=float).reshape(len(np.asarray(y)), -1)
-        self.intercept_, self.coef_ = _relative_nnls(X, np.asarray(y, dtype=float))
+        self.intercept_, self.coef_ = relative_nnls(X, np.asarray(y, dtype=float))
         self.n_features_in_ = X.shape[1]
         return self
 

@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from hpcnb.perfmodel.estimator import MODES, Measurement, _relative_nnls
+from hpcnb.perfmodel.estimator import MODES, LinearSecondsModel, Measurement, relative_nnls
 from hpcnb.perfmodel.features import OP_GROUPS, cache_bytes_per_core
 from hpcnb.perfmodel.protocol import PerfmodelError
 
@@ -109,7 +109,7 @@ def op_design_matrix(
     return np.asarray(out, dtype=float)
 
 
-class OpCostModel(RegressorMixin, BaseEstimator):
+class OpCostModel(LinearSecondsModel):
     """Non-negative per-op-kind runtime model (module docstring).
 
     With ``peak_flops`` (the machine's measured matrix-product rate,
@@ -155,21 +155,10 @@ class OpCostModel(RegressorMixin, BaseEstimator):
         base = X @ floor if X.ndim == 2 else 0.0
         # minimise Σ ((base + θ0 + Xθ - y) / y)² with θ ≥ 0: fit the extra over the floor
         # as a relative NNLS on targets y - base, weighted by the original y.
-        self.intercept_, extra = _relative_nnls(X, y, offset=base)
+        self.intercept_, extra = relative_nnls(X, y, offset=base)
         self.coef_ = floor + extra
         self.n_features_in_ = X.shape[1]
         return self
-
-    def predict(self, X: ArrayLike) -> np.ndarray:
-        """Predicted seconds ``(n,)``.
-
-        Raises:
-            PerfmodelError: Wrong number of feature columns.
-        """
-        X = np.asarray(X, dtype=float)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise PerfmodelError(f"X has shape {X.shape}; expected (n, {self.n_features_in_})")
-        return self.intercept_ + X @ self.coef_
 
     def formula(self) -> str:
         """The fitted price list: each non-zero term with its unit cost."""
