@@ -29,17 +29,18 @@ class MetricError(HpcnbError, ValueError):
     """Bad evaluation data (no items, or inputs and labels of different lengths)."""
 
 
-def _tensor(values: np.ndarray | torch.Tensor | list) -> torch.Tensor:
+def _tensor(values: Labels) -> torch.Tensor:
     return values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
 
 
+Inputs = np.ndarray | torch.Tensor
+"""Model inputs, shape ``(n, ...)``, as a tensor or an array."""
+Labels = np.ndarray | torch.Tensor | list
+"""Integer class labels, shape ``(n,)``."""
+
+
 @torch.no_grad()
-def top1_correct(
-    model: nn.Module,
-    x: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor | list,
-    batch_size: int = 512,
-) -> np.ndarray:
+def top1_correct(model: nn.Module, x: Inputs, y: Labels, batch_size: int = 512) -> np.ndarray:
     """Return, per item, whether the highest logit is the label (eval mode), as booleans.
 
     The per-item view of :func:`top1_accuracy` (its mean is the accuracy), for paired
@@ -74,13 +75,7 @@ def top1_correct(
     return np.concatenate(parts).astype(bool)
 
 
-@torch.no_grad()
-def top1_accuracy(
-    model: nn.Module,
-    x: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor | list,
-    batch_size: int = 512,
-) -> float:
+def top1_accuracy(model: nn.Module, x: Inputs, y: Labels, batch_size: int = 512) -> float:
     """Return the fraction of items whose highest logit is the label (eval mode).
 
     The model is switched to eval mode for the evaluation and left in the mode it had.

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
+from hpcnb.ir.graph import KINDS
+
 __all__ = [
     "GEMM_KINDS",
     "KERNEL_KINDS",
@@ -37,24 +39,15 @@ __all__ = [
     "training_flops",
 ]
 
-# Op kinds that launch at least one compute kernel (views and shape queries do not).
-KERNEL_KINDS = frozenset(
-    {
-        "conv",
-        "linear",
-        "matmul",
-        "attention",
-        "norm",
-        "activation",
-        "pool",
-        "add",
-        "mul",
-        "concat",
-        "softmax",
-        "embedding",
-        "scan",
-    }
+# Op kinds of hpcnb.ir that launch no compute kernel of their own: graph ends, views, shape
+# queries and ops folded into their neighbours. Every other kind counts as a kernel launch,
+# so a kind added to hpcnb.ir.graph.KINDS is a kernel unless it is listed here.
+NON_KERNEL_KINDS = frozenset(
+    {"input", "output", "param"}  # graph ends
+    | {"split", "getitem", "reshape", "size", "identity"}  # views and shape queries
+    | {"reduce", "dropout", "other"}  # folded into neighbours, or unknown
 )
+KERNEL_KINDS = frozenset(KINDS) - NON_KERNEL_KINDS
 
 # Kinds executed as (batched) matrix products: convolutions, linear layers, matmuls.
 GEMM_KINDS = frozenset({"conv", "linear", "matmul", "attention"})

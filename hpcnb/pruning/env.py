@@ -100,6 +100,19 @@ class _PruningEpisode:
 
     latency: LatencyModel | None
 
+    def __init__(
+        self,
+        problem: PruningProblem,
+        config: EnvConfig = EnvConfig(),
+        latency: LatencyModel | None = None,
+    ) -> None:
+        super().__init__()
+        self._setup(self._bind(problem, config, latency))
+
+    def _setup(self, g: int) -> None:
+        """Build the episode's spaces and state for ``g`` groups (each environment's own)."""
+        raise NotImplementedError
+
     def _bind(
         self, problem: PruningProblem, config: EnvConfig, latency: LatencyModel | None = None
     ) -> int:
@@ -175,14 +188,8 @@ class PruningEnv(_PruningEpisode, gym.Env):
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium convention
 
-    def __init__(
-        self,
-        problem: PruningProblem,
-        config: EnvConfig = EnvConfig(),
-        latency: LatencyModel | None = None,
-    ) -> None:
-        super().__init__()
-        g = self._bind(problem, config, latency)
+    def _setup(self, g: int) -> None:
+        problem, config = self.problem, self.config
         self.observation_space = problem.graph.observation_space()
         self.action_space = spaces.Box(-1.0, 1.0, (g,), np.float32)
         self.budget = config.target * problem.flops_model.total
@@ -247,15 +254,8 @@ class LayerwiseEnv(_PruningEpisode, gym.Env):
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium convention
 
-    def __init__(
-        self,
-        problem: PruningProblem,
-        config: EnvConfig = EnvConfig(),
-        latency: LatencyModel | None = None,
-    ) -> None:
-        super().__init__()
-        g = self._bind(problem, config, latency)
-        fm = problem.flops_model
+    def _setup(self, g: int) -> None:
+        fm = self.problem.flops_model
         share = np.zeros(g)
         for t in range(len(fm.coef)):
             for grp in {int(fm.out_group[t]), int(fm.in_group[t])} - {-1}:
