@@ -5,7 +5,7 @@ Technique sub-packages are imported on demand (``import hpcnb.winograd``); the t
 exposes the record and claims contract shared by all notebooks and the error base.
 """
 
-from hpcnb.claims import claim, claims_table
+from hpcnb.claims import claim, claims_table, reproducibility_summary
 from hpcnb.errors import HpcnbError
 from hpcnb.records import (
     Record,
@@ -25,6 +25,7 @@ __all__ = [
     "read_records",
     "record",
     "record_accuracy",
+    "reproducibility_summary",
     "wilson_interval",
 ]
 __version__ = "0.1.0"

@@ -3,21 +3,38 @@
 A notebook states each claim once, naming the records that test it::
 
     claim("pruning halves FLOPs with < 1 % accuracy loss",
-          records=["pruning.flops_ratio", "pruning.accuracy_drop"], paper="-0.2 % at 50 %")
+          records=["pruning.flops_ratio", "pruning.accuracy_drop"], paper="-0.2 % at 50 %",
+          baseline="uniform pruning at the same FLOPs",
+          explanation="at 32x32 the per-call overhead dominates ...")
     claims_table()
+    reproducibility_summary(deviations=[...], hard=[...])
 
 :func:`claims_table` reads the records already emitted in this kernel
 (:func:`hpcnb.records.session_records`) and decides each verdict from their targets,
-intervals and sources only, so a record and its claims row can never disagree. The
-verdict vocabulary is fixed (:data:`VERDICTS`):
+intervals and sources only, so a record and its claims row can never disagree.
+
+**What a claim is judged on.** A ``paper`` claim is judged on the targets that are the
+paper's own figure (records with ``target_from="paper"``). Where the claim gives the
+paper's figure (``paper=``), records that carry only our targets are refused: the claim
+would test something the paper did not say. Where the paper gives no figure
+(``paper=None``), the claim is judged on our targets and the row says so. Our stricter
+targets beside a paper target (``own_target=``) become their own ``own design`` row right
+after the paper claim. An ``own design`` claim is judged on our targets and shows *met*,
+*not met* or *inconclusive*, never a neutral word.
+
+The verdict vocabulary is fixed (:data:`VERDICTS`):
 
 * ``by construction`` — the claim's kind says the value is set by a parameter;
 * ``not tested (synthetic data)`` — a record rests on a synthetic stand-in;
 * ``simulated only`` — a record is a model's prediction (``source="simulated"``);
-* ``own design`` — the claim is ours, not the paper's (its records still show met/not met);
-* ``reproduced`` — every record with a target meets it (its whole interval does);
-* ``not reproduced`` — some record misses its target (its whole interval does);
-* ``inconclusive`` — otherwise: an interval straddles a bound.
+* ``reproduced`` / ``not reproduced`` / ``inconclusive`` — a paper claim whose targets are
+  all met / one of them missed (its whole interval) / otherwise;
+* ``met`` / ``not met`` / ``inconclusive`` — the same for an own-design claim.
+
+A claim's ``explanation`` (what was measured, why it differs, what a larger machine would
+show) is printed in the table whenever its verdict is not a success. Where the runner
+passes the record history of earlier runs of the same notebook on the same machine
+(:mod:`hpcnb.history`), the measured column shows the values that moved between runs.
 
 The table is displayed and emitted as an ``application/vnd.hpcnb.claims+json`` output,
 which ``hpcnb run`` collects into ``claims.json``.
@@ -26,6 +43,7 @@ which ``hpcnb run`` collects into ``claims.json``.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +54,7 @@ from hpcnb.records import (
     INCONCLUSIVE,
     KEY_PATTERN,
     MET,
+    MIN_INTERVAL_N,
     NOT_MET,
     Record,
     emit,
@@ -56,16 +75,23 @@ VERDICTS = (
     REPRODUCED,
     NOT_REPRODUCED,
     INCONCLUSIVE,
+    MET,
+    NOT_MET,
     NOT_TESTED_SYNTHETIC,
     SIMULATED_ONLY,
     BY_CONSTRUCTION,
-    OWN_DESIGN,
 )
+SUCCESS = (REPRODUCED, MET, BY_CONSTRUCTION)
+JUDGED_ON_PAPER = "the paper's figure"
+JUDGED_ON_OURS_NO_FIGURE = "our target (the paper gives no figure)"
+JUDGED_ON_OURS = "our target"
+STRICTER_SUFFIX = " (our stricter target)"
 _CLAIMS: dict[str, Claim] = {}
 
 __all__ = [
     "CLAIMS_MIME",
     "KINDS",
+    "SUCCESS",
     "VERDICTS",
     "Claim",
     "ClaimRow",
@@ -75,7 +101,9 @@ __all__ = [
     "clear_claims",
     "evaluate_claims",
     "measured_text",
+    "paper_claims_judged_on_own_targets",
     "read_claims",
+    "reproducibility_summary",
     "session_claims",
     "verdict",
 ]
@@ -88,14 +116,22 @@ class Claim:
     Attributes:
         text: The claim, in full.
         records: Keys of the records that test it.
-        paper: The paper's figure (a number or short text), ``None`` for our own claims.
+        paper: The paper's figure (a number or short text), ``None`` where the paper
+            gives none (and for our own claims).
         kind: ``"paper"``, ``"own design"`` or ``"by construction"``.
+        baseline: What the claim compares against (``"adaptive speculation"``).
+        explanation: The reading of a result that is not a success: what was measured,
+            why it differs, what a larger machine or input would show.
+        stricter_of: For a row generated from our stricter targets, the paper claim's text.
     """
 
     text: str
     records: tuple[str, ...]
     paper: float | str | None = None
     kind: str = "paper"
+    baseline: str | None = None
+    explanation: str | None = None
+    stricter_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +144,10 @@ class ClaimRow:
     measured: str
     verdict: str
     records: tuple[str, ...]
+    judged_on: str = ""
+    baseline: str | None = None
+    explanation: str | None = None
+    stricter_of: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the row as an entry of ``claims.json``."""
@@ -118,7 +158,18 @@ class ClaimRow:
             "measured": self.measured,
             "verdict": self.verdict,
             "records": list(self.records),
+            "judged_on": self.judged_on,
+            "baseline": self.baseline,
+            "explanation": self.explanation,
+            "stricter_of": self.stricter_of,
         }
+
+    @property
+    def reading(self) -> str:
+        """The explanation, shown only when the verdict is not a success."""
+        if self.verdict in SUCCESS or not self.explanation:
+            return ""
+        return self.explanation
 
 
 def claim(
@@ -127,6 +178,8 @@ def claim(
     records: Sequence[str],
     paper: float | str | None = None,
     kind: str = "paper",
+    baseline: str | None = None,
+    explanation: str | None = None,
 ) -> None:
     """State a claim tested by ``records`` (keys recorded before :func:`claims_table`).
 
@@ -135,12 +188,18 @@ def claim(
     Args:
         text: The claim, in full.
         records: Record keys; at least one.
-        paper: The paper's figure for this claim (``"2.15x at 8 nodes"``, ``0.35``).
+        paper: The paper's figure for this claim (``"2.15x at 8 nodes"``, ``0.35``);
+            ``None`` where the paper gives no figure. A ``paper`` claim with a figure is
+            judged only on records whose target is that figure (``target_from="paper"``).
         kind: ``"paper"`` (the paper's claim), ``"own design"`` (ours) or
             ``"by construction"`` (set by a parameter).
+        baseline: What the claim compares against; a paper claim names the strongest
+            baseline of the kind the paper compared against.
+        explanation: The reading printed when the verdict is not a success.
 
     Raises:
-        ClaimError: Empty text, no records, a malformed key or an unknown kind.
+        ClaimError: Empty text, no records, a malformed key, an unknown kind, or an
+            empty baseline or explanation.
     """
     if not isinstance(text, str) or not text.strip():
         raise ClaimError("claim text must be a non-empty string")
@@ -154,9 +213,15 @@ def claim(
     for key in keys:
         if not isinstance(key, str) or not KEY_PATTERN.match(key):
             raise ClaimError(f"claim {text!r}: {key!r} is not a record key")
+    for name, value in (("baseline", baseline), ("explanation", explanation)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ClaimError(f"claim {text!r}: {name} must be a non-empty string or None")
     if paper is not None and not isinstance(paper, str):
         paper = float(paper)
-    _CLAIMS[text] = Claim(text=text, records=keys, paper=paper, kind=kind)
+    _CLAIMS[text] = Claim(
+        text=text, records=keys, paper=paper, kind=kind, baseline=baseline,
+        explanation=explanation,
+    )  # fmt: skip
 
 
 def session_claims() -> list[Claim]:
@@ -172,37 +237,108 @@ def clear_claims() -> None:
 on_clear_session(clear_claims)
 
 
-def verdict(kind: str, records: Sequence[Record]) -> str:
-    """Return the verdict that ``records`` imply for a claim of ``kind``.
+def _states(records: Sequence[Record], which: str) -> list[str | None]:
+    if which == "paper":
+        return [rec.met for rec in records if rec.paper_target is not None]
+    if which == "stricter":
+        return [rec.own_met for rec in records if rec.own_target is not None]
+    # ours: our target where there is one, else the record's target whoever set it
+    return [
+        rec.state(rec.our_target if rec.our_target is not None else rec.target)
+        for rec in records
+        if rec.target is not None
+    ]
+
+
+def _combine(states: Sequence[str | None], success: str, failure: str) -> str:
+    if NOT_MET in states:
+        return failure
+    if states and all(state == MET for state in states):
+        return success
+    return INCONCLUSIVE
+
+
+def judge(item: Claim, records: Sequence[Record]) -> tuple[str, str]:
+    """Return ``(verdict, what it was judged on)`` for a claim and its records.
 
     Raises:
-        ClaimError: A ``paper`` claim none of whose records has a target.
+        ClaimError: A paper claim that gives the paper's figure but whose records carry
+            only our targets; a claim (not by construction) none of whose records has a
+            target.
     """
-    if kind == "by construction":
-        return BY_CONSTRUCTION
-    if any(rec.source == "synthetic" for rec in records):
-        return NOT_TESTED_SYNTHETIC
-    if any(rec.source == "simulated" for rec in records):
-        return SIMULATED_ONLY
-    if kind == "own design":
-        return OWN_DESIGN
-    states = [rec.met for rec in records if rec.target is not None]
+    keys = ", ".join(rec.key for rec in records)
+    if item.kind == BY_CONSTRUCTION:
+        return BY_CONSTRUCTION, ""
+    if item.stricter_of is not None:
+        which, judged_on = "stricter", JUDGED_ON_OURS
+    elif item.kind == "paper" and any(rec.paper_target is not None for rec in records):
+        which, judged_on = "paper", JUDGED_ON_PAPER
+    elif item.kind == "paper" and item.paper is not None:
+        raise ClaimError(
+            f"the claim gives the paper's figure ({item.paper}) but its records ({keys}) carry "
+            "only our targets: record the paper's figure as a target with "
+            "target_from='paper' (our stricter one as own_target), or state the claim "
+            "without paper= where the paper gives no figure"
+        )
+    else:
+        which = "ours"
+        judged_on = JUDGED_ON_OURS_NO_FIGURE if item.kind == "paper" else JUDGED_ON_OURS
+    states = _states(records, which)
     if not states:
-        keys = ", ".join(rec.key for rec in records)
-        raise ClaimError(f"a paper claim needs a record with a target; none of {keys} has one")
-    if NOT_MET in states:
-        return NOT_REPRODUCED
-    if all(state == MET for state in states):
-        return REPRODUCED
-    return INCONCLUSIVE
+        raise ClaimError(
+            f"a {item.kind} claim needs a record with a target; none of {keys} has one"
+        )
+    if any(rec.source == "synthetic" for rec in records):
+        return NOT_TESTED_SYNTHETIC, judged_on
+    if any(rec.source == "simulated" for rec in records):
+        return SIMULATED_ONLY, judged_on
+    if item.kind == "paper" and item.stricter_of is None:
+        return _combine(states, REPRODUCED, NOT_REPRODUCED), judged_on
+    return _combine(states, MET, NOT_MET), judged_on
+
+
+def verdict(kind: str, records: Sequence[Record], paper: float | str | None = None) -> str:
+    """Return the verdict that ``records`` imply for a claim of ``kind`` (see :func:`judge`).
+
+    Raises:
+        ClaimError: As :func:`judge`.
+    """
+    keys = tuple(rec.key for rec in records)
+    return judge(Claim("claim", keys, paper=paper, kind=kind), records)[0]
 
 
 def _num(value: float) -> str:
     return f"{value:.4g}"
 
 
-def measured_text(records: Sequence[Record]) -> str:
-    """Return what was measured, record by record, with intervals, targets and sources."""
+def _target_text(rec: Record, stricter: bool) -> str:
+    if stricter:
+        return f"our stricter target {rec.own_target}: {rec.own_met}" if rec.own_target else ""
+    if rec.target is None:
+        return ""
+    origin = "paper" if rec.target_from == "paper" else "ours"
+    text = f"target {rec.target} ({origin}): {rec.met}"
+    if rec.own_target is not None:
+        text += f"; our stricter {rec.own_target}: {rec.own_met}"
+    return text
+
+
+def measured_text(
+    records: Sequence[Record],
+    history: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    *,
+    stricter: bool = False,
+) -> str:
+    """Return what was measured, record by record, with intervals, targets and sources.
+
+    Args:
+        records: The claim's records.
+        history: Earlier runs' values by key (:func:`hpcnb.history.session_history`);
+            a record whose value moved between runs gets its earlier values appended.
+        stricter: Show our stricter targets instead of the records' targets.
+    """
+    from hpcnb.history import history_text
+
     parts = []
     for rec in records:
         text = _num(rec.value) + (f" {rec.unit}" if rec.unit else "")
@@ -210,27 +346,62 @@ def measured_text(records: Sequence[Record]) -> str:
             text += f" [{_num(rec.low)}, {_num(rec.high)}]"
         if rec.n is not None:
             text += f" (n={rec.n})"
-        if rec.target is not None:
-            text += f", target {rec.target}: {rec.met}"
+        if rec.interval_note:
+            text += f", {rec.interval_note}"
+        target = _target_text(rec, stricter)
+        if target:
+            text += f", {target}"
         if rec.source != "real":
             text += f", {rec.source}"
+        if history:
+            earlier = history_text(rec, history.get(rec.key, ()))
+            if earlier:
+                text += f"; {earlier}"
         if len(records) > 1:
             text = f"{rec.key.split('.', 1)[1]} = {text}"
         parts.append(text)
     return "; ".join(parts)
 
 
+def _expanded(claims: Iterable[Claim], records: Mapping[str, Record]) -> list[Claim]:
+    """The claims with a generated own-design row after each paper claim with own targets."""
+    out: list[Claim] = []
+    for item in claims:
+        out.append(item)
+        if item.kind != "paper":
+            continue
+        strict = tuple(
+            k for k in item.records if k in records and records[k].own_target is not None
+        )
+        if strict:
+            out.append(
+                Claim(
+                    text=item.text + STRICTER_SUFFIX,
+                    records=strict,
+                    kind=OWN_DESIGN,
+                    baseline=item.baseline,
+                    explanation=item.explanation,
+                    stricter_of=item.text,
+                )
+            )
+    return out
+
+
 def evaluate_claims(
-    claims: Iterable[Claim] | None = None, records: Mapping[str, Record] | None = None
+    claims: Iterable[Claim] | None = None,
+    records: Mapping[str, Record] | None = None,
+    history: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[ClaimRow]:
     """Compute the rows of the claims table.
 
     Args:
         claims: The claims (default: those stated in this process).
         records: Records by key (default: those emitted in this process).
+        history: Earlier runs' values by record key, shown where they moved.
 
     Raises:
-        ClaimError: A claim names a record that was not emitted.
+        ClaimError: A claim names a record that was not emitted, or cannot be judged
+            (see :func:`judge`).
     """
     claims = session_claims() if claims is None else list(claims)
     records = session_records() if records is None else records
@@ -241,9 +412,10 @@ def evaluate_claims(
             raise ClaimError(
                 f"claim {item.text!r} names records that were not emitted: {', '.join(missing)}"
             )
+    for item in _expanded(claims, records):
         recs = [records[key] for key in item.records]
         try:
-            decided = verdict(item.kind, recs)
+            decided, judged_on = judge(item, recs)
         except ClaimError as exc:
             raise ClaimError(f"claim {item.text!r}: {exc}") from exc
         rows.append(
@@ -251,9 +423,13 @@ def evaluate_claims(
                 claim=item.text,
                 kind=item.kind,
                 paper=item.paper,
-                measured=measured_text(recs),
+                measured=measured_text(recs, history, stricter=item.stricter_of is not None),
                 verdict=decided,
                 records=item.records,
+                judged_on=judged_on,
+                baseline=item.baseline,
+                explanation=item.explanation,
+                stricter_of=item.stricter_of,
             )
         )
     return rows
@@ -266,14 +442,31 @@ def _cell(value: object) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _paper_cell(row: ClaimRow) -> str:
+    if row.kind == "paper" and row.paper is None:
+        return "the paper gives no figure; our test: see measured"
+    return _cell(row.paper)
+
+
+def _claim_cell(row: ClaimRow) -> str:
+    text = _cell(row.claim)
+    if row.baseline:
+        text += f" (baseline: {_cell(row.baseline)})"
+    return text
+
+
 def render_markdown(rows: Sequence[ClaimRow]) -> str:
     """Return the claims rows as a markdown table (texts in full)."""
-    lines = ["| claim | kind | paper | measured here | verdict |", "|---|---|---|---|---|"]
+    lines = [
+        "| claim | kind | paper | measured here | verdict | reading |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        verdict_text = f"**{row.verdict}**" if row.verdict == REPRODUCED else row.verdict
+        bold = row.verdict in (REPRODUCED, MET)
+        verdict_text = f"**{row.verdict}**" if bold else row.verdict
         lines.append(
-            f"| {_cell(row.claim)} | {row.kind} | {_cell(row.paper)} | {_cell(row.measured)} "
-            f"| {verdict_text} |"
+            f"| {_claim_cell(row)} | {row.kind} | {_paper_cell(row)} | {_cell(row.measured)} "
+            f"| {verdict_text} | {_cell(row.reading)} |"
         )
     return "\n".join(lines)
 
@@ -281,33 +474,87 @@ def render_markdown(rows: Sequence[ClaimRow]) -> str:
 def _plain(rows: Sequence[ClaimRow]) -> str:
     out = []
     for i, row in enumerate(rows, 1):
-        paper = f" (paper: {_cell(row.paper)})" if row.paper is not None else ""
-        out.append(f"{i}. {row.claim}{paper}\n   measured: {row.measured}\n   -> {row.verdict}")
+        paper = f" (paper: {_paper_cell(row)})" if row.kind == "paper" else ""
+        base = f"\n   baseline: {row.baseline}" if row.baseline else ""
+        reading = f"\n   reading: {row.reading}" if row.reading else ""
+        out.append(
+            f"{i}. [{row.kind}] {row.claim}{paper}{base}\n   measured: {row.measured}"
+            f"\n   -> {row.verdict}{reading}"
+        )
     return "\n".join(out)
+
+
+def _summary_counts(rows: Sequence[ClaimRow]) -> str:
+    counts = Counter(row.verdict for row in rows)
+    return ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
 def claims_table() -> None:
     """Display every claim of this notebook with its verdict and emit them as JSON.
 
-    Displays a markdown table (claim · kind · paper · measured here · verdict) and emits
-    the rows as an ``application/vnd.hpcnb.claims+json`` output. Returns nothing, so the
-    table is not echoed twice.
+    Displays a markdown table (claim · kind · paper · measured here · verdict · reading)
+    and emits the rows as an ``application/vnd.hpcnb.claims+json`` output. Returns
+    nothing, so the table is not echoed twice.
 
     Raises:
         ClaimError: No claim was stated, or a claim names a record that was not emitted.
     """
-    rows = evaluate_claims()
+    from hpcnb.history import session_history
+
+    rows = evaluate_claims(history=session_history())
     if not rows:
         raise ClaimError("no claims stated: call claim(...) before claims_table()")
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.verdict] = counts.get(row.verdict, 0) + 1
-    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    markdown = render_markdown(rows) + f"\n\n{len(rows)} claims: {summary}."
+    summary = f"{len(rows)} claims: {_summary_counts(rows)}."
     emit(
-        _plain(rows) + f"\n{len(rows)} claims: {summary}.",
-        {"text/markdown": markdown, CLAIMS_MIME: [row.to_json() for row in rows]},
+        _plain(rows) + "\n" + summary,
+        {"text/markdown": render_markdown(rows) + "\n\n" + summary,
+         CLAIMS_MIME: [row.to_json() for row in rows]},
+    )  # fmt: skip
+
+
+def _bullets(title: str, items: Sequence[str]) -> list[str]:
+    return [f"**{title}**", "", *[f"- {item}" for item in items], ""] if items else []
+
+
+def reproducibility_summary(*, deviations: Sequence[str] = (), hard: Sequence[str] = ()) -> str:
+    """Display (and return) the reproducibility summary of this notebook's claims.
+
+    Counts the paper claims by verdict and our own targets by state, lists every paper
+    claim that was not reproduced with its reading, then the deviations from the paper's
+    set-up and what was hard, as the notebook states them.
+
+    Args:
+        deviations: Where the miniature differs from the paper (scale, data, baselines).
+        hard: What was hard to reproduce.
+
+    Returns:
+        The summary as markdown.
+
+    Raises:
+        ClaimError: As :func:`evaluate_claims`; or no claim was stated.
+    """
+    rows = evaluate_claims()
+    if not rows:
+        raise ClaimError("no claims stated: call claim(...) before reproducibility_summary()")
+    paper = [row for row in rows if row.kind == "paper"]
+    ours = [row for row in rows if row.kind == OWN_DESIGN]
+    lines = ["### Reproducibility summary", ""]
+    lines.append(
+        f"Paper claims tested: {len(paper)} ({_summary_counts(paper) or 'none'}). "
+        f"Our own targets: {len(ours)} ({_summary_counts(ours) or 'none'})."
     )
+    lines.append("")
+    missing = [
+        f"*{row.claim}* — {row.verdict}" + (f": {row.reading}" if row.reading else "")
+        for row in paper
+        if row.verdict not in SUCCESS
+    ]
+    lines += _bullets("Paper claims not reproduced here", missing)
+    lines += _bullets("Deviations from the paper", list(deviations))
+    lines += _bullets("What was hard", list(hard))
+    text = "\n".join(lines).rstrip() + "\n"
+    emit(text, {"text/markdown": text})
+    return text
 
 
 def read_claims(path: str | Path) -> list[dict[str, Any]]:
@@ -340,11 +587,25 @@ def read_claims(path: str | Path) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def paper_claims_judged_on_own_targets(rows: Iterable[Mapping[str, Any]]) -> int:
+    """Count paper claims that give the paper's figure but were judged on other targets."""
+    return sum(
+        1
+        for row in rows
+        if row.get("kind") == "paper"
+        and row.get("paper") is not None
+        and row.get("verdict") != BY_CONSTRUCTION
+        and row.get("judged_on") != JUDGED_ON_PAPER
+    )
+
+
 def audit_claims(rows: Iterable[Mapping[str, Any]], records: Mapping[str, Record]) -> list[str]:
     """Check claims rows against the records they name; return the problems found.
 
-    A row must name records that exist, carry the verdict those records imply, and never
-    be *reproduced* when one of its records is synthetic or simulated.
+    A row must name records that exist and carry the verdict those records imply; a paper
+    claim that gives the paper's figure must rest on paper-figure targets only; no record
+    with fewer than 3 observations may carry an interval; no row is *reproduced* or *met*
+    when one of its records is synthetic or simulated.
     """
     problems = []
     for row in rows:
@@ -357,13 +618,26 @@ def audit_claims(rows: Iterable[Mapping[str, Any]], records: Mapping[str, Record
         recs = [records[k] for k in keys]
         if row.get("verdict") not in VERDICTS:
             problems.append(f"{text!r}: verdict {row.get('verdict')!r} is not in the vocabulary")
+        item = Claim(
+            text=str(text), records=tuple(keys), paper=row.get("paper"),
+            kind=row.get("kind", "paper"), stricter_of=row.get("stricter_of"),
+        )  # fmt: skip
         try:
-            expected = verdict(row.get("kind", "paper"), recs)
+            expected, judged_on = judge(item, recs)
         except ClaimError as exc:
             problems.append(f"{text!r}: {exc}")
             continue
         if row.get("verdict") != expected:
             problems.append(f"{text!r}: verdict {row.get('verdict')!r}, records imply {expected!r}")
-        if row.get("verdict") == REPRODUCED and any(r.source != "real" for r in recs):
-            problems.append(f"{text!r}: reproduced on {', '.join(r.source for r in recs)} data")
+        if paper_claims_judged_on_own_targets([{**row, "judged_on": judged_on}]):
+            problems.append(f"{text!r}: a paper claim with a figure judged on {judged_on}")
+        for rec in recs:
+            if rec.n is not None and rec.n < MIN_INTERVAL_N and rec.low is not None:
+                problems.append(f"{text!r}: {rec.key} has an interval from n={rec.n}")
+        if row.get("verdict") in (REPRODUCED, MET) and any(
+            r.source in ("synthetic", "simulated") for r in recs
+        ):
+            problems.append(
+                f"{text!r}: {row.get('verdict')} on {', '.join(r.source for r in recs)} data"
+            )
     return problems

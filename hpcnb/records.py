@@ -10,18 +10,27 @@ Keys are ``<area>.<metric>`` in snake_case (``winograd.speedup_vs_torch``). Valu
 finite numbers; ratios are plain floats (1.35, not "35%").
 
 **Uncertainty.** ``samples`` (interleaved timing repetitions, seeds, folds) make the value
-their median, and the record keeps ``n`` and a 95 % interval ``[low, high]`` of that
-median from a seeded percentile bootstrap (:func:`median_interval`). An accuracy on *n*
-test items gets a binomial Wilson interval through :func:`record_accuracy`.
+their median, and the record keeps ``n``, an interval ``[low, high]`` of that median and the
+interval's ``coverage``. The interval is the exact distribution-free one from order
+statistics (:func:`median_interval`): ``[x_(k), x_(n+1-k)]`` covers the median with
+probability ``1 - 2 P(Bin(n, 1/2) < k)``, whatever the distribution. 95 % needs at least 6
+samples; with 3 to 5 the record keeps ``[min, max]`` and says its real coverage (75 % to
+94 %); with fewer than 3 observations a record carries no interval and says so. An accuracy
+on *n* test items gets a binomial Wilson interval through :func:`record_accuracy`.
 
 **Provenance.** ``source`` says where the inputs came from: ``"real"`` (measured on this
-machine or read from real data), ``"synthetic"`` (a stand-in for missing real data) or
-``"simulated"`` (a model's prediction at a scale we cannot run).
+machine or read from real data), ``"generated"`` (made on purpose by a published or stated
+model: Lublin workloads, replicated mixes, random shapes), ``"synthetic"`` (a stand-in for
+missing real data) or ``"simulated"`` (a model's prediction at a scale we cannot run).
 
 **Targets.** A target is a number (the value must equal it) or a comparison string such as
-``">= 0.45"``. :func:`evaluate_target` is three-valued: ``"met"``, ``"not met"`` or
-``"inconclusive"`` (the interval straddles the bound); a synthetic record is ``"not
-tested"`` whatever its value.
+``">= 0.45"``, and ``target_from`` says whose it is: ``"paper"`` (the paper's own figure,
+as the notebook scales it) or ``"ours"``. A record whose target is the paper's may carry our
+stricter ``own_target`` beside it. :func:`evaluate_target` is three-valued and one rule
+serves equality and threshold targets alike: ``"met"`` only when the whole interval
+satisfies the target, ``"not met"`` when none of it does, ``"inconclusive"`` otherwise, and
+never ``"met"`` on an interval of less than 95 % coverage or on fewer than 3 observations.
+A synthetic record is ``"not tested"`` whatever its value.
 """
 
 from __future__ import annotations
@@ -43,9 +52,11 @@ if TYPE_CHECKING:
 
 MIME_TYPE = "application/vnd.hpcnb.record+json"
 KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
-SOURCES = ("real", "synthetic", "simulated")
+SOURCES = ("real", "generated", "synthetic", "simulated")
+TARGET_FROM = ("paper", "ours")
+NOMINAL_COVERAGE = 0.95
+MIN_INTERVAL_N = 3  # fewer observations carry no interval
 MET, NOT_MET, INCONCLUSIVE, NOT_TESTED = "met", "not met", "inconclusive", "not tested"
-BOOTSTRAP_RESAMPLES = 4000
 MAX_SAMPLES = 100_000
 _TARGET_PATTERN = re.compile(r"^\s*(>=|<=|==|>|<|≥|≤)\s*([-+0-9.eE]+)\s*$")
 _SYMBOLS = {"≥": ">=", "≤": "<="}
@@ -56,9 +67,12 @@ __all__ = [
     "INCONCLUSIVE",
     "MET",
     "MIME_TYPE",
+    "MIN_INTERVAL_N",
+    "NOMINAL_COVERAGE",
     "NOT_MET",
     "NOT_TESTED",
     "SOURCES",
+    "TARGET_FROM",
     "Record",
     "bootstrap_rows",
     "clear_session",
@@ -69,6 +83,7 @@ __all__ = [
     "load_notebook",
     "mean_interval",
     "median_interval",
+    "median_interval_coverage",
     "on_clear_session",
     "read_record_details",
     "read_records",
@@ -88,14 +103,18 @@ class Record:
         key: ``<area>.<metric>`` in snake_case.
         value: The measured value (finite); the median when ``samples`` were given.
         unit: Unit of the value, empty for plain ratios and counts.
-        target: What the issue asks for: a number or a comparison string (``">= 1.5"``).
+        target: The test of the value: a number or a comparison string (``">= 1.5"``).
         paper: The value the paper reports, as a number or short text.
         n: Number of samples, test items or seeds behind the value (``None``: one value).
-        low: Lower end of the 95 % interval (``None`` when there is none).
-        high: Upper end of the 95 % interval.
-        source: ``"real"``, ``"synthetic"`` or ``"simulated"``.
+        low: Lower end of the interval (``None`` when there is none).
+        high: Upper end of the interval.
+        source: ``"real"``, ``"generated"``, ``"synthetic"`` or ``"simulated"``.
         note: Free text shown beside the value.
         samples: The repeated measurements, when the value is their median.
+        target_from: Whose target it is: ``"paper"`` (the paper's figure) or ``"ours"``.
+        own_target: Our stricter target beside a paper target (``None``: none).
+        coverage: The interval's coverage (0.95 nominal; less for a median of 3 to 5
+            samples; ``None`` when there is no interval).
     """
 
     key: str
@@ -109,11 +128,53 @@ class Record:
     source: str = "real"
     note: str = ""
     samples: tuple[float, ...] = field(default=(), repr=False)
+    target_from: str = "ours"
+    own_target: float | str | None = None
+    coverage: float | None = None
+
+    def state(self, target: float | str | None) -> str | None:
+        """Evaluate ``target`` on this record's value, interval, coverage and source."""
+        return evaluate_target(
+            self.value,
+            target,
+            self.low,
+            self.high,
+            self.source,
+            n=self.n,
+            coverage=self.coverage,
+        )
 
     @property
     def met(self) -> str | None:
         """``"met"``, ``"not met"``, ``"inconclusive"``, ``"not tested"`` or ``None``."""
-        return evaluate_target(self.value, self.target, self.low, self.high, self.source)
+        return self.state(self.target)
+
+    @property
+    def own_met(self) -> str | None:
+        """The state of :attr:`own_target` (``None`` when there is none)."""
+        return self.state(self.own_target)
+
+    @property
+    def paper_target(self) -> float | str | None:
+        """The paper's figure as a target, or ``None`` when the target is ours."""
+        return self.target if self.target_from == "paper" else None
+
+    @property
+    def our_target(self) -> float | str | None:
+        """Our target: :attr:`own_target`, or :attr:`target` when it is ours."""
+        if self.own_target is not None:
+            return self.own_target
+        return self.target if self.target_from == "ours" else None
+
+    @property
+    def interval_note(self) -> str:
+        """Why the record has no 95 % interval (``""`` when it has one or needs none)."""
+        if self.low is None and self.n is not None and self.n < MIN_INTERVAL_N:
+            return f"no interval (n={self.n} < {MIN_INTERVAL_N})"
+        low_coverage = self.coverage is not None and self.coverage < NOMINAL_COVERAGE - 1e-9
+        if self.low is not None and low_coverage:
+            return f"interval covers only {self.coverage:.0%}"
+        return ""
 
     def to_json(self) -> dict[str, Any]:
         """Return the record as the JSON payload of the mime bundle (``met`` included)."""
@@ -129,7 +190,11 @@ class Record:
             "source": self.source,
             "note": self.note,
             "samples": list(self.samples),
+            "target_from": self.target_from,
+            "own_target": self.own_target,
+            "coverage": self.coverage,
             "met": self.met,
+            "own_met": self.own_met,
         }
 
     def detail(self) -> dict[str, Any]:
@@ -151,6 +216,10 @@ class Record:
             samples = tuple(float(s) for s in payload.get("samples") or ())
             n = payload.get("n")
             low, high = payload.get("low"), payload.get("high")
+            coverage = payload.get("coverage")
+            target_from = payload.get("target_from", "ours")
+            if target_from not in TARGET_FROM:
+                raise ValueError(f"target_from {target_from!r} is not one of {TARGET_FROM}")
             return cls(
                 key=key,
                 value=_check_value(key, payload["value"]),
@@ -163,6 +232,9 @@ class Record:
                 source=_check_source(key, payload.get("source", "real")),
                 note=str(payload.get("note", "")),
                 samples=samples,
+                target_from=str(target_from),
+                own_target=_check_target(key, payload.get("own_target")),
+                coverage=None if coverage is None else float(coverage),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"{where}: malformed record payload ({exc})") from exc
@@ -256,12 +328,18 @@ def evaluate_target(
     low: float | None = None,
     high: float | None = None,
     source: str = "real",
+    *,
+    n: int | None = None,
+    coverage: float | None = None,
 ) -> str | None:
-    """Three-valued target evaluation, with provenance.
+    """Three-valued target evaluation, with provenance; one rule for every kind of target.
 
-    With an interval, a bound is *met* when the whole interval satisfies it, *not met*
-    when no point of the interval does, and *inconclusive* when the interval straddles it.
-    Without an interval the point value decides. Equality targets (counts) use the value.
+    With an interval, a target (a bound or an equality) is *met* when every point of the
+    interval satisfies it, *not met* when no point does, and *inconclusive* otherwise (an
+    equality target whose interval holds the value but also others is inconclusive).
+    Without an interval the point value decides. A record is never *met* on an interval
+    of less than :data:`NOMINAL_COVERAGE`, nor on fewer than :data:`MIN_INTERVAL_N`
+    observations (``n``) without one: where it would be, it is *inconclusive*.
 
     Args:
         value: The recorded value.
@@ -269,6 +347,8 @@ def evaluate_target(
         low: Lower end of the interval, or ``None``.
         high: Upper end of the interval, or ``None``.
         source: The record's source; ``"synthetic"`` is never tested.
+        n: Observations behind the value (``None``: one exact value).
+        coverage: The interval's coverage (``None``: nominal).
 
     Returns:
         ``"met"``, ``"not met"``, ``"inconclusive"``, ``"not tested"``, or ``None``
@@ -279,35 +359,85 @@ def evaluate_target(
     if source == "synthetic":
         return NOT_TESTED
     op, bound = ("==", float(target)) if not isinstance(target, str) else _parse_target(target)
-    if op == "==" or low is None or high is None:
-        return MET if _holds(op, value, bound) else NOT_MET
-    if _holds(op, low, bound) and _holds(op, high, bound):
-        return MET
-    if not _holds(op, low, bound) and not _holds(op, high, bound):
-        return NOT_MET
-    return INCONCLUSIVE
+    if low is None or high is None:
+        state = MET if _holds(op, value, bound) else NOT_MET
+        too_few = n is not None and n < MIN_INTERVAL_N
+    else:
+        too_few = coverage is not None and coverage < NOMINAL_COVERAGE - 1e-9
+        if op == "==":
+            inside = low <= bound <= high or _holds(op, low, bound) or _holds(op, high, bound)
+            whole = _holds(op, low, bound) and _holds(op, high, bound)
+            state = MET if whole else (INCONCLUSIVE if inside else NOT_MET)
+        elif _holds(op, low, bound) and _holds(op, high, bound):
+            state = MET
+        elif not _holds(op, low, bound) and not _holds(op, high, bound):
+            state = NOT_MET
+        else:
+            state = INCONCLUSIVE
+    if state == MET and too_few:
+        return INCONCLUSIVE
+    return state
+
+
+def median_interval_coverage(n: int, confidence: float = NOMINAL_COVERAGE) -> tuple[int, float]:
+    """Rank ``k`` and coverage of the exact order-statistic interval of a median.
+
+    ``[x_(k), x_(n+1-k)]`` (sorted samples, 1-based) holds the population median with
+    probability ``1 - 2 P(Bin(n, 1/2) <= k - 1)`` for any continuous distribution. The
+    largest ``k`` whose coverage reaches ``confidence`` is chosen; when even ``k = 1``
+    (``[min, max]``) falls short, ``k = 1`` and its smaller coverage are returned.
+
+    Args:
+        n: Number of samples (>= 2).
+        confidence: The coverage wanted, in (0, 1).
+
+    Returns:
+        ``(k, coverage)``.
+
+    Raises:
+        RecordError: ``n < 2`` or a bad confidence.
+
+    Example:
+        >>> median_interval_coverage(5)
+        (1, 0.9375)
+        >>> median_interval_coverage(7)
+        (1, 0.984375)
+        >>> median_interval_coverage(15)[0]
+        4
+    """
+    if n < 2:
+        raise RecordError(f"an interval of a median needs at least 2 samples, got {n}")
+    if not 0 < confidence < 1:
+        raise RecordError(f"confidence {confidence} is not in (0, 1)")
+    cdf = 0.0  # P(Bin(n, 1/2) <= k - 1), exact in binary floating point for these sizes
+    best_k, best_cov = 1, 1 - 2 * 0.5**n
+    term = 0.5**n  # C(n, j) / 2^n, updated incrementally
+    for k in range(1, n // 2 + 1):
+        cdf += term  # adds j = k - 1
+        term = term * (n - (k - 1)) / k
+        cov = 1 - 2 * cdf
+        if cov >= confidence - 1e-12:
+            best_k, best_cov = k, cov
+        else:
+            break
+    return best_k, best_cov
 
 
 def median_interval(
     samples: Sequence[float],
     *,
-    confidence: float = 0.95,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
+    confidence: float = NOMINAL_COVERAGE,
 ) -> tuple[float, float, float]:
-    """Median of ``samples`` and a percentile-bootstrap interval of the median.
+    """Median of ``samples`` and the exact order-statistic interval of that median.
 
-    ``resamples`` resamples of size *n* are drawn with replacement from a NumPy
-    generator seeded with ``seed``; the interval is the ``(1 - confidence) / 2`` and
-    ``(1 + confidence) / 2`` quantiles of their medians. The same samples and seed give
-    the same interval. With very few samples (n < 5) the interval is wide by nature and
-    spans roughly the smallest to the largest sample.
+    The interval is ``[x_(k), x_(n+1-k)]`` of the sorted samples with ``k`` from
+    :func:`median_interval_coverage`: distribution-free and deterministic. Its coverage
+    reaches 95 % only from 6 samples on; with fewer it is ``[min, max]``, whose smaller
+    coverage :func:`median_interval_coverage` tells.
 
     Args:
         samples: At least one finite number (at most 100,000).
-        confidence: Coverage of the interval, in (0, 1).
-        resamples: Number of bootstrap resamples.
-        seed: Seed of the resampling generator.
+        confidence: Coverage wanted, in (0, 1).
 
     Returns:
         ``(median, low, high)``; with one sample all three are that sample.
@@ -329,16 +459,9 @@ def median_interval(
     median = float(np.median(data))
     if data.size == 1:
         return median, median, median
-    rng = np.random.default_rng(seed)
-    medians = np.empty(resamples)
-    chunk = max(1, 2_000_000 // data.size)  # bound memory: ~16 MB of indices at a time
-    for start in range(0, resamples, chunk):
-        stop = min(resamples, start + chunk)
-        idx = rng.integers(0, data.size, size=(stop - start, data.size))
-        medians[start:stop] = np.median(data[idx], axis=1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(medians, [alpha, 1 - alpha])
-    return median, float(min(low, median)), float(max(high, median))
+    k, _ = median_interval_coverage(int(data.size), confidence)
+    ordered = np.sort(data)
+    return median, float(ordered[k - 1]), float(ordered[data.size - k])
 
 
 def bootstrap_rows(
@@ -505,7 +628,7 @@ def _fmt(value: float) -> str:
 def format_record(rec: Record) -> str:
     """Return the one-line human-readable form of a record.
 
-    Example: ``pruning.latency_speedup = 1.29 [1.21, 1.37] (n=7), target >= 1.3:
+    Example: ``pruning.latency_speedup = 1.29 [1.21, 1.37] (n=7), target >= 1.3 (paper):
     inconclusive``.
     """
     text = f"{rec.key} = {_fmt(rec.value)}{(' ' + rec.unit) if rec.unit else ''}"
@@ -513,13 +636,19 @@ def format_record(rec: Record) -> str:
         text += f" [{_fmt(rec.low)}, {_fmt(rec.high)}]"
     if rec.n is not None:
         text += f" (n={rec.n})"
+    if rec.interval_note:
+        text += f", {rec.interval_note}"
     if rec.target is not None:
         met = rec.met
-        text += f", target {rec.target}: {'NOT met' if met == NOT_MET else met}"
+        origin = "paper's figure" if rec.target_from == "paper" else "ours"
+        text += f", target {rec.target} ({origin}): {'NOT met' if met == NOT_MET else met}"
+    if rec.own_target is not None:
+        met = rec.own_met
+        text += f", our stricter target {rec.own_target}: {'NOT met' if met == NOT_MET else met}"
     if rec.paper is not None:
         text += f"; paper {rec.paper}"
     if rec.source != "real":
-        text += f"; {rec.source} data" if rec.source == "synthetic" else "; simulated"
+        text += f"; {rec.source}" + (" data" if rec.source in ("synthetic", "generated") else "")
     if rec.note:
         text += f"; {rec.note}"
     return text
@@ -534,17 +663,22 @@ def record(
     n: int | None = None,
     unit: str = "",
     target: float | str | None = None,
+    target_from: str = "ours",
+    own_target: float | str | None = None,
     paper: float | str | None = None,
     source: str = "real",
     note: str = "",
-    seed: int = 0,
+    coverage: float | None = None,
 ) -> None:
     """Record a headline number: show it and emit it as a machine-readable output.
 
     Give either ``value`` or ``samples``. With ``samples`` the value is their median and
-    the record carries ``n`` and a 95 % bootstrap interval (:func:`median_interval`,
-    seeded with ``seed``). A value with an interval computed elsewhere (a Wilson interval,
-    see :func:`record_accuracy`) passes ``interval=(low, high)`` and ``n``.
+    the record carries ``n``, the exact order-statistic interval of the median and its
+    coverage (:func:`median_interval`; 95 % from 6 samples on, so a timed record with a
+    target takes at least 7 rounds). A value with an interval computed elsewhere (a Wilson
+    interval, see :func:`record_accuracy`; a bootstrap) passes ``interval=(low, high)``,
+    ``n`` and, when it is not 95 %, ``coverage``. With fewer than 3 observations the record
+    carries no interval and says so.
 
     Inside a Jupyter kernel this displays a mime bundle with a ``text/plain`` line and
     the ``application/vnd.hpcnb.record+json`` payload; elsewhere it prints the line. It
@@ -558,29 +692,47 @@ def record(
         interval: ``(low, high)`` of ``value`` when it was computed elsewhere.
         n: Items or repetitions behind ``value`` (set automatically from ``samples``).
         unit: Unit of the value (``"s"``, ``"jobs/s"``); empty for ratios.
-        target: The issue's target, a number or a comparison string (``">= 1.5"``).
+        target: The test of the value, a number or a comparison string (``">= 1.5"``).
+        target_from: ``"paper"`` when ``target`` is the paper's own figure (scaled to the
+            miniature only where the notebook says how), ``"ours"`` otherwise.
+        own_target: Our stricter target beside a paper target (needs
+            ``target_from="paper"``); claims judge it as a separate own-design claim.
         paper: The paper's value, a number or short text.
-        source: ``"real"``, ``"synthetic"`` or ``"simulated"``.
+        source: ``"real"``, ``"generated"``, ``"synthetic"`` or ``"simulated"``.
         note: Free text shown beside the value.
-        seed: Seed of the bootstrap when ``samples`` are given.
+        coverage: Coverage of an ``interval`` given here (default 0.95).
 
     Raises:
         RecordError: The key is malformed, the value not finite, value and samples both
             or neither given, the interval does not hold the value, the target is
-            unreadable or the source unknown (``RecordError`` is a ``ValueError``).
+            unreadable, its origin unknown, or the source unknown (``RecordError`` is a
+            ``ValueError``).
         TypeError: The value is not a real number.
     """
     _check_key(key)
     sample_tuple: tuple[float, ...] = ()
     low = high = None
+    if target_from not in TARGET_FROM:
+        raise RecordError(
+            f"record {key!r}: target_from {target_from!r} is not one of {TARGET_FROM}"
+        )
+    if target_from == "paper" and target is None:
+        raise RecordError(f"record {key!r}: target_from='paper' needs the paper's figure as target")
+    if own_target is not None and target_from != "paper":
+        raise RecordError(
+            f"record {key!r}: own_target is our stricter target beside the paper's; give the "
+            "paper's figure as target with target_from='paper', or our target as target"
+        )
     if samples is not None:
         if value is not None or interval is not None:
             raise RecordError(f"record {key!r}: give value (with interval) or samples, not both")
+        if coverage is not None:
+            raise RecordError(f"record {key!r}: the coverage of a median's interval is computed")
         sample_tuple = tuple(_as_float(key, s, "sample") for s in samples)
-        value, low, high = median_interval(sample_tuple, seed=seed)
-        if len(sample_tuple) == 1:
-            low = high = None
+        value, low, high = median_interval(sample_tuple)
         n = len(sample_tuple)
+        if n >= 2:
+            coverage = median_interval_coverage(n)[1]
     elif value is None:
         raise RecordError(f"record {key!r}: give a value or samples")
     value = _check_value(key, value)
@@ -592,8 +744,16 @@ def record(
         tol = 1e-9 * max(1.0, abs(value))
         if not low - tol <= value <= high + tol:
             raise RecordError(f"record {key!r}: interval [{low}, {high}] does not hold {value}")
+        if coverage is None:
+            coverage = NOMINAL_COVERAGE
+        elif not 0 < coverage < 1:
+            raise RecordError(f"record {key!r}: coverage {coverage} is not in (0, 1)")
+    elif coverage is not None and samples is None:
+        raise RecordError(f"record {key!r}: coverage without an interval")
     if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
         raise RecordError(f"record {key!r}: n must be a positive integer, got {n!r}")
+    if n is not None and n < MIN_INTERVAL_N:
+        low = high = coverage = None  # too few observations for any interval
     rec = Record(
         key=key,
         value=value,
@@ -606,6 +766,9 @@ def record(
         source=_check_source(key, source),
         note=str(note),
         samples=sample_tuple,
+        target_from=target_from,
+        own_target=_check_target(key, own_target),
+        coverage=coverage,
     )
     _SESSION[key] = rec
     emit(format_record(rec), {MIME_TYPE: rec.to_json()})

@@ -1,8 +1,11 @@
 """Markdown reports of run folders written by :mod:`hpcnb.runner`.
 
-The report lists each notebook's status, then per notebook its records (value, 95 %
-interval, n, unit, target, whether the target is met, source, paper) and its claims
-with their verdicts, and counts claims by verdict per notebook and overall.
+The report lists each notebook's status, then per notebook its records (value, interval,
+n, unit, target and whose it is, whether the target is met, source, paper), its claims with
+their verdicts and readings, and the run-to-run spread: records whose values moved between
+this run and earlier runs of the same notebook (same parameters, same machine) in sibling
+run folders, and claims whose verdict changed. It closes with claim counts by verdict and
+the number of paper claims judged on our targets instead of the paper's figure.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hpcnb.claims import VERDICTS, read_claims
+from hpcnb.claims import SUCCESS, VERDICTS, paper_claims_judged_on_own_targets, read_claims
 from hpcnb.errors import HpcnbError
-from hpcnb.records import MET, NOT_TESTED, read_record_details
+from hpcnb.history import earlier_runs, moved, record_history, verdict_flips
+from hpcnb.records import MET, NOT_TESTED, Record, read_record_details
 from hpcnb.runfolder import RunFolderError, read_run_tables
 
 __all__ = ["render_report"]
@@ -38,6 +42,51 @@ def _output_path(run_dir: Path, info: dict[str, Any]) -> Path:
     if not output.exists():
         output = run_dir / output.name
     return output
+
+
+def _spread(
+    run_dir: Path,
+    stem: str,
+    info: dict[str, Any],
+    details: list[Record],
+    claims: list[dict[str, Any]],
+) -> list[str]:
+    """The run-to-run section of one notebook (empty when nothing moved)."""
+    try:
+        before = (run_dir / "run.json").stat().st_mtime
+    except OSError:
+        return []
+    runs = earlier_runs(
+        run_dir.parent, stem, machine=str(info.get("machine", "")),
+        parameters=info.get("parameters") or {}, exclude=run_dir, before=before,
+    )  # fmt: skip
+    if not runs:
+        return []
+    history = record_history(runs)
+    lines = []
+    for rec in details:
+        earlier = history.get(rec.key, [])
+        if not earlier or not moved(rec.value, earlier):
+            continue
+        then = "; ".join(
+            f"{e['run']}: {_fmt(e['value'])}"
+            + (f" [{_fmt(e['low'])}, {_fmt(e['high'])}]" if e.get("low") is not None else "")
+            + (f" {e['met']}" if e.get("met") else "")
+            for e in earlier
+        )
+        now = _fmt(rec.value) + (
+            f" [{_fmt(rec.low)}, {_fmt(rec.high)}]" if rec.low is not None else ""
+        )
+        lines.append(f"| {rec.key} | {now} {rec.met or ''} | {then} |")
+    flips = verdict_flips(claims, runs)
+    out = []
+    if lines:
+        out += ["", f"Run-to-run spread over {len(runs)} earlier run(s) of {stem} on this machine:",
+                "", "| record | this run | earlier runs |", "|---|---|---|", *lines]  # fmt: skip
+    for text, now, then in flips:
+        was = ", ".join(f"{v} ({r})" for r, v in then)
+        out.append(f"\nVerdict changed: *{_fmt(text)}* is {now} here, was {was}.")
+    return out
 
 
 def render_report(run_dir: str | Path) -> str:
@@ -67,6 +116,7 @@ def render_report(run_dir: str | Path) -> str:
     sections: list[str] = []
     met_count = total_targets = 0
     overall: Counter[str] = Counter()
+    all_rows: list[dict[str, Any]] = []
     per_notebook: dict[str, Counter[str]] = {}
     for stem, info in sorted(run.items()):
         output = _output_path(run_dir, info)
@@ -85,8 +135,8 @@ def render_report(run_dir: str | Path) -> str:
         sections += ["", f"## {stem}", ""]
         if details:
             sections += [
-                "| key | value | 95 % interval | n | unit | target | met | source | paper |",
-                "|---|---|---|---|---|---|---|---|---|",
+                "| key | value | interval | n | unit | target | whose | met | source | paper |",
+                "|---|---|---|---|---|---|---|---|---|---|",
             ]
         for rec in details:
             met = rec.met
@@ -94,21 +144,30 @@ def render_report(run_dir: str | Path) -> str:
                 total_targets += 1
                 met_count += int(met == MET)
             interval = "" if rec.low is None else f"[{_fmt(rec.low)}, {_fmt(rec.high)}]"
+            if rec.interval_note:
+                interval = f"{interval} {rec.interval_note}".strip()
             mark = "" if met is None else (met if met == MET else f"**{met}**")
+            whose = "" if rec.target is None else rec.target_from
+            target = _fmt(rec.target)
+            if rec.own_target is not None:
+                target += f" (ours: {_fmt(rec.own_target)}, {rec.own_met})"
             sections.append(
                 f"| {rec.key} | {_fmt(rec.value)} | {interval} | {_fmt(rec.n)} | {rec.unit} "
-                f"| {_fmt(rec.target)} | {mark} | {rec.source} | {_fmt(rec.paper)} |"
+                f"| {target} | {whose} | {mark} | {rec.source} | {_fmt(rec.paper)} |"
             )
         if claims:
-            sections += ["", "| claim | kind | paper | measured | verdict |"]
-            sections.append("|---|---|---|---|---|")
+            sections += ["", "| claim | kind | paper | measured | verdict | reading |"]
+            sections.append("|---|---|---|---|---|---|")
             for row in claims:
                 counter[row["verdict"]] += 1
+                reading = "" if row["verdict"] in SUCCESS else row.get("explanation")
                 sections.append(
                     f"| {_fmt(row['claim'])} | {_fmt(row.get('kind'))} | {_fmt(row.get('paper'))} "
-                    f"| {_fmt(row.get('measured'))} | {_fmt(row['verdict'])} |"
+                    f"| {_fmt(row.get('measured'))} | {_fmt(row['verdict'])} | {_fmt(reading)} |"
                 )
             sections += ["", f"Claims: {_counts(counter)}."]
+            all_rows += claims
+        sections += _spread(run_dir, stem, info, details, claims)
         overall.update(counter)
     for stem, info in sorted(run.items()):
         error = info.get("error", "")
@@ -120,10 +179,13 @@ def render_report(run_dir: str | Path) -> str:
         )
     lines += sections
     ok = sum(info["status"] == "ok" for info in run.values())
+    judged_on_ours = paper_claims_judged_on_own_targets(all_rows)
     lines += [
         "",
         f"{ok}/{len(run)} notebooks completed; {met_count}/{total_targets} tested targets met "
         "(synthetic records are not tested).",
         f"Claims overall ({sum(overall.values())}): {_counts(overall)}.",
+        "Paper claims that give the paper's figure but were judged on other targets "
+        f"(claims.paper_claims_judged_on_own_targets): {judged_on_ours}.",
     ]
     return "\n".join(lines) + "\n"

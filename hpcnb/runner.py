@@ -23,7 +23,11 @@ Output layout of a run folder::
     <out>/claims.json          {"<stem>": [{claim, kind, paper, measured, verdict, records}]}
     <out>/run.json             {"<stem>": {"status", "seconds", "error", "cell", "parameters",
                                            "output" (relative), "inputs_key", "data",
-                                           "cached_from"}}
+                                           "cached_from", "machine"}}
+
+Earlier successful runs of the same notebook with the same parameters on the same machine,
+found in sibling run folders, are passed to the kernel (:mod:`hpcnb.history`), so its claims
+table shows the values of records that moved between runs.
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ import yaml
 
 from hpcnb.claims import read_claims
 from hpcnb.errors import HpcnbError
+from hpcnb.history import HISTORY_ENV, earlier_runs, write_history
 from hpcnb.launch import InterruptedRunError, ProcessTree, sigterm_as_interrupt
 from hpcnb.parameters import ParameterError, notebook_parameters, validate_overrides
+from hpcnb.paths import machine_key
 from hpcnb.records import MET, read_record_details
 from hpcnb.runfolder import (
     RUN_FILES,
@@ -94,6 +100,7 @@ class NotebookResult:
         inputs_key: The inputs fingerprint (see :func:`hpcnb.runfolder.inputs_key`).
         data: Real-data lookups of the run, ``{logical name: sha256 or "missing"}``.
         cached_from: Name of the run folder whose result was re-used, else empty.
+        machine: The machine key the notebook ran on (:func:`hpcnb.paths.machine_key`).
     """
 
     notebook: str
@@ -109,6 +116,7 @@ class NotebookResult:
     inputs_key: str = ""
     data: dict[str, str] = field(default_factory=dict)
     cached_from: str = ""
+    machine: str = ""
 
     @property
     def ok(self) -> bool:
@@ -256,6 +264,7 @@ def execute_notebook(
     timeout: float | None = None,
     progress: bool = True,
     cwd: str | Path | None = None,
+    history: str | Path | None = None,
 ) -> NotebookResult:
     """Execute one notebook with papermill; stop it and all it started on any exit.
 
@@ -266,6 +275,8 @@ def execute_notebook(
         timeout: Wall-clock limit in seconds for the whole notebook (also the cell limit).
         progress: Show papermill's progress bar on stderr.
         cwd: Working directory of the kernel (default: the notebook's folder).
+        history: A record-history file (:func:`hpcnb.history.write_history`) the kernel's
+            claims table shows beside each record that moved between runs.
 
     Returns:
         The :class:`NotebookResult`; failures are reported, not raised. On Ctrl-C or
@@ -297,6 +308,9 @@ def execute_notebook(
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     env["HPCNB_DATA_LOG"] = str(data_log)
     env["HPCNB_BATCH"] = "1"  # notebooks keep progress bars quiet under the runner
+    env.pop(HISTORY_ENV, None)
+    if history is not None:
+        env[HISTORY_ENV] = str(history)
     start = time.perf_counter()
     status, error, cell = STATUS_OK, "", None
     stdout = stderr = ""
@@ -337,6 +351,7 @@ def execute_notebook(
         error=error,
         cell=cell,
         data=data,
+        machine=machine_key(),
     )
 
 
@@ -408,7 +423,33 @@ def _reuse(path: Path, folder: Path, cached: tuple[Path, dict[str, Any]]) -> Not
         inputs_key=str(info.get("inputs_key", "")),
         data=dict(info.get("data") or {}),
         cached_from=source.name,
+        machine=str(info.get("machine", "")),
     )
+
+
+def _execute_with_history(
+    path: Path,
+    folder: Path,
+    search: Path,
+    params: dict[str, Any],
+    timeout: float | None,
+    progress: bool,
+) -> NotebookResult:
+    """Execute ``path`` into ``folder``, passing the kernel its earlier comparable runs."""
+    runs = earlier_runs(search, path.stem, machine=machine_key(), parameters=params, exclude=folder)
+    if not runs:
+        return execute_notebook(
+            path, folder / path.name, params, timeout=timeout, progress=progress
+        )
+    fd, name = tempfile.mkstemp(prefix="hpcnb-history-", suffix=".json")
+    os.close(fd)
+    try:
+        write_history(name, runs)
+        return execute_notebook(
+            path, folder / path.name, params, timeout=timeout, progress=progress, history=name
+        )
+    finally:
+        Path(name).unlink(missing_ok=True)
 
 
 def run_notebooks(
@@ -469,9 +510,7 @@ def run_notebooks(
             if cached is not None:
                 result = _reuse(path, folder, cached)
             else:
-                result = execute_notebook(
-                    path, folder / path.name, params, timeout=timeout, progress=progress
-                )
+                result = _execute_with_history(path, folder, search, params, timeout, progress)
                 result.inputs_key = key
             if cached is not None and cached[0] == folder:  # resumed: kept, not re-used
                 result.cached_from = str(previous.get("cached_from", ""))

@@ -9,6 +9,8 @@ from hpcnb.claims import (
     BY_CONSTRUCTION,
     CLAIMS_MIME,
     INCONCLUSIVE,
+    MET,
+    NOT_MET,
     NOT_REPRODUCED,
     NOT_TESTED_SYNTHETIC,
     OWN_DESIGN,
@@ -19,8 +21,10 @@ from hpcnb.claims import (
     claim,
     claims_table,
     evaluate_claims,
+    paper_claims_judged_on_own_targets,
     read_claims,
     render_markdown,
+    reproducibility_summary,
     session_claims,
     verdict,
 )
@@ -49,7 +53,10 @@ def _rec(key="a.x", value=1.5, target=">= 1", low=None, high=None, source="real"
      ("paper", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
      ("paper", [_rec(), _rec("a.y", source="simulated")], SIMULATED_ONLY),
      ("paper", [_rec(source="simulated"), _rec("a.y", source="synthetic")], NOT_TESTED_SYNTHETIC),
-     ("own design", [_rec(value=0.1)], OWN_DESIGN),
+     ("own design", [_rec(value=0.1)], NOT_MET),
+     ("own design", [_rec()], MET),
+     ("own design", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
+     ("paper", [_rec(source="generated")], REPRODUCED),
      ("own design", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
      ("by construction", [_rec(source="synthetic")], BY_CONSTRUCTION)],
 )  # fmt: skip
@@ -90,7 +97,7 @@ def test_missing_record_is_named():
 
 def test_claims_table_renders_in_full_and_row_agrees_with_record(capsys):
     long_text = "a long claim " * 20 + "| with a pipe"
-    record("a.speedup", samples=[1.2, 1.3, 1.25, 1.4, 1.1], target=">= 1.3")
+    record("a.speedup", samples=[1.2, 1.3, 1.25, 1.4, 1.1], target=">= 1.3", target_from="paper")
     record("a.flops", 0.5, target="<= 0.5")
     claim(long_text, records=["a.speedup"], paper="1.5x (8 nodes)")
     claim("flops halved", records=["a.flops"], kind="by construction")
@@ -126,8 +133,9 @@ def test_claims_round_trip_through_a_kernel_and_pass_the_audit(tmp_path):
     path = _executed(
         tmp_path,
         "from hpcnb import claim, claims_table, record\n"
-        "record('k.real', samples=[2.0, 2.1, 2.2, 1.9, 2.05], target='> 1')\n"
-        "record('k.syn', 3.0, target='> 1', source='synthetic')\n"
+        "record('k.real', samples=[2.0, 2.1, 2.2, 1.9, 2.05, 2.0, 2.1], target='> 1',"
+        " target_from='paper')\n"
+        "record('k.syn', 3.0, target='> 1', source='synthetic', target_from='paper')\n"
         "claim('real one', records=['k.real'], paper=2.15)\n"
         "claim('synthetic one', records=['k.syn'], paper='works on traces')\n"
         "claims_table()",
@@ -158,7 +166,8 @@ def test_audit_catches_disagreement_missing_records_and_synthetic_reproduced():
     problems = audit_claims(rows, records)
     assert len(problems) == 6  # fake and odd fail twice each
     assert not any(p.startswith("'ok'") for p in problems)
-    assert set(VERDICTS) >= {REPRODUCED, SIMULATED_ONLY, BY_CONSTRUCTION, OWN_DESIGN}
+    assert set(VERDICTS) >= {REPRODUCED, SIMULATED_ONLY, BY_CONSTRUCTION, MET, NOT_MET}
+    assert OWN_DESIGN not in VERDICTS  # an own-design claim always shows a verdict
 
 
 def test_read_claims_merges_tables_later_wins(tmp_path):
@@ -178,3 +187,77 @@ def test_read_claims_merges_tables_later_wins(tmp_path):
     nbformat.write(bad, path)
     with pytest.raises(ClaimError, match="cell 0"):
         read_claims(path)
+
+
+def _paper_rec(key="p.x", value=0.15, target="< 0.2", own=None, low=0.12, high=0.17):
+    return Record(key, value, target=target, target_from="paper", own_target=own, low=low,
+                  high=high, n=40)  # fmt: skip
+
+
+def test_a_paper_claim_with_a_figure_but_only_our_targets_is_refused():
+    record("a.err", 0.108, interval=(0.103, 0.114), n=40, target="< 0.08")
+    claim("multi-node error under 18 %", records=["a.err"], paper="< 18 %")
+    with pytest.raises(ClaimError, match="only our targets"):
+        evaluate_claims()
+    clear_session()
+    record("a.err", 0.108, interval=(0.103, 0.114), n=40, target="< 0.18", target_from="paper",
+           own_target="< 0.08")  # fmt: skip
+    claim("multi-node error under 18 %", records=["a.err"], paper="< 18 %",
+          explanation="our 8 % needs a quieter network model")  # fmt: skip
+    rows = evaluate_claims()
+    assert [(r.kind, r.verdict) for r in rows] == [("paper", REPRODUCED), (OWN_DESIGN, NOT_MET)]
+    assert rows[0].judged_on == "the paper's figure" and rows[1].stricter_of == rows[0].claim
+    assert rows[0].reading == "" and rows[1].reading == "our 8 % needs a quieter network model"
+    assert "our stricter target < 0.08: not met" in rows[1].measured
+    assert audit_claims([r.to_json() for r in rows], session_records()) == []
+
+
+def test_without_a_paper_figure_the_row_says_the_target_is_ours():
+    record("a.gain", 2.0, interval=(1.8, 2.2), n=9, target=">= 1.5")
+    claim("speculation speeds decoding up", records=["a.gain"])
+    row = evaluate_claims()[0]
+    assert row.verdict == REPRODUCED and "no figure" in row.judged_on
+    assert "the paper gives no figure" in render_markdown([row])
+
+
+def test_paper_claims_are_judged_on_paper_targets_only():
+    recs = [_paper_rec(), Record("p.y", 0.5, target=">= 1", n=None)]  # ours: missed, ignored
+    assert verdict("paper", recs, paper="< 20 %") == REPRODUCED
+    assert verdict("own design", recs) == NOT_MET
+
+
+def test_baseline_and_explanation_are_shown_and_validated(capsys):
+    record("a.speedup", samples=[0.9, 0.95, 1.0, 0.97, 0.92, 0.99, 0.96], target=">= 1.5",
+           target_from="paper")  # fmt: skip
+    claim("PipeInfer beats speculative inference", records=["a.speedup"], paper="up to 2.15x",
+          baseline="adaptive speculation on the same 2 ranks",
+          explanation="the draft is accepted 5 % of the time")  # fmt: skip
+    claims_table()
+    out = capsys.readouterr().out
+    assert "baseline: adaptive speculation on the same 2 ranks" in out
+    assert "reading: the draft is accepted 5 % of the time" in out and "not reproduced" in out
+    with pytest.raises(ClaimError, match="baseline"):
+        claim("x", records=["a.speedup"], baseline=" ")
+
+
+def test_reproducibility_summary_counts_and_lists_misses(capsys):
+    record("a.ok", 2.0, target="> 1", target_from="paper")
+    record("a.miss", 0.5, target="> 1", target_from="paper", own_target="> 1.5")
+    claim("one holds", records=["a.ok"], paper=2)
+    claim("one misses", records=["a.miss"], paper=1.5, explanation="too small a model")
+    text = reproducibility_summary(deviations=["2 ranks, not 8"], hard=["noise"])
+    assert "Paper claims tested: 2 (1 reproduced, 1 not reproduced)" in text
+    assert "Our own targets: 1 (1 not met)" in text
+    assert "*one misses* — not reproduced: too small a model" in text
+    assert "- 2 ranks, not 8" in text and "- noise" in text
+
+
+def test_audit_flags_paper_claims_on_our_targets_and_intervals_from_too_few():
+    records = {"a.x": _rec(), "a.f": Record("a.f", 1.0, target="> 0", n=2, low=0.9, high=1.1)}
+    rows = [{"claim": "c", "kind": "paper", "paper": 2.0, "verdict": REPRODUCED,
+             "records": ["a.x"]},
+            {"claim": "f", "kind": "own design", "verdict": MET, "records": ["a.f"]}]  # fmt: skip
+    problems = audit_claims(rows, records)
+    assert any("only our targets" in p for p in problems)
+    assert any("interval from n=2" in p for p in problems)
+    assert paper_claims_judged_on_own_targets(rows) == 1

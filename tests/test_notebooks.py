@@ -8,7 +8,13 @@ import re
 import pytest
 
 from conftest import NOTEBOOKS
-from hpcnb.claims import REPRODUCED, audit_claims, read_claims
+from hpcnb.claims import (
+    REPRODUCED,
+    SUCCESS,
+    audit_claims,
+    paper_claims_judged_on_own_targets,
+    read_claims,
+)
 from hpcnb.parameters import notebook_parameters, parameters_cell
 from hpcnb.records import read_record_details, target_met
 from hpcnb.runner import execute_notebook
@@ -18,6 +24,13 @@ PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 IDS = [p.stem for p in PATHS]
 SMOKE_TIMEOUT = float(os.environ.get("HPCNB_SMOKE_TIMEOUT", "300"))
 _ABSOLUTE = re.compile(r"(?<![\w.])(/(home|root|work|tmp|Users|usr|opt)/|[A-Z]:\\\\)")
+ROOT = NOTEBOOKS.parent
+#: Words of the project's own process that user-facing text must not use.
+INTERNAL = re.compile(
+    r"\b(issues?|closing notes?|earlier versions?|previous versions?|last session|"
+    r"this session|the ticket)\b",
+    re.IGNORECASE,
+)
 
 
 def test_there_are_notebooks():
@@ -70,16 +83,44 @@ def test_smoke_run(path, tmp_path):
     _check_claims(result.output)
 
 
-def _check_claims(output):
-    """Every claims row names records that exist and carries the verdict they imply."""
+def _check_claims(output, *, readings=False):
+    """Every claims row names records that exist and carries the verdict they imply.
+
+    Paper claims rest on paper-figure targets only, no record with fewer than 3
+    observations carries an interval, and (with ``readings``) every paper claim that is not
+    a success carries its reading.
+    """
     records = {rec.key: rec for rec in read_record_details(output)}
     rows = read_claims(output)
     assert rows, "the notebook shows no claims table (claim(...) + claims_table())"
     assert audit_claims(rows, records) == []
+    assert paper_claims_judged_on_own_targets(rows) == 0
     for row in rows:
         sources = {records[key].source for key in row["records"]}
         if row["verdict"] == REPRODUCED:
-            assert sources == {"real"}, f"{row['claim']!r} reproduced on {sources} data"
+            assert sources <= {"real", "generated"}, f"{row['claim']!r} reproduced on {sources}"
+        if readings and row["kind"] == "paper" and row["verdict"] not in SUCCESS:
+            assert row.get("explanation"), f"{row['claim']!r} is {row['verdict']} with no reading"
+
+
+def _user_texts():
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for index, cell in enumerate(nb["cells"]):
+            src = cell["source"]
+            yield f"{path.name} cell {index}", "".join(src) if isinstance(src, list) else src
+    for name in ("README.md", "ARCHITECTURE.md"):
+        if (ROOT / name).is_file():
+            yield name, (ROOT / name).read_text(encoding="utf-8")
+    for path in sorted((ROOT / "hpcnb").rglob("*.py")):
+        yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
+
+
+def test_no_internal_wording_in_user_facing_text():
+    """Notebooks, README and the package speak to users, not about the project's process."""
+    found = [f"{where}: {m.group(0)!r}" for where, text in _user_texts()
+             for m in INTERNAL.finditer(text)]  # fmt: skip
+    assert not found, "internal wording in user-facing text:\n" + "\n".join(found)
 
 
 @pytest.mark.skipif(os.environ.get("HPCNB_FULL") != "1", reason="full runs only with HPCNB_FULL=1")
@@ -89,4 +130,4 @@ def test_full_run(path, tmp_path):
     assert result.ok, f"{path.stem}: {result.status} (cell {result.cell}): {result.error}"
     for key, target in EXPECTATIONS[path.stem].full.items():
         assert target_met(result.records[key], target), f"{key} = {result.records[key]} !{target}"
-    _check_claims(result.output)
+    _check_claims(result.output, readings=True)

@@ -17,6 +17,7 @@ from hpcnb.records import (
     evaluate_target,
     format_record,
     median_interval,
+    median_interval_coverage,
     read_record_details,
     read_records,
     record,
@@ -141,13 +142,39 @@ def test_record_emits_mime_bundle_in_a_kernel(tmp_path):
 # --- uncertainty and provenance -------------------------------------------------------
 
 
-def test_median_interval_is_reproducible_with_a_seed_and_holds_the_median():
+def test_median_interval_is_the_exact_order_statistic_interval():
     samples = [1.0, 1.4, 1.1, 1.3, 1.2, 1.25, 1.15]
-    a = median_interval(samples, seed=3)
-    assert a == median_interval(samples, seed=3)
-    median, low, high = a
-    assert median == 1.2 and low <= median <= high
-    assert min(samples) <= low and high <= max(samples)
+    median, low, high = median_interval(samples)
+    assert (median, low, high) == (1.2, 1.0, 1.4)  # n = 7: k = 1, coverage 1 - 2/128
+    twelve = [float(i) for i in range(12, 0, -1)]
+    assert median_interval(twelve) == (6.5, 3.0, 10.0)  # n = 12: k = 3, 1 - 2 P(B <= 2)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "coverage"),
+    [(2, 1, 0.5), (3, 1, 0.75), (5, 1, 0.9375), (6, 1, 0.96875), (9, 2, 1 - 2 * 10 / 512),
+     (20, 6, 1 - 2 * sum(math.comb(20, j) for j in range(6)) / 2**20)],
+)  # fmt: skip
+def test_median_interval_coverage_is_binomial(n, k, coverage):
+    got_k, got = median_interval_coverage(n)
+    assert got_k == k and got == pytest.approx(coverage, abs=1e-12)
+    if got >= 0.95:  # the next rank in would fall below 95 %
+        nxt = 1 - 2 * sum(math.comb(n, j) for j in range(k + 1)) / 2**n
+        assert nxt < 0.95
+
+
+def test_median_interval_covers_the_median_as_often_as_it_says():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for n in (5, 7, 15):
+        _, coverage = median_interval_coverage(n)
+        data = rng.exponential(1.0, size=(4000, n))  # skewed: median log 2
+        hits = 0
+        for row in data:
+            _, low, high = median_interval(row)
+            hits += low <= math.log(2) <= high
+        assert abs(hits / 4000 - coverage) < 0.02
 
 
 def test_median_interval_narrows_with_more_samples():
@@ -191,11 +218,55 @@ def test_difference_interval_holds_the_difference_and_is_wider_than_either():
      (1.5, ">= 1.3", None, None, "real", MET),
      (9.0, "> 1", 8.0, 10.0, "synthetic", NOT_TESTED),
      (9.0, "> 1", 8.0, 10.0, "simulated", MET),
-     (500, 500, 499, 501, "real", MET),
+     (500, 500, 499, 501, "real", INCONCLUSIVE),
+     (1.0, 1.0, 0.74, 1.0, "real", INCONCLUSIVE),
+     (1.0, ">= 0.909", 0.74, 1.0, "real", INCONCLUSIVE),
+     (500, 500, 500, 500, "real", MET),
+     (500, 500, 501, 503, "real", NOT_MET),
+     (500, 500, None, None, "real", MET),
+     (9.0, "> 1", 8.0, 10.0, "generated", MET),
      (3.0, None, None, None, "real", None)],
 )  # fmt: skip
 def test_evaluate_target_is_three_valued(value, target, low, high, source, state):
     assert evaluate_target(value, target, low, high, source) == state
+
+
+def test_an_interval_under_95_percent_or_too_few_observations_is_never_met():
+    assert evaluate_target(2.0, "> 1", 1.5, 2.5, coverage=0.9375) == INCONCLUSIVE
+    assert evaluate_target(0.5, "> 1", 0.4, 0.6, coverage=0.9375) == NOT_MET
+    assert evaluate_target(2.0, "> 1", 1.5, 2.5, coverage=0.96875) == MET
+    assert evaluate_target(2.0, "> 1", n=2) == INCONCLUSIVE
+    assert evaluate_target(0.5, "> 1", n=2) == NOT_MET
+
+
+def test_record_of_few_samples_says_its_coverage_or_has_no_interval(capsys):
+    record("p.five", samples=[1.2, 1.3, 1.25, 1.4, 1.35], target="> 1")
+    rec = session_records()["p.five"]
+    assert (rec.low, rec.high, rec.coverage) == (1.2, 1.4, 0.9375) and rec.met == INCONCLUSIVE
+    assert "covers only 94%" in capsys.readouterr().out
+    record("p.seven", samples=[1.2, 1.3, 1.25, 1.4, 1.35, 1.22, 1.31], target="> 1")
+    assert session_records()["p.seven"].met == MET
+    record("p.two", samples=[1.2, 1.3], target="> 1")
+    rec = session_records()["p.two"]
+    assert rec.low is None and rec.coverage is None and rec.met == INCONCLUSIVE
+    assert "no interval (n=2 < 3)" in capsys.readouterr().out
+    record_accuracy("p.one", 1, 1, target=">= 0.5")
+    rec = session_records()["p.one"]
+    assert rec.low is None and rec.met == INCONCLUSIVE
+
+
+def test_target_origin_and_own_target():
+    record("p.err", 0.15, interval=(0.12, 0.17), n=40, target="< 0.2", target_from="paper",
+           own_target="< 0.12")  # fmt: skip
+    rec = session_records()["p.err"]
+    assert rec.met == MET and rec.own_met == NOT_MET
+    assert rec.paper_target == "< 0.2" and rec.our_target == "< 0.12"
+    with pytest.raises(RecordError, match="own_target"):
+        record("p.bad", 0.1, target="< 0.2", own_target="< 0.1")
+    with pytest.raises(RecordError, match="target_from"):
+        record("p.bad", 0.1, target="< 0.2", target_from="theirs")
+    with pytest.raises(RecordError, match="paper's figure"):
+        record("p.bad", 0.1, target_from="paper")
 
 
 def test_record_with_samples_carries_median_interval_and_line(capsys):
@@ -204,7 +275,10 @@ def test_record_with_samples_carries_median_interval_and_line(capsys):
     assert rec.value == 1.25 and rec.n == 5 and rec.low <= 1.25 <= rec.high
     assert rec.samples == (1.2, 1.3, 1.25, 1.4, 1.1)
     line = capsys.readouterr().out
-    assert line.startswith("p.latency_speedup = 1.25 [") and "(n=5), target >= 1.3:" in line
+    assert (
+        line.startswith("p.latency_speedup = 1.25 [")
+        and "(n=5), interval covers only 94%, target >= 1.3 (ours):" in line
+    )
 
 
 def test_record_accuracy_uses_wilson_and_synthetic_is_not_tested(capsys):
@@ -227,14 +301,16 @@ def test_record_rejects_inconsistent_uncertainty(kwargs, match):
 
 
 def test_detailed_payload_round_trips_through_strict_json(tmp_path):
-    record("r.x", samples=[0.1, 0.2, 0.3], unit="s", target="< 1", source="simulated", note="hi")
+    record("r.x", samples=[0.2, 0.2, 0.3, 0.2, 0.2, 0.3, 0.2], unit="s", target="< 1",
+           target_from="paper", own_target="< 0.15", source="simulated", note="hi")  # fmt: skip
     rec = session_records()["r.x"]
     text = json.dumps(rec.to_json(), allow_nan=False)
     path = _notebook_with([json.loads(text)], tmp_path)
     back = read_record_details(path)[0]
-    assert back == rec and back.met == MET
+    assert back == rec and back.met == MET and back.own_met == NOT_MET
     assert set(rec.detail()) == {"value", "unit", "target", "paper", "n", "low", "high",
-                                 "source", "met"}  # fmt: skip
+                                 "source", "met", "target_from", "own_target", "own_met",
+                                 "coverage"}  # fmt: skip
 
 
 def test_malformed_payload_names_the_cell(tmp_path):

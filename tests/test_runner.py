@@ -9,6 +9,7 @@ import pytest
 from _nbutil import make_notebook
 from hpcnb.cli import main
 from hpcnb.parameters import ParameterError
+from hpcnb.report import render_report
 from hpcnb.runner import run_notebooks, summary_line
 
 PARAMS = "SMOKE: bool = False  # tiny\nSEED: int = 0  # seed\nX: float = 1.0  # a value\n"
@@ -84,8 +85,9 @@ def test_run_folder_has_details_claims_and_report_columns(tmp_path):
         tmp_path / "d_claims.ipynb",
         PARAMS,
         "from hpcnb import claim, claims_table, record\n"
-        "record('t.speed', samples=[1.1, 1.2, 1.3, 1.25, 1.15], target='>= 1.0', paper=1.5)\n"
-        "record('t.trace', 0.9, target='> 0.5', source='synthetic')\n"
+        "record('t.speed', samples=[1.1, 1.2, 1.3, 1.25, 1.15, 1.2, 1.22], target='>= 1.0',"
+        " target_from='paper', paper=1.5)\n"
+        "record('t.trace', 0.9, target='> 0.5', source='synthetic', target_from='paper')\n"
         "claim('faster than the peer', records=['t.speed'], paper='1.5x')\n"
         "claim('works on the real trace', records=['t.trace'], paper='0.9')\n"
         "claims_table()",
@@ -94,7 +96,7 @@ def test_run_folder_has_details_claims_and_report_columns(tmp_path):
     (result,) = run_notebooks([src], {}, out=out, progress=False, timeout=120)
     assert result.ok, result.error
     detail = json.loads((out / "records_detail.json").read_text())["d_claims"]
-    assert detail["t.speed"]["n"] == 5 and detail["t.speed"]["met"] == "met"
+    assert detail["t.speed"]["n"] == 7 and detail["t.speed"]["met"] == "met"
     assert detail["t.speed"]["low"] <= detail["t.speed"]["value"] <= detail["t.speed"]["high"]
     assert detail["t.trace"] == {**detail["t.trace"], "source": "synthetic", "met": "not tested"}
     claims = json.loads((out / "claims.json").read_text())["d_claims"]
@@ -110,6 +112,26 @@ def test_run_folder_has_details_claims_and_report_columns(tmp_path):
     assert "| t.speed | 1.2 | [" in report and "| synthetic |" in report
     assert "1 reproduced, 1 not tested (synthetic data)" in report
     assert "1/1 tested targets met" in report
+
+
+def test_a_second_run_shows_values_that_moved_since_the_first(tmp_path):
+    src = make_notebook(
+        tmp_path / "h_noise.ipynb",
+        PARAMS,
+        "import random\n"
+        "from hpcnb import claim, claims_table, record\n"
+        "record('t.noise', samples=[random.random() for _ in range(7)], target='>= 0')\n"
+        "claim('noise is non-negative', records=['t.noise'], kind='own design')\n"
+        "claims_table()",
+    )
+    runs = tmp_path / "runs"
+    run_notebooks([src], {}, out=runs / "first", progress=False, timeout=120)
+    (result,) = run_notebooks([src], {}, out=runs / "second", progress=False, timeout=120,
+                              force=True)  # fmt: skip
+    assert result.ok, result.error
+    first = json.loads((runs / "first" / "records.json").read_text())["h_noise"]["t.noise"]
+    assert f"earlier runs: {first:.4g}" in result.claims[0]["measured"]
+    assert "Run-to-run spread over 1 earlier run(s) of h_noise" in render_report(runs / "second")
 
 
 # --- process control, run folders, record hygiene, cached re-runs (issue 17) ----------

@@ -367,7 +367,7 @@ def write_synthetic_elastisim_project(folder: str | Path, num_jobs: int = 500,
 
 
 #: Mean turnaround per job type (s) that ElastiSim reports on its example project with the
-#: example scheduling algorithm, as quoted in this project's issue 24 (peer figures, not
+#: example scheduling algorithm (peer figures reported by ElastiSim's authors, not
 #: measured here), and the overall figures of the same run.
 ELASTISIM_EXAMPLE_TURNAROUND: dict[str, float] = {
     "adaptive": 28908.0, "rigid": 28152.0, "malleable": 26609.0, "moldable": 28307.0,

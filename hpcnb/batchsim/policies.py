@@ -223,8 +223,8 @@ class MalleableEasy(EasyBackfilling):
 class ElastiSimFCFS(Scheduler):
     """ElastiSim's example policy: FCFS that molds, expands malleable jobs, grants evolving.
 
-    Our reading of the scheduling algorithm of ElastiSim's example project, as the issue
-    describes it (written here, not ported). On every invocation, evolving requests of
+    Our reading of the scheduling algorithm of ElastiSim's example project, as its
+    documentation describes it (written here, not ported). On every invocation, evolving requests of
     jobs at a scheduling point are granted when they shrink, or when enough nodes are
     free to grow. Then all jobs are walked in submission order:
 

@@ -202,14 +202,15 @@ def measure_case(
 
 
 def count_improved(
-    speedups: Mapping[str, Sequence[float]], threshold: float = 1.1, seed: int = 0
+    speedups: Mapping[str, Sequence[float]], threshold: float = 1.1
 ) -> int:
-    """Cases whose speedup is above ``threshold`` beyond doubt: the 95 % interval's low end.
+    """Cases whose speedup is above ``threshold`` beyond doubt: the median interval's low end.
+
+    The interval is the order-statistic one of :func:`hpcnb.records.median_interval`.
 
     Args:
         speedups: Case name -> per-round speedups (``hpcnb.timing.ratios``).
         threshold: Speedup a fix must exceed to count as an improvement.
-        seed: Seed of the bootstrap interval (:func:`hpcnb.records.median_interval`).
 
     Returns:
         The number of cases whose interval of the median speedup lies at or above
@@ -219,6 +220,6 @@ def count_improved(
     for samples in speedups.values():
         if len(samples) == 0:
             continue
-        _, low, _ = median_interval(samples, seed=seed)
+        _, low, _ = median_interval(samples)
         count += int(low >= threshold)
     return count

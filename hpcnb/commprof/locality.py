@@ -27,7 +27,7 @@ is the virtual-thread execution order recorded by ``profile(..., trace=True)``.
   accessing thread touches in the region, averaged over accesses (1 = whole lines used).
 * **Concurrent interleaving.** Virtual threads run one after another within a phase,
   which would hide false sharing and stretch distances; the metrics are therefore
-  computed on the trace re-ordered as concurrent threads would issue it: within each
+  computed on the trace re-ordered as concurrent threads would make the accesses: within each
   phase, the threads' access streams are merged round-robin, ``quantum`` accesses at a
   time (:func:`interleave`). True communication between phases is unchanged.
 * **Imbalance**: max over threads of events sent + received, over the mean (1 = even).
@@ -218,7 +218,7 @@ class RegionLocality:
 
 
 def interleave(trace: np.ndarray, quantum: int = 1) -> np.ndarray:
-    """Re-order a trace as concurrent threads would issue it (see module docstring)."""
+    """Re-order a trace as concurrent threads would make the accesses (see module docstring)."""
     if quantum < 1 or not len(trace):
         return trace
     tid, phase = trace[:, 0], trace[:, 5]

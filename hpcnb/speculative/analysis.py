@@ -193,14 +193,12 @@ def paired_ratios(
     return [a / b for a, b in zip(num, den, strict=True)]
 
 
-def relative_error(
-    predicted: float, samples: Sequence[float], *, seed: int = 0
-) -> tuple[float, float, float]:
+def relative_error(predicted: float, samples: Sequence[float]) -> tuple[float, float, float]:
     """Relative error ``|predicted / measured - 1|`` of a prediction against samples.
 
     ``measured`` is the median of ``samples``; the interval is the range of the error
-    over the measurement's 95 % bootstrap interval of the median
-    (:func:`hpcnb.records.median_interval`, seeded with ``seed``), i.e. the uncertainty
+    over the measurement's order-statistic interval of the median
+    (:func:`hpcnb.records.median_interval`), i.e. the uncertainty
     of the measurement carried into the error (the prediction is taken as exact).
 
     Returns:
@@ -211,7 +209,7 @@ def relative_error(
     """
     if any(x <= 0 for x in samples):
         raise ValueError("relative error needs positive measured samples")
-    med, lo, hi = median_interval(samples, seed=seed)
+    med, lo, hi = median_interval(samples)
     err = abs(predicted / med - 1.0)
     ends = [abs(predicted / hi - 1.0), abs(predicted / lo - 1.0)]
     low = 0.0 if predicted / hi <= 1.0 <= predicted / lo else min(ends)
