@@ -201,9 +201,7 @@ def measure_case(
     return t["before"], t["after"], t["before"].median / t["after"].median
 
 
-def count_improved(
-    speedups: Mapping[str, Sequence[float]], threshold: float = 1.1
-) -> int:
+def count_improved(speedups: Mapping[str, Sequence[float]], threshold: float = 1.1) -> int:
     """Cases whose speedup is above ``threshold`` beyond doubt: the median interval's low end.
 
     The interval is the order-statistic one of :func:`hpcnb.records.median_interval`.
