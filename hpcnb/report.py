@@ -20,7 +20,7 @@ from hpcnb.history import earlier_runs, moved, record_history, verdict_flips
 from hpcnb.records import MET, NOT_TESTED, Record, read_record_details
 from hpcnb.runfolder import RunFolderError, read_run_tables
 
-__all__ = ["render_report"]
+__all__ = ["environment_text", "render_report"]
 
 
 def _fmt(value: object) -> str:
@@ -87,6 +87,35 @@ def _spread(
         was = ", ".join(f"{v} ({r})" for r, v in then)
         out.append(f"\nVerdict changed: *{_fmt(text)}* is {now} here, was {was}.")
     return out
+
+
+def environment_text(environment: dict[str, Any]) -> str:
+    """One line of a measurement environment: the variables set, then the thread pools."""
+    pools = environment.get("threadpools") or []
+    names = sorted(k for k, v in environment.items() if k != "threadpools" and v is not None)
+    parts = [f"`{k}={environment[k]}`" for k in names] or ["no thread or BLAS variable set"]
+    for pool in pools:
+        if isinstance(pool, dict):
+            fields = [pool.get(k) for k in ("internal_api", "version", "architecture")]
+            text = " ".join(str(f) for f in fields if f)
+            if pool.get("num_threads"):
+                text += f", {pool['num_threads']} threads"
+            parts.append(text or str(pool))
+    return "; ".join(parts)
+
+
+def _environments(run: dict[str, Any]) -> list[str]:
+    groups: dict[str, list[str]] = {}
+    for stem, info in sorted(run.items()):
+        env = info.get("environment")
+        if isinstance(env, dict) and env:
+            groups.setdefault(environment_text(env), []).append(stem)
+    if not groups:
+        return []
+    lines = ["", "Measurement environment (part of the inputs fingerprint):", ""]
+    for text, stems in groups.items():
+        lines.append(f"- {', '.join(stems)}: {text}")
+    return lines
 
 
 def render_report(run_dir: str | Path) -> str:
@@ -177,6 +206,7 @@ def render_report(run_dir: str | Path) -> str:
             f"| {stem} | {info['status']} | {info['seconds']:.1f} | {_counts(per_notebook[stem])} "
             f"| {_fmt(error)} |"
         )
+    lines += _environments(run)
     lines += sections
     ok = sum(info["status"] == "ok" for info in run.values())
     judged_on_ours = paper_claims_judged_on_own_targets(all_rows)

@@ -13,9 +13,42 @@ and ``records.json``, ``records_detail.json``, ``claims.json`` and ``run.json``.
 
 The *inputs fingerprint* of a notebook run (:func:`inputs_key`) hashes what decides its
 results: its code cells, its effective parameters, the installed package sources and data,
-the lock file of pinned dependencies and the machine (CPU model and core count). A later
-run with the same fingerprint, and whose logged real-data lookups still give the same
-files, may re-use the earlier result (see :func:`find_cached`).
+the lock file of pinned dependencies, the machine (CPU model and core count) and the
+*measurement environment* (:func:`measurement_environment`). A later run with the same
+fingerprint, and whose logged real-data lookups still give the same files, may re-use the
+earlier result (see :func:`find_cached`); a change of any of them means a new run.
+
+The measurement environment is every variable of :data:`MEASUREMENT_ENV` (set or unset),
+every ``HPCNB_*`` setting except those in :data:`NEUTRAL_HPCNB_ENV`, and the BLAS and
+OpenMP libraries a fresh Python process actually loads with NumPy and PyTorch, as
+threadpoolctl reports them (internal API, version, architecture, threads, threading
+layer):
+
+===========================  =============================================================
+variable                     why it changes a measurement
+===========================  =============================================================
+``OMP_NUM_THREADS``          OpenMP threads of torch, oneDNN and OpenMP-built BLAS
+``MKL_NUM_THREADS``          threads of MKL
+``OPENBLAS_NUM_THREADS``     threads of OpenBLAS
+``NUMBA_NUM_THREADS``        size of Numba's parallel thread pool
+``NUMBA_THREADING_LAYER``    Numba's threading back-end (omp, tbb, workqueue)
+``OPENBLAS_CORETYPE``        which OpenBLAS kernels run (e.g. Haswell vs SkylakeX)
+``OPENBLAS_L2_SIZE``         OpenBLAS's blocking
+``MKL_ENABLE_INSTRUCTIONS``  which MKL kernels run
+``ONEDNN_MAX_CPU_ISA``       which oneDNN kernels run (``DNNL_MAX_CPU_ISA`` too)
+``ATEN_CPU_CAPABILITY``      which vectorised ATen kernels run
+``NUMBA_OPT``                Numba's optimisation level (``NUMBA_CPU_NAME``,
+                             ``NUMBA_CPU_FEATURES``, ``NUMBA_DISABLE_JIT`` too)
+``OMP_PROC_BIND``            thread pinning (``OMP_PLACES``, ``GOMP_CPU_AFFINITY``,
+                             ``KMP_AFFINITY`` too)
+``PYTHONHASHSEED``           hash order of sets and dicts of strings
+``HPCNB_*``                  the project's own settings: cache roots hold measured data
+                             sets, trained drafts and tuning wisdom
+===========================  =============================================================
+
+``HPCNB_DATA`` is left out of the fingerprint because every real-data lookup is logged
+with the file's hash and checked on re-use, so another data folder with the same files
+gives the same results and one with other files is a new run.
 """
 
 from __future__ import annotations
@@ -33,12 +66,15 @@ from hpcnb.errors import HpcnbError
 
 __all__ = [
     "LOCK_NAME",
+    "MEASUREMENT_ENV",
+    "NEUTRAL_HPCNB_ENV",
     "RUN_FILES",
     "RunFolderError",
     "data_states_match",
     "find_cached",
     "inputs_key",
     "locked_run_folder",
+    "measurement_environment",
     "package_digest",
     "read_run_tables",
     "write_json_atomic",
@@ -46,6 +82,55 @@ __all__ = [
 
 LOCK_NAME = ".hpcnb-run.lock"
 RUN_FILES = ("records.json", "records_detail.json", "claims.json", "run.json")
+#: Environment variables that change what a notebook measures (see the module's table).
+MEASUREMENT_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "NUMBA_THREADING_LAYER",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ATEN_CPU_CAPABILITY",
+    "NUMBA_OPT",
+    "NUMBA_CPU_NAME",
+    "NUMBA_CPU_FEATURES",
+    "NUMBA_DISABLE_JIT",
+    "OMP_PROC_BIND",
+    "OMP_PLACES",
+    "GOMP_CPU_AFFINITY",
+    "KMP_AFFINITY",
+    "PYTHONHASHSEED",
+)
+#: ``HPCNB_*`` variables that do not change results: paths checked by hash, the runner's
+#: own plumbing, progress display and test switches.
+NEUTRAL_HPCNB_ENV = (
+    "HPCNB_DATA",
+    "HPCNB_DATA_MIRROR",
+    "HPCNB_DATA_LOG",
+    "HPCNB_BATCH",
+    "HPCNB_PROGRESS",
+    "HPCNB_HISTORY",
+    "HPCNB_LAUNCH_TOKEN",
+    "HPCNB_SMOKE_TIMEOUT",
+    "HPCNB_FULL",
+    "HPCNB_CHROMIUM",
+)
+_THREADPOOLS_SCRIPT = """
+import json
+import numpy
+try:
+    import torch  # noqa: F401 (loads its OpenMP runtime)
+except Exception:
+    pass
+from threadpoolctl import threadpool_info
+keys = ("internal_api", "version", "architecture", "num_threads", "threading_layer")
+print(json.dumps([{k: str(d.get(k)) for k in keys if d.get(k) is not None}
+                  for d in threadpool_info()]))
+"""
 
 
 class RunFolderError(HpcnbError):
@@ -163,8 +248,65 @@ def _lock_digest() -> str:
     return ""
 
 
-def inputs_key(notebook: str | Path, parameters: Mapping[str, Any]) -> str:
-    """Return the inputs fingerprint of running ``notebook`` with ``parameters``."""
+def _environment_variables(env: Mapping[str, str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {name: env.get(name) for name in MEASUREMENT_ENV}
+    for name in sorted(env):
+        if name.startswith("HPCNB_") and name not in NEUTRAL_HPCNB_ENV:
+            out[name] = env[name]
+    return out
+
+
+@lru_cache(maxsize=8)
+def _threadpools(frozen_env: tuple[tuple[str, str], ...]) -> tuple[dict[str, str], ...]:
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _THREADPOOLS_SCRIPT],
+            env=dict(frozen_env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        pools = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return ({"error": f"threadpoolctl probe failed: {type(exc).__name__}"},)
+    return tuple(dict(p) for p in pools if isinstance(p, dict))
+
+
+def measurement_environment(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Return the environment that changes what a notebook measures.
+
+    The variables of :data:`MEASUREMENT_ENV` (``None`` when unset), the ``HPCNB_*``
+    settings other than :data:`NEUTRAL_HPCNB_ENV`, and under ``"threadpools"`` the BLAS and
+    OpenMP libraries that a fresh Python process with this environment loads with NumPy
+    and PyTorch (threadpoolctl's internal API, version, architecture, thread count and
+    threading layer). The probe runs once per distinct environment in a process.
+
+    Args:
+        env: The environment the notebook's kernel gets (default: this process's).
+    """
+    env = dict(os.environ if env is None else env)
+    out: dict[str, Any] = _environment_variables(env)
+    out["threadpools"] = [dict(p) for p in _threadpools(tuple(sorted(env.items())))]
+    return out
+
+
+def inputs_key(
+    notebook: str | Path,
+    parameters: Mapping[str, Any],
+    environment: Mapping[str, Any] | None = None,
+) -> str:
+    """Return the inputs fingerprint of running ``notebook`` with ``parameters``.
+
+    Args:
+        notebook: The notebook.
+        parameters: Its effective parameters.
+        environment: The measurement environment (default:
+            :func:`measurement_environment` of this process).
+    """
     from hpcnb.paths import machine_key
 
     parts = {
@@ -173,8 +315,9 @@ def inputs_key(notebook: str | Path, parameters: Mapping[str, Any]) -> str:
         "package": package_digest(),
         "lock": _lock_digest(),
         "machine": machine_key(),
+        "environment": dict(measurement_environment() if environment is None else environment),
     }
-    return _sha(json.dumps(parts, sort_keys=True).encode())
+    return _sha(json.dumps(parts, sort_keys=True, default=str).encode())
 
 
 def data_states_match(logged: Mapping[str, str]) -> bool:

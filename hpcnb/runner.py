@@ -9,7 +9,8 @@ failing notebook is reported with its failing cell and the others still run; the
 executed (possibly partial) notebook stays on disk. An interrupted run records the
 notebook in flight as ``interrupted`` and keeps what finished.
 
-A notebook whose inputs fingerprint (code, parameters, package, lock file, machine; see
+A notebook whose inputs fingerprint (code, parameters, package, lock file, machine,
+measurement environment: thread and BLAS variables and the libraries loaded; see
 :mod:`hpcnb.runfolder`) and real-data files are unchanged since a successful run in a
 sibling run folder is not executed again: that run's executed notebook and records are
 re-used and reported as ``cached (from <run>)``, unless ``force`` is given.
@@ -23,7 +24,7 @@ Output layout of a run folder::
     <out>/claims.json          {"<stem>": [{claim, kind, paper, measured, verdict, records}]}
     <out>/run.json             {"<stem>": {"status", "seconds", "error", "cell", "parameters",
                                            "output" (relative), "inputs_key", "data",
-                                           "cached_from", "machine"}}
+                                           "cached_from", "machine", "environment"}}
 
 Earlier successful runs of the same notebook with the same parameters on the same machine,
 found in sibling run folders, are passed to the kernel (:mod:`hpcnb.history`), so its claims
@@ -60,6 +61,7 @@ from hpcnb.runfolder import (
     find_cached,
     inputs_key,
     locked_run_folder,
+    measurement_environment,
     read_run_tables,
     write_json_atomic,
 )
@@ -101,6 +103,8 @@ class NotebookResult:
         data: Real-data lookups of the run, ``{logical name: sha256 or "missing"}``.
         cached_from: Name of the run folder whose result was re-used, else empty.
         machine: The machine key the notebook ran on (:func:`hpcnb.paths.machine_key`).
+        environment: The measurement environment of the run
+            (:func:`hpcnb.runfolder.measurement_environment`).
     """
 
     notebook: str
@@ -117,6 +121,7 @@ class NotebookResult:
     data: dict[str, str] = field(default_factory=dict)
     cached_from: str = ""
     machine: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -424,6 +429,7 @@ def _reuse(path: Path, folder: Path, cached: tuple[Path, dict[str, Any]]) -> Not
         data=dict(info.get("data") or {}),
         cached_from=source.name,
         machine=str(info.get("machine", "")),
+        environment=dict(info.get("environment") or {}),
     )
 
 
@@ -475,7 +481,8 @@ def run_notebooks(
             absent unless ``resume``.
         timeout: Per-notebook wall-clock limit in seconds (finite, positive).
         progress: Show a progress bar per notebook.
-        resume: Continue the run in ``out``: notebooks already ``ok`` there are skipped.
+        resume: Continue the run in ``out``: notebooks already ``ok`` there with the same
+            inputs fingerprint are skipped.
         force: Execute every notebook even when an earlier result could be re-used.
         cache_root: Folder of earlier run folders searched for re-usable results
             (default: the parent of ``out``).
@@ -499,11 +506,16 @@ def run_notebooks(
     results = []
     with locked_run_folder(out_dir, resume=resume) as folder, sigterm_as_interrupt():
         done = read_run_tables(folder)["run.json"] if resume else {}
+        environment = measurement_environment()
         for index, (path, params) in enumerate(plan, 1):
-            key = inputs_key(path, params)
+            key = inputs_key(path, params, environment)
             previous = done.get(path.stem)
             cached = None
-            if isinstance(previous, dict) and previous.get("status") == STATUS_OK:
+            if (
+                isinstance(previous, dict)
+                and previous.get("status") == STATUS_OK
+                and previous.get("inputs_key") == key
+            ):
                 cached = (folder, previous)
             elif not force:
                 cached = find_cached(path.stem, key, search, exclude=folder)
@@ -512,6 +524,7 @@ def run_notebooks(
             else:
                 result = _execute_with_history(path, folder, search, params, timeout, progress)
                 result.inputs_key = key
+                result.environment = environment
             if cached is not None and cached[0] == folder:  # resumed: kept, not re-used
                 result.cached_from = str(previous.get("cached_from", ""))
             results.append(result)

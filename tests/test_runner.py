@@ -285,6 +285,52 @@ def test_unchanged_notebook_is_reused_and_force_reexecutes(tmp_path):
     assert fourth.cached_from == "" and fourth.records != first.records
 
 
+@pytest.mark.parametrize(
+    ("name", "first", "second"),
+    [("OMP_NUM_THREADS", "1", "2"), ("OPENBLAS_CORETYPE", "Haswell", None)],
+)
+def test_a_changed_measurement_environment_is_never_answered_from_the_cache(
+    tmp_path, monkeypatch, name, first, second
+):
+    nb = make_notebook(
+        tmp_path / "k_env.ipynb", PARAMS,
+        "import time\nfrom hpcnb import record\nrecord('t.stamp', time.time())",
+    )  # fmt: skip
+    runs = tmp_path / "papermill_runs"
+    monkeypatch.setenv(name, first)
+    (one,) = run_notebooks([nb], {}, out=runs / "a", progress=False)
+    (same,) = run_notebooks([nb], {}, out=runs / "b", progress=False)
+    assert same.cached_from == "a"  # nothing changed: re-used
+    if second is None:
+        monkeypatch.delenv(name)
+    else:
+        monkeypatch.setenv(name, second)
+    (other,) = run_notebooks([nb], {}, out=runs / "c", progress=False)
+    assert other.cached_from == "" and other.records != one.records  # executed again
+    run_a = json.loads((runs / "a" / "run.json").read_text())["k_env"]
+    run_c = json.loads((runs / "c" / "run.json").read_text())["k_env"]
+    assert run_a["environment"][name] == first and run_c["environment"][name] == second
+    assert run_a["inputs_key"] != run_c["inputs_key"]
+    assert isinstance(run_c["environment"]["threadpools"], list)
+    assert f"`{name}={first}`" in render_report(runs / "a")
+    if name == "OPENBLAS_CORETYPE":  # the loaded BLAS kernel is recorded too
+        pools = [
+            p for p in run_a["environment"]["threadpools"] if p.get("internal_api") == "openblas"
+        ]
+        assert pools and pools[0]["architecture"].lower() == "haswell"
+
+
+def test_neutral_settings_do_not_change_the_fingerprint(monkeypatch):
+    from hpcnb.runfolder import measurement_environment
+
+    base = measurement_environment()
+    monkeypatch.setenv("HPCNB_PROGRESS", "0")
+    monkeypatch.setenv("HPCNB_DATA_MIRROR", "http://127.0.0.1:1/")
+    assert measurement_environment() == base
+    monkeypatch.setenv("HPCNB_CACHE", "/nonexistent/cache")
+    assert measurement_environment()["HPCNB_CACHE"] == "/nonexistent/cache"
+
+
 def test_cli_edges(notebooks, tmp_path, capsys, monkeypatch):
     good, _, _ = notebooks
     for bad in ("nan", "inf", "-5", "0", "1e308", "soon"):
