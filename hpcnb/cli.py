@@ -7,6 +7,7 @@ Sub-commands::
               [--resume] [--force]
     hpcnb sweep NOTEBOOK --grid GRID.yaml [--workers N] [--scheduler ADDRESS] [--out DIR]
     hpcnb report RUN_DIR
+    hpcnb status [NOTEBOOK...] [-p NAME VALUE]... [--smoke] [--runs DIR]
     hpcnb strip [NOTEBOOK...]
     hpcnb data list | fetch [NAME...|--all] | verify
 
@@ -181,6 +182,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from hpcnb.runner import prepare
+    from hpcnb.status import notebook_status, render_status
+
+    try:
+        plan = prepare(args.notebooks, dict(args.param or []), smoke=args.smoke)
+    except (ParameterError, FileNotFoundError) as exc:
+        print(f"hpcnb status: {exc}", file=sys.stderr)
+        return 2
+    statuses = [notebook_status(path, params, args.runs) for path, params in plan]
+    print(render_status(statuses), end="")
+    return 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -246,6 +261,17 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="markdown summary of a run folder")
     p.add_argument("run_dir")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser(
+        "status", help="which notebooks are stale against their newest run, and what changed"
+    )
+    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="a parameter value a run now would use")  # fmt: skip
+    p.add_argument("--smoke", action="store_true", help="compare with SMOKE=True runs")
+    p.add_argument("--runs", default="papermill_runs",
+                   help="folder of run folders (default: %(default)s)")  # fmt: skip
+    p.set_defaults(func=_cmd_status)
 
     for name, (module_name, help_text) in TECHNIQUE_CLIS.items():
         if name == load:

@@ -73,6 +73,8 @@ __all__ = [
     "data_states_match",
     "find_cached",
     "inputs_key",
+    "inputs_parts",
+    "key_of",
     "locked_run_folder",
     "measurement_environment",
     "package_digest",
@@ -294,6 +296,41 @@ def measurement_environment(env: Mapping[str, str] | None = None) -> dict[str, A
     return out
 
 
+def inputs_parts(
+    notebook: str | Path,
+    parameters: Mapping[str, Any],
+    environment: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Return what the inputs fingerprint hashes, part by part (kept in ``run.json``).
+
+    Args:
+        notebook: The notebook.
+        parameters: Its effective parameters.
+        environment: The measurement environment (default:
+            :func:`measurement_environment` of this process).
+
+    Returns:
+        ``{"code", "parameters", "package", "lock", "machine", "environment"}``: digests
+        of the code cells, installed package and lock file, the parameters as sorted JSON,
+        the machine key and the environment mapping.
+    """
+    from hpcnb.paths import machine_key
+
+    return {
+        "code": _code_digest(Path(notebook)),
+        "parameters": json.dumps(dict(parameters), sort_keys=True, default=str),
+        "package": package_digest(),
+        "lock": _lock_digest(),
+        "machine": machine_key(),
+        "environment": dict(measurement_environment() if environment is None else environment),
+    }
+
+
+def key_of(parts: Mapping[str, Any]) -> str:
+    """Return the inputs fingerprint of :func:`inputs_parts`."""
+    return _sha(json.dumps(dict(parts), sort_keys=True, default=str).encode())
+
+
 def inputs_key(
     notebook: str | Path,
     parameters: Mapping[str, Any],
@@ -307,17 +344,7 @@ def inputs_key(
         environment: The measurement environment (default:
             :func:`measurement_environment` of this process).
     """
-    from hpcnb.paths import machine_key
-
-    parts = {
-        "code": _code_digest(Path(notebook)),
-        "parameters": json.dumps(dict(parameters), sort_keys=True, default=str),
-        "package": package_digest(),
-        "lock": _lock_digest(),
-        "machine": machine_key(),
-        "environment": dict(measurement_environment() if environment is None else environment),
-    }
-    return _sha(json.dumps(parts, sort_keys=True, default=str).encode())
+    return key_of(inputs_parts(notebook, parameters, environment))
 
 
 def data_states_match(logged: Mapping[str, str]) -> bool:

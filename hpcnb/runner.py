@@ -24,7 +24,8 @@ Output layout of a run folder::
     <out>/claims.json          {"<stem>": [{claim, kind, paper, measured, verdict, records}]}
     <out>/run.json             {"<stem>": {"status", "seconds", "error", "cell", "parameters",
                                            "output" (relative), "inputs_key", "data",
-                                           "cached_from", "machine", "environment"}}
+                                           "cached_from", "machine", "environment",
+                                           "inputs"}}
 
 Earlier successful runs of the same notebook with the same parameters on the same machine,
 found in sibling run folders, are passed to the kernel (:mod:`hpcnb.history`), so its claims
@@ -59,7 +60,8 @@ from hpcnb.records import MET, read_record_details
 from hpcnb.runfolder import (
     RUN_FILES,
     find_cached,
-    inputs_key,
+    inputs_parts,
+    key_of,
     locked_run_folder,
     measurement_environment,
     read_run_tables,
@@ -105,6 +107,8 @@ class NotebookResult:
         machine: The machine key the notebook ran on (:func:`hpcnb.paths.machine_key`).
         environment: The measurement environment of the run
             (:func:`hpcnb.runfolder.measurement_environment`).
+        inputs: The other parts of the fingerprint (:func:`hpcnb.runfolder.inputs_parts`:
+            code, parameters, package, lock, machine), for ``hpcnb status``.
     """
 
     notebook: str
@@ -122,6 +126,7 @@ class NotebookResult:
     cached_from: str = ""
     machine: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -430,6 +435,7 @@ def _reuse(path: Path, folder: Path, cached: tuple[Path, dict[str, Any]]) -> Not
         cached_from=source.name,
         machine=str(info.get("machine", "")),
         environment=dict(info.get("environment") or {}),
+        inputs=dict(info.get("inputs") or {}),
     )
 
 
@@ -508,7 +514,8 @@ def run_notebooks(
         done = read_run_tables(folder)["run.json"] if resume else {}
         environment = measurement_environment()
         for index, (path, params) in enumerate(plan, 1):
-            key = inputs_key(path, params, environment)
+            parts = inputs_parts(path, params, environment)
+            key = key_of(parts)
             previous = done.get(path.stem)
             cached = None
             if (
@@ -525,6 +532,7 @@ def run_notebooks(
                 result = _execute_with_history(path, folder, search, params, timeout, progress)
                 result.inputs_key = key
                 result.environment = environment
+                result.inputs = {k: v for k, v in parts.items() if k != "environment"}
             if cached is not None and cached[0] == folder:  # resumed: kept, not re-used
                 result.cached_from = str(previous.get("cached_from", ""))
             results.append(result)

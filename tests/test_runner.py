@@ -360,3 +360,28 @@ def test_report_of_a_corrupt_run_folder_is_a_clear_error(tmp_path, capsys):
         (tmp_path / "run.json").write_text(text)
         assert main(["report", str(tmp_path)]) == 2
         assert "run.json" in capsys.readouterr().err
+
+
+def test_status_names_what_changed_since_the_newest_run(tmp_path, monkeypatch, capsys):
+    from hpcnb.runner import prepare
+    from hpcnb.status import notebook_status
+
+    nb = make_notebook(
+        tmp_path / "s_status.ipynb", PARAMS, "from hpcnb import record\nrecord('t.one', 1.0)"
+    )
+    runs = tmp_path / "papermill_runs"
+    ((path, params),) = prepare([nb], {})
+    assert notebook_status(path, params, runs).state == "never run"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run_notebooks([nb], {}, out=runs / "a", progress=False)
+    st = notebook_status(path, params, runs)
+    assert (st.state, st.run, st.reasons) == ("fresh", "a", ())
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    reasons = notebook_status(path, params, runs).reasons
+    assert reasons[0] == "OMP_NUM_THREADS 1 -> 2" and "openmp threads 1 -> 2" in reasons
+    ((_, other),) = prepare([nb], {"X": "7"})
+    assert "parameters changed" in notebook_status(path, other, runs).reasons
+    assert main(["status", str(nb), "--runs", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "| s_status | stale | a | OMP_NUM_THREADS 1 -> 2; " in out
+    assert "openmp threads 1 -> 2" in out
