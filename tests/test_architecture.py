@@ -25,6 +25,7 @@ FOUNDATION = {
     "hpcnb.timing",
     "hpcnb.records",
     "hpcnb.claims",
+    "hpcnb.history",
     "hpcnb.progress",
     "hpcnb.launch",
     "hpcnb.codecache",
