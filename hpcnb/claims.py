@@ -17,7 +17,7 @@ intervals and sources only, so a record and its claims row can never disagree.
 paper's own figure (records with ``target_from="paper"``). Where the claim gives the
 paper's figure (``paper=``), records that carry only our targets are refused: the claim
 would test something the paper did not say. Where the paper gives no figure
-(``paper=None``), the claim is judged on our targets and the row says so. Our stricter
+(``paper=None``), the claim is judged on our targets and the row says so. Our own
 targets beside a paper target (``own_target=``) become their own ``own design`` row right
 after the paper claim. An ``own design`` claim is judged on our targets and shows *met*,
 *not met* or *inconclusive*, never a neutral word.
@@ -85,7 +85,7 @@ SUCCESS = (REPRODUCED, MET, BY_CONSTRUCTION)
 JUDGED_ON_PAPER = "the paper's figure"
 JUDGED_ON_OURS_NO_FIGURE = "our target (the paper gives no figure)"
 JUDGED_ON_OURS = "our target"
-STRICTER_SUFFIX = " (our stricter target)"
+OWN_TARGET_SUFFIX = " (our own target)"
 _CLAIMS: dict[str, Claim] = {}
 
 __all__ = [
@@ -122,7 +122,7 @@ class Claim:
         baseline: What the claim compares against (``"adaptive speculation"``).
         explanation: The reading of a result that is not a success: what was measured,
             why it differs, what a larger machine or input would show.
-        stricter_of: For a row generated from our stricter targets, the paper claim's text.
+        stricter_of: For a row generated from our own targets, the paper claim's text.
     """
 
     text: str
@@ -240,7 +240,7 @@ on_clear_session(clear_claims)
 def _states(records: Sequence[Record], which: str) -> list[str | None]:
     if which == "paper":
         return [rec.met for rec in records if rec.paper_target is not None]
-    if which == "stricter":
+    if which == "own":
         return [rec.own_met for rec in records if rec.own_target is not None]
     # ours: our target where there is one, else the record's target whoever set it
     return [
@@ -270,14 +270,14 @@ def judge(item: Claim, records: Sequence[Record]) -> tuple[str, str]:
     if item.kind == BY_CONSTRUCTION:
         return BY_CONSTRUCTION, ""
     if item.stricter_of is not None:
-        which, judged_on = "stricter", JUDGED_ON_OURS
+        which, judged_on = "own", JUDGED_ON_OURS
     elif item.kind == "paper" and any(rec.paper_target is not None for rec in records):
         which, judged_on = "paper", JUDGED_ON_PAPER
     elif item.kind == "paper" and item.paper is not None:
         raise ClaimError(
             f"the claim gives the paper's figure ({item.paper}) but its records ({keys}) carry "
             "only our targets: record the paper's figure as a target with "
-            "target_from='paper' (our stricter one as own_target), or state the claim "
+            "target_from='paper' (our own one as own_target), or state the claim "
             "without paper= where the paper gives no figure"
         )
     else:
@@ -311,15 +311,15 @@ def _num(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _target_text(rec: Record, stricter: bool) -> str:
-    if stricter:
-        return f"our stricter target {rec.own_target}: {rec.own_met}" if rec.own_target else ""
+def _target_text(rec: Record, own_targets: bool) -> str:
+    if own_targets:
+        return f"our own target {rec.own_target}: {rec.own_met}" if rec.own_target else ""
     if rec.target is None:
         return ""
     origin = "paper" if rec.target_from == "paper" else "ours"
     text = f"target {rec.target} ({origin}): {rec.met}"
     if rec.own_target is not None:
-        text += f"; our stricter {rec.own_target}: {rec.own_met}"
+        text += f"; our own {rec.own_target}: {rec.own_met}"
     return text
 
 
@@ -327,7 +327,7 @@ def measured_text(
     records: Sequence[Record],
     history: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     *,
-    stricter: bool = False,
+    own_targets: bool = False,
 ) -> str:
     """Return what was measured, record by record, with intervals, targets and sources.
 
@@ -335,7 +335,7 @@ def measured_text(
         records: The claim's records.
         history: Earlier runs' values by key (:func:`hpcnb.history.session_history`);
             a record whose value moved between runs gets its earlier values appended.
-        stricter: Show our stricter targets instead of the records' targets.
+        own_targets: Show our own targets (own_target) instead of the records' targets.
     """
     from hpcnb.history import history_text
 
@@ -348,7 +348,7 @@ def measured_text(
             text += f" (n={rec.n})"
         if rec.interval_note:
             text += f", {rec.interval_note}"
-        target = _target_text(rec, stricter)
+        target = _target_text(rec, own_targets)
         if target:
             text += f", {target}"
         if rec.source != "real":
@@ -376,7 +376,7 @@ def _expanded(claims: Iterable[Claim], records: Mapping[str, Record]) -> list[Cl
         if strict:
             out.append(
                 Claim(
-                    text=item.text + STRICTER_SUFFIX,
+                    text=item.text + OWN_TARGET_SUFFIX,
                     records=strict,
                     kind=OWN_DESIGN,
                     baseline=item.baseline,
@@ -423,7 +423,7 @@ def evaluate_claims(
                 claim=item.text,
                 kind=item.kind,
                 paper=item.paper,
-                measured=measured_text(recs, history, stricter=item.stricter_of is not None),
+                measured=measured_text(recs, history, own_targets=item.stricter_of is not None),
                 verdict=decided,
                 records=item.records,
                 judged_on=judged_on,

@@ -26,7 +26,7 @@ missing real data) or ``"simulated"`` (a model's prediction at a scale we cannot
 **Targets.** A target is a number (the value must equal it) or a comparison string such as
 ``">= 0.45"``, and ``target_from`` says whose it is: ``"paper"`` (the paper's own figure,
 as the notebook scales it) or ``"ours"``. A record whose target is the paper's may carry our
-stricter ``own_target`` beside it. :func:`evaluate_target` is three-valued and one rule
+own ``own_target`` beside it (stricter or not). :func:`evaluate_target` is three-valued and one rule
 serves equality and threshold targets alike: ``"met"`` only when the whole interval
 satisfies the target, ``"not met"`` when none of it does, ``"inconclusive"`` otherwise, and
 never ``"met"`` on an interval of less than 95 % coverage or on fewer than 3 observations.
@@ -112,7 +112,7 @@ class Record:
         note: Free text shown beside the value.
         samples: The repeated measurements, when the value is their median.
         target_from: Whose target it is: ``"paper"`` (the paper's figure) or ``"ours"``.
-        own_target: Our stricter target beside a paper target (``None``: none).
+        own_target: Our own target beside a paper target (``None``: none).
         coverage: The interval's coverage (0.95 nominal; less for a median of 3 to 5
             samples; ``None`` when there is no interval).
     """
@@ -644,7 +644,7 @@ def format_record(rec: Record) -> str:
         text += f", target {rec.target} ({origin}): {'NOT met' if met == NOT_MET else met}"
     if rec.own_target is not None:
         met = rec.own_met
-        text += f", our stricter target {rec.own_target}: {'NOT met' if met == NOT_MET else met}"
+        text += f", our own target {rec.own_target}: {'NOT met' if met == NOT_MET else met}"
     if rec.paper is not None:
         text += f"; paper {rec.paper}"
     if rec.source != "real":
@@ -695,7 +695,7 @@ def record(
         target: The test of the value, a number or a comparison string (``">= 1.5"``).
         target_from: ``"paper"`` when ``target`` is the paper's own figure (scaled to the
             miniature only where the notebook says how), ``"ours"`` otherwise.
-        own_target: Our stricter target beside a paper target (needs
+        own_target: Our own target beside a paper target (needs
             ``target_from="paper"``); claims judge it as a separate own-design claim.
         paper: The paper's value, a number or short text.
         source: ``"real"``, ``"generated"``, ``"synthetic"`` or ``"simulated"``.
@@ -720,7 +720,7 @@ def record(
         raise RecordError(f"record {key!r}: target_from='paper' needs the paper's figure as target")
     if own_target is not None and target_from != "paper":
         raise RecordError(
-            f"record {key!r}: own_target is our stricter target beside the paper's; give the "
+            f"record {key!r}: own_target is our own target beside the paper's; give the "
             "paper's figure as target with target_from='paper', or our target as target"
         )
     if samples is not None:
