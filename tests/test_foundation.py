@@ -7,8 +7,8 @@ import pytest
 
 from hpcnb.cli import main
 from hpcnb.data import DataNotFoundError, data_path, digits, text_corpus
-from hpcnb.timing import compare, median_time, set_threads
-from hpcnb.tour import smooth_numba, smooth_numpy
+from hpcnb.timing import compare, median_time, pinned_threads, set_threads
+from hpcnb.tour import smooth_numba, smooth_numba_parallel, smooth_numpy
 
 
 def test_import_from_another_cwd(tmp_path):
@@ -39,6 +39,22 @@ def test_stencil_versions_agree_and_check_input():
         smooth_numba(np.zeros((2, 2)), 1)
     with pytest.raises(ValueError, match="steps"):
         smooth_numpy(x, -1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threaded_stencil_agrees_with_numpy_and_numba(threads):
+    x = np.random.default_rng(1).standard_normal(1003)
+    with pinned_threads(threads, torch=False, blas=False):
+        for chunks in (None, 1, 3, 7, 1001, 5000):  # 5000 > interior: capped at one per element
+            out = smooth_numba_parallel(x, 9, chunks)
+            np.testing.assert_allclose(out, smooth_numpy(x, 9), rtol=0, atol=1e-12)
+            np.testing.assert_array_equal(out, smooth_numba(x, 9))
+    assert smooth_numba_parallel(np.array([0.0, 4.0, 0.0]), 1).tolist() == [0.0, 2.0, 0.0]
+    np.testing.assert_array_equal(smooth_numba_parallel(x, 0), x)
+    with pytest.raises(ValueError, match="chunks"):
+        smooth_numba_parallel(x, 1, 0)
+    with pytest.raises(ValueError, match="1-D"):
+        smooth_numba_parallel(np.zeros(2), 1)
 
 
 def test_timing_helpers():
