@@ -440,3 +440,14 @@ def test_mape_interval_stratified_bootstrap():
     assert mape_interval({"b": b}) == (0.0, 0.0, 0.0, 2)
     with pytest.raises(ValueError, match="no tested"):
         mape_interval({})
+
+
+def test_a_model_trace_is_a_generated_input_and_a_stand_in_is_synthetic(monkeypatch, tmp_path):
+    from hpcnb.batchsim.experiments import load_trace
+
+    monkeypatch.setenv("HPCNB_DATA", str(tmp_path))  # an empty data folder: nothing found
+    model = load_trace("lublin/lublin_256.swf", 16, 40, 0, name="Lublin-256", generated=True)
+    stand_in = load_trace("hpc2n/HPC2N.swf", 16, 40, 0, name="HPC2N")
+    assert (model.source, stand_in.source) == ("generated", "synthetic")
+    assert model.label == "generated (Lublin model, in place of Lublin-256)"
+    assert stand_in.label.startswith("synthetic (") and len(model.value) == 40

@@ -1,9 +1,11 @@
 """Experiment helpers for notebook 05: data loading with fallbacks, sweeps, speed runs.
 
 Each loader returns real data from ``HPCNB_DATA`` when present and otherwise a
-synthetic stand-in, as a :class:`LoadedData` whose ``label`` names what was actually
-used (``"synthetic (Lublin model, stand-in for HPC2N)"``) and whose ``source``
-(``"real"`` / ``"synthetic"``) goes into the records computed from it.
+stand-in, as a :class:`LoadedData` whose ``label`` names what was actually used
+(``"synthetic (Lublin model, stand-in for HPC2N)"``) and whose ``source`` goes into the
+records computed from it: ``"real"``, ``"synthetic"`` for a stand-in of missing real
+data, or ``"generated"`` where the input is a published model's output on purpose (the
+Lublin-256 model trace, or our Lublin–Feitelson generator in its place).
 """
 
 from __future__ import annotations
@@ -64,23 +66,30 @@ class LoadedData:
         real: Whether it came from ``HPCNB_DATA``.
         message: What was used, to print.
         label: Name of what was used, for titles and tables: the data set's name when
-            real, ``"synthetic (..., stand-in for <name>)"`` otherwise.
+            real, ``"synthetic (..., stand-in for <name>)"`` otherwise
+            (``"generated (..., in place of <name>)"`` for a generated input).
+        generated: The input is a model's output made on purpose (a published model
+            trace, or the same model's generator in its place), so records computed from
+            it are ``source="generated"`` whether it was read or generated here.
     """
 
     value: object
     real: bool
     message: str
     label: str = ""
+    generated: bool = False
 
     @property
     def source(self) -> str:
-        """``"real"`` or ``"synthetic"``: the ``source`` of records computed from it."""
+        """``"real"``, ``"generated"`` or ``"synthetic"``: the ``source`` of its records."""
+        if self.generated:
+            return "generated"
         return "real" if self.real else "synthetic"
 
     def show(self) -> None:
-        """Print what was loaded; for a stand-in, also a visible notice on fetching the data."""
+        """Print what was loaded; for a synthetic stand-in, also a notice on fetching the data."""
         print(self.message)
-        if not self.real:
+        if not self.real and not self.generated:
             stand_in_notice(self.label.removeprefix("synthetic (").removesuffix(")"), self.message)
 
 
@@ -90,32 +99,39 @@ def _stand_in_label(what: str, name: str) -> str:
 
 
 def load_trace(
-    relative: str, fallback_nodes: int, fallback_jobs: int, seed: int, name: str | None = None
-) -> LoadedData:
-    """Read an SWF trace from ``HPCNB_DATA`` or generate a Lublin–Feitelson stand-in.
+    relative: str, fallback_nodes: int, fallback_jobs: int, seed: int, name: str | None = None,
+    generated: bool = False,
+) -> LoadedData:  # fmt: skip
+    """Read an SWF trace from ``HPCNB_DATA`` or generate a Lublin–Feitelson workload.
 
     Args:
         relative: Path of the trace inside the data folder.
-        fallback_nodes: Machine size of the stand-in.
-        fallback_jobs: Jobs of the stand-in.
-        seed: Seed of the stand-in.
+        fallback_nodes: Machine size of the generated workload.
+        fallback_jobs: Jobs of the generated workload.
+        seed: Seed of the generated workload.
         name: The trace's name for titles (default: the file name's stem).
+        generated: The trace itself is a Lublin–Feitelson model's output (a published
+            model trace): read or generated here, it is a generated input
+            (``source="generated"``), not a stand-in for a recorded trace.
 
     Returns:
-        The trace, labelled ``name`` when real and ``"synthetic (Lublin model, stand-in
-        for <name>)"`` otherwise.
+        The trace, labelled ``name`` when read, ``"synthetic (Lublin model, stand-in for
+        <name>)"`` when generated in place of a recorded trace, and ``"generated (Lublin
+        model, in place of <name>)"`` when generated in place of a model trace.
     """
     name = name or Path(relative).name.split(".")[0]
     try:
         path = data_path(relative)
     except DataNotFoundError as exc:
         trace = lublin_feitelson(fallback_jobs, fallback_nodes, seed)
-        label = _stand_in_label("Lublin model", name)
+        label = (f"generated (Lublin model, in place of {name})" if generated
+                 else _stand_in_label("Lublin model", name))  # fmt: skip
         return LoadedData(trace, False, f"{exc}\n-> using a Lublin-Feitelson workload "
                           f"({fallback_jobs} jobs, {fallback_nodes} nodes) instead: {label}",
-                          label)  # fmt: skip
+                          label, generated)  # fmt: skip
     trace = read_swf(path)
-    return LoadedData(trace, True, f"read {len(trace)} jobs from {relative} ({name})", name)
+    return LoadedData(trace, True, f"read {len(trace)} jobs from {relative} ({name})", name,
+                      generated)  # fmt: skip
 
 
 def load_dl_tables(seed: int = 0) -> LoadedData:
