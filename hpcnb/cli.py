@@ -8,6 +8,7 @@ Sub-commands::
     hpcnb sweep NOTEBOOK --grid GRID.yaml [--workers N] [--scheduler ADDRESS] [--out DIR]
     hpcnb report RUN_DIR
     hpcnb status [NOTEBOOK...] [-p NAME VALUE]... [--smoke] [--runs DIR]
+    hpcnb diff RUN_A RUN_B
     hpcnb strip [NOTEBOOK...]
     hpcnb data list | fetch [NAME...|--all] | verify
 
@@ -196,6 +197,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from hpcnb.rundiff import diff_runs, render_diff
+
+    try:
+        print(render_diff(diff_runs(args.run_a, args.run_b)), end="")
+    except (FileNotFoundError, HpcnbError) as exc:
+        print(f"hpcnb diff: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -272,6 +284,13 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--runs", default="papermill_runs",
                    help="folder of run folders (default: %(default)s)")  # fmt: skip
     p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser(
+        "diff", help="records that moved beyond their intervals and verdicts that changed"
+    )
+    p.add_argument("run_a", help="the earlier run folder")
+    p.add_argument("run_b", help="the later run folder")
+    p.set_defaults(func=_cmd_diff)
 
     for name, (module_name, help_text) in TECHNIQUE_CLIS.items():
         if name == load:

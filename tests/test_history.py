@@ -107,3 +107,26 @@ def test_the_claims_table_reads_the_history_the_runner_passes(tmp_path, monkeypa
     assert "earlier runs: 0.143" in row.measured and "(verdict flipped)" in row.measured
     monkeypatch.setenv(HISTORY_ENV, str(tmp_path / "missing.json"))
     assert session_history() == {}
+
+
+def test_diff_lists_records_beyond_their_intervals_and_changed_verdicts(tmp_path, capsys):
+    from hpcnb.cli import main
+    from hpcnb.rundiff import diff_runs, moved_beyond, render_diff
+
+    a = _fake_run(tmp_path, "a", 0.143, "not met", verdict="not reproduced")
+    b = _fake_run(tmp_path, "b", 0.097, "met")
+    (b / "run.json").write_text(json.dumps({
+        "03_x": json.loads((b / "run.json").read_text())["03_x"],
+        "04_y": {"status": "failed", "seconds": 1.0, "output": "04_y.ipynb"},
+    }))  # fmt: skip
+    diff = diff_runs(a, b)
+    assert (diff.only_a, diff.only_b) == ([], ["04_y"])
+    assert [(s, k) for s, k, _, _ in diff.moved] == [("03_x", "perf.pruned_error")]
+    assert diff.verdicts == [("03_x", "pruned error under 12 %", "not reproduced", "reproduced")]
+    text = render_diff(diff)
+    assert "| 03_x | perf.pruned_error | 0.143 [0.123, 0.163] not met | 0.097" in text
+    assert moved_beyond({"value": 1.0, "low": 0.9, "high": 1.1}, {"value": 1.05}) is False
+    assert moved_beyond({"value": 1.0}, {"value": 1.0}) is None
+    assert moved_beyond({"value": 1.0}, {"value": 2.0}) is True
+    assert main(["diff", str(a), str(b)]) == 0 and "verdict changed (1)" in capsys.readouterr().out
+    assert main(["diff", str(a), str(tmp_path / "nothing")]) == 2
