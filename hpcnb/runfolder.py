@@ -177,13 +177,13 @@ def locked_run_folder(out: str | Path, *, resume: bool = False) -> Iterator[Path
         os.close(fd)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, *, indent: int = 2, sort_keys: bool = True) -> None:
     """Write ``data`` as strict JSON to ``path`` through a temporary file and a rename.
 
     Raises:
         ValueError: ``data`` holds NaN or infinity.
     """
-    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    text = json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=False) + "\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")

@@ -13,7 +13,9 @@ A notebook whose inputs fingerprint (code, parameters, package, lock file, machi
 measurement environment: thread and BLAS variables and the libraries loaded; see
 :mod:`hpcnb.runfolder`) and real-data files are unchanged since a successful run in a
 sibling run folder is not executed again: that run's executed notebook and records are
-re-used and reported as ``cached (from <run>)``, unless ``force`` is given.
+re-used and reported as ``cached (from <run>)``, unless ``force`` is given. The re-used
+notebook gets the current notebook's markdown cells (:func:`splice_text`), so edited prose
+reaches the new run folder.
 
 Output layout of a run folder::
 
@@ -76,6 +78,7 @@ __all__ = [
     "notebooks_dir",
     "prepare",
     "run_notebooks",
+    "splice_text",
     "timestamped_dir",
     "write_run",
 ]
@@ -413,12 +416,63 @@ def summary_line(index: int, total: int, result: NotebookResult) -> str:
     return text
 
 
+_PAPERMILL_TAGS = {"injected-parameters", "papermill-error-cell-tag"}
+
+
+def splice_text(executed: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """Return ``executed`` with the markdown and raw cells (and cell order) of ``current``.
+
+    A re-used result has the same code cells as the current notebook (the inputs
+    fingerprint hashes them) but its prose may have been edited since: the spliced
+    notebook keeps every executed code cell with its outputs, in order, and takes every
+    other cell from ``current``; papermill's injected-parameters cell stays right after the
+    cell tagged ``parameters``.
+
+    Raises:
+        ValueError: The two notebooks do not have the same code cells.
+    """
+
+    def tags(cell: dict[str, Any]) -> set[str]:
+        return set(cell.get("metadata", {}).get("tags", []))
+
+    injected = [c for c in executed.get("cells", []) if "injected-parameters" in tags(c)]
+    code = [c for c in executed.get("cells", [])
+            if c.get("cell_type") == "code" and not tags(c) & _PAPERMILL_TAGS]  # fmt: skip
+    wanted = [c for c in current.get("cells", []) if c.get("cell_type") == "code"]
+    if [_source(c) for c in code] != [_source(c) for c in wanted]:
+        raise ValueError("the executed notebook's code cells differ from the notebook's")
+    cells: list[dict[str, Any]] = []
+    run = iter(code)
+    for cell in current.get("cells", []):
+        cells.append(next(run) if cell.get("cell_type") == "code" else cell)
+        if "parameters" in tags(cell):
+            cells += injected
+    return {**executed, "cells": cells}
+
+
+def _source(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def _copy_with_current_text(executed: Path, notebook: Path, target: Path) -> None:
+    """Write the re-used ``executed`` notebook to ``target`` with ``notebook``'s prose."""
+    try:
+        spliced = splice_text(
+            json.loads(executed.read_text(encoding="utf-8")),
+            json.loads(notebook.read_text(encoding="utf-8")),
+        )
+        write_json_atomic(target, spliced, indent=1, sort_keys=False)
+    except (OSError, ValueError):  # unreadable or not the same code: keep the run as it is
+        if executed.resolve() != target.resolve():
+            shutil.copy2(executed, target)
+
+
 def _reuse(path: Path, folder: Path, cached: tuple[Path, dict[str, Any]]) -> NotebookResult:
     source, info = cached
     executed = source / Path(str(info["output"])).name
     target = folder / path.name
-    if executed.resolve() != target.resolve():
-        shutil.copy2(executed, target)
+    _copy_with_current_text(executed, path, target)
     status, error, found = _collect(target, STATUS_OK, "")
     return NotebookResult(
         notebook=path.stem,

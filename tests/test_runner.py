@@ -385,3 +385,31 @@ def test_status_names_what_changed_since_the_newest_run(tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert "| s_status | stale | a | OMP_NUM_THREADS 1 -> 2; " in out
     assert "openmp threads 1 -> 2" in out
+
+
+def test_a_cached_rerun_shows_the_edited_prose(tmp_path):
+    import nbformat
+
+    nb_path = make_notebook(
+        tmp_path / "m_prose.ipynb", PARAMS,
+        "import time\nfrom hpcnb import record\nrecord('t.stamp', time.time())",
+    )  # fmt: skip
+    nb = nbformat.read(nb_path, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("# First title"))
+    nbformat.write(nb, nb_path)
+    runs = tmp_path / "papermill_runs"
+    (first,) = run_notebooks([nb_path], {"X": "4"}, out=runs / "a", progress=False)
+    nb = nbformat.read(nb_path, as_version=4)
+    nb.cells[0].source = "# Edited title"
+    nb.cells.append(nbformat.v4.new_markdown_cell("A new closing paragraph."))
+    nbformat.write(nb, nb_path)
+    (second,) = run_notebooks([nb_path], {"X": "4"}, out=runs / "b", progress=False)
+    assert second.cached_from == "a" and second.records == first.records  # code unchanged
+    reused = nbformat.read(runs / "b" / "m_prose.ipynb", as_version=4)
+    texts = [c.source for c in reused.cells if c.cell_type == "markdown"]
+    assert texts == ["# Edited title", "A new closing paragraph."]
+    tags = [c.metadata.get("tags", []) for c in reused.cells]
+    assert tags[1] == ["parameters"] and tags[2] == ["injected-parameters"]
+    assert any(o.get("data") for c in reused.cells if c.cell_type == "code" for o in c.outputs)
+    old = nbformat.read(runs / "a" / "m_prose.ipynb", as_version=4)
+    assert old.cells[0].source == "# First title"  # the earlier run is left as it was
