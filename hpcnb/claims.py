@@ -198,8 +198,11 @@ def claim(
         explanation: The reading printed when the verdict is not a success.
 
     Raises:
-        ClaimError: Empty text, no records, a malformed key, an unknown kind, or an
-            empty baseline or explanation.
+        ClaimError: Empty text, no records, a malformed key, an unknown kind, an empty
+            baseline or explanation; or, when its records were already emitted, a claim
+            that cannot be judged on them (a paper claim that gives the paper's figure but
+            whose records carry only our targets, a claim none of whose records has a
+            target). Otherwise :func:`claims_table` checks the same.
     """
     if not isinstance(text, str) or not text.strip():
         raise ClaimError("claim text must be a non-empty string")
@@ -218,10 +221,17 @@ def claim(
             raise ClaimError(f"claim {text!r}: {name} must be a non-empty string or None")
     if paper is not None and not isinstance(paper, str):
         paper = float(paper)
-    _CLAIMS[text] = Claim(
+    item = Claim(
         text=text, records=keys, paper=paper, kind=kind, baseline=baseline,
         explanation=explanation,
     )  # fmt: skip
+    emitted = session_records()
+    if all(key in emitted for key in keys):  # judge now, so a bad claim fails where stated
+        try:
+            judge(item, [emitted[key] for key in keys])
+        except ClaimError as exc:
+            raise ClaimError(f"claim {text!r}: {exc}") from None
+    _CLAIMS[text] = item
 
 
 def session_claims() -> list[Claim]:

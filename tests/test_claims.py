@@ -196,7 +196,11 @@ def _paper_rec(key="p.x", value=0.15, target="< 0.2", own=None, low=0.12, high=0
 
 def test_a_paper_claim_with_a_figure_but_only_our_targets_is_refused():
     record("a.err", 0.108, interval=(0.103, 0.114), n=40, target="< 0.08")
-    claim("multi-node error under 18 %", records=["a.err"], paper="< 18 %")
+    with pytest.raises(ClaimError, match="only our targets"):  # refused where it is stated
+        claim("multi-node error under 18 %", records=["a.err"], paper="< 18 %")
+    clear_session()
+    claim("multi-node error under 18 %", records=["a.err"], paper="< 18 %")  # records later
+    record("a.err", 0.108, interval=(0.103, 0.114), n=40, target="< 0.08")
     with pytest.raises(ClaimError, match="only our targets"):
         evaluate_claims()
     clear_session()

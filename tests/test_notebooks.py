@@ -54,6 +54,18 @@ def test_hygiene(path):
         text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         assert not _ABSOLUTE.search(text), f"cell {index} holds an absolute path"
     assert path.stem in EXPECTATIONS, f"add an entry for {path.stem} to notebook_expectations.py"
+    _check_scope_and_summary(nb)
+
+
+def _check_scope_and_summary(nb):
+    """A scope statement right after the title, a reproducibility summary after the claims."""
+    texts = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+             for c in nb["cells"]]  # fmt: skip
+    assert "Scope of this reproduction" in texts[1], "cell 1 must state the scope"
+    table = max(i for i, t in enumerate(texts) if "claims_table()" in t)
+    assert any("reproducibility_summary(" in t for t in texts[table:]), (
+        "a reproducibility_summary(...) must follow the claims table"
+    )
 
 
 @pytest.mark.parametrize("path", PATHS, ids=IDS)
