@@ -1,6 +1,7 @@
 import nbformat
 import pytest
 
+from conftest import NOTEBOOKS
 from hpcnb.parameters import (
     Parameter,
     ParameterError,
@@ -83,3 +84,53 @@ def test_float_parameters_must_be_finite(text):
     with pytest.raises(ParameterError):
         coerce(param, float(text))
     assert coerce(param, "2.5") == 2.5 and coerce(param, 3) == 3.0
+
+
+def _papermill_view(path):
+    """papermill's reading of a notebook: name -> (type, literal default, comment)."""
+    import ast
+
+    import papermill
+
+    found = papermill.inspect_notebook(str(path))
+    return {
+        name: (p["inferred_type_name"], ast.literal_eval(p["default"]), p["help"])
+        for name, p in found.items()
+    }
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_papermill_agrees_on_project_notebooks(path):
+    ours = {p.name: (p.type, p.default, p.comment) for p in notebook_parameters(path)}
+    theirs = _papermill_view(path)
+    assert list(theirs) == list(ours)
+    for name, (kind, default, comment) in ours.items():
+        assert theirs[name] == (kind, default, comment), name
+        assert type(theirs[name][1]) is type(default), name
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [('TAG: str = "a#b"  # a tag', ("str", "a#b", "a tag")),
+     ("SIZES: tuple[int, ...] = (1, 2)  # sizes", ("tuple[int, ...]", (1, 2), "sizes")),
+     ("OUT: str | None = None  # output", ("str | None", None, "output"))],
+)  # fmt: skip
+def test_project_parser_reads_what_papermill_misreads(tmp_path, line, expected):
+    """The lines that the module docstring gives as the reason to keep the ast parser."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "P"}
+    nb.cells = [nbformat.v4.new_code_cell(line, metadata={"tags": ["parameters"]})]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    (param,) = notebook_parameters(path)
+    assert (param.type, param.default, param.comment) == expected
+    import papermill
+
+    seen = papermill.inspect_notebook(str(path))
+    if param.name in seen:
+        got = seen[param.name]
+        assert (got["inferred_type_name"], got["default"], got["help"]) != (
+            param.type,
+            repr(param.default),
+            param.comment,
+        )

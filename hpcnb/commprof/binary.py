@@ -6,9 +6,9 @@ data objects with their sizes and the file:line of their definitions, ``objdump
 --dwarf=decodedline`` gives the line table (instruction address -> file:line), and
 ``objdump -d`` gives the instructions, from which loops are recovered.
 
-Loops from back edges (the textbook construction, our own code): each function's
+Loops from back edges (the textbook construction): each function's
 instructions are cut into basic blocks, the control-flow graph links them by direct jumps
-and fall-through, dominators come from the iterative data-flow algorithm, an edge
+and fall-through, dominators come from ``networkx.immediate_dominators``, an edge
 ``u -> h`` whose target ``h`` dominates ``u`` is a back edge, and its natural loop is ``h``
 plus every block that reaches ``u`` without passing through ``h`` (a backward jump that is
 not a back edge, e.g. to a shared exit block, is no loop). The loop's source line is the
@@ -297,6 +297,26 @@ def _instructions(path: Path, funcs: list[Function]) -> dict[str, list[tuple[int
     return out
 
 
+def _dominators(order: list[int], preds: dict[int, list[int]]) -> dict[int, set[int]]:
+    """Dominator sets of the blocks of ``order`` (reverse post-order, entry first).
+
+    The immediate dominators come from :func:`networkx.immediate_dominators`; a block's
+    dominators are itself plus those of its immediate dominator, which reverse
+    post-order visits first.
+    """
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(order)
+    graph.add_edges_from((u, v) for v in order for u in preds[v])
+    idom = nx.immediate_dominators(graph, order[0])
+    dom: dict[int, set[int]] = {}
+    for v in order:
+        parent = idom.get(v, v)
+        dom[v] = {v} if parent == v else dom[parent] | {v}
+    return dom
+
+
 def _natural_loops(
     insns: list[tuple[int, str, int]], lo: int, hi: int
 ) -> dict[int, tuple[list[tuple[int, int]], list[int]]]:
@@ -305,8 +325,8 @@ def _natural_loops(
     Blocks start at the function entry, at direct jump targets inside the function and
     after every jump or return. Successors: a conditional jump's target and fall-through,
     an unconditional jump's target, nothing after a return (or an indirect jump, whose
-    targets objdump does not show). Dominators by the iterative data-flow algorithm; an
-    edge ``u -> h`` is a back edge when ``h`` dominates ``u``, and its natural loop is
+    targets objdump does not show). Dominators from :func:`_dominators`; an edge
+    ``u -> h`` is a back edge when ``h`` dominates ``u``, and its natural loop is
     ``h`` plus every block that reaches ``u`` without passing through ``h``.
     """
     if not insns:
@@ -357,23 +377,11 @@ def _natural_loops(
         for w in blocks[v][1]:
             if w in preds:
                 preds[w].append(v)
-    full = (1 << len(order)) - 1
-    dom = {v: full for v in order}
-    dom[order[0]] = 1 << pos[order[0]]
-    changed = True
-    while changed:
-        changed = False
-        for v in order[1:]:
-            d = full
-            for u in preds[v]:
-                d &= dom[u]
-            d |= 1 << pos[v]
-            if d != dom[v]:
-                dom[v], changed = d, True
+    dom = _dominators(order, preds)
     loops: dict[int, tuple[set[int], list[int]]] = {}
     for u in order:
         for h in blocks[u][1]:
-            if h in pos and dom[u] >> pos[h] & 1:
+            if h in pos and h in dom[u]:
                 body, work = {h, u}, [u]
                 while work:
                     x = work.pop()

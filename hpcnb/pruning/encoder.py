@@ -1,13 +1,14 @@
 """Multi-stage GNN encoder (PyG ``MessagePassing``) and the SB3 features extractor.
 
-Stage 1 embeds every op's level-1 channel graph with two weighted GCN layers
-(:class:`WeightedGCNConv`) and mean-pools it to one vector per op. Stage 2 runs
-edge-conditioned message passing (:class:`EdgeConditionedConv`) on the level-2 network
-graph, where the feature of edge ``u -> v`` is the stage-1 embedding of op ``v`` (plus a
-direction flag: messages flow both with and against the data flow). A readout gives a
-graph embedding (mean and max over feature maps) and one embedding per prunable group
-(mean over the feature maps the group sets), which :class:`GNNFeaturesExtractor` hands
-to the PPO policy and value heads.
+Stage 1 embeds every op's level-1 channel graph with two weighted GCN layers (PyG's
+``GCNConv``: edge weights, a unit self-loop on every node that has none, symmetric
+normalisation ``w_ij / sqrt(d_i d_j)`` by weighted degree) and mean-pools it to one
+vector per op. Stage 2 runs edge-conditioned message passing
+(:class:`EdgeConditionedConv`) on the level-2 network graph, where the feature of edge
+``u -> v`` is the stage-1 embedding of op ``v`` (plus a direction flag: messages flow both
+with and against the data flow). A readout gives a graph embedding (mean and max over
+feature maps) and one embedding per prunable group (mean over the feature maps the group
+sets), which :class:`GNNFeaturesExtractor` hands to the PPO policy and value heads.
 
 Shapes for a batch of ``B`` observations of one network (``N`` nodes, ``E`` edges,
 ``K2`` level-1 nodes, ``G`` groups, hidden width ``H``):
@@ -20,44 +21,31 @@ Shapes for a batch of ``B`` observations of one network (``N`` nodes, ``E`` edge
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import torch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import Tensor, nn
-from torch_geometric.nn import MessagePassing
-from torch_geometric.utils import add_remaining_self_loops, scatter
+from torch_geometric.nn import GCNConv, MessagePassing
+from torch_geometric.utils import scatter
 
-__all__ = ["EdgeConditionedConv", "GNNFeaturesExtractor", "MultiStageGNN", "WeightedGCNConv"]
+__all__ = ["EdgeConditionedConv", "GNNFeaturesExtractor", "MultiStageGNN"]
 
 
-class WeightedGCNConv(MessagePassing):
-    """GCN layer with edge weights and symmetric normalisation (stage 1).
+def _gcn_layer(in_channels: int, out_channels: int) -> GCNConv:
+    """A PyG ``GCNConv`` whose weight is drawn as ``nn.Linear`` draws its own.
 
-    ``h_i' = W * sum_{j in N(i) + i} w_ij / sqrt(d_i d_j) * h_j + b`` with ``d_i`` the
-    weighted degree including a unit self-loop.
-
-    Shapes: ``x (V, F_in)``, ``edge_index (2, M)``, ``edge_weight (M,)`` -> ``(V, F_out)``.
+    ``GCNConv`` draws a Glorot weight (twice, once per ``reset_parameters``); that draw
+    runs on a forked CPU generator and the weight is then drawn with ``nn.Linear``'s
+    default (Kaiming uniform, ``a = sqrt(5)``), so a seed gives the same stage-1 weights
+    and the same random stream for the layers built after it as a plain linear map.
+    The bias starts at zero.
     """
-
-    def __init__(self, in_channels: int, out_channels: int) -> None:
-        super().__init__(aggr="add")
-        self.lin = nn.Linear(in_channels, out_channels, bias=False)
-        self.bias = nn.Parameter(torch.zeros(out_channels))
-
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor) -> Tensor:
-        """Apply the layer (see class docstring for shapes)."""
-        edge_index, edge_weight = add_remaining_self_loops(
-            edge_index, edge_weight, fill_value=1.0, num_nodes=x.size(0)
-        )
-        row, col = edge_index
-        deg = scatter(edge_weight, col, dim=0, dim_size=x.size(0), reduce="sum")
-        inv_sqrt = deg.clamp(min=1e-12).pow(-0.5)
-        norm = inv_sqrt[row] * edge_weight * inv_sqrt[col]
-        return self.propagate(edge_index, x=self.lin(x), norm=norm) + self.bias
-
-    def message(self, x_j: Tensor, norm: Tensor) -> Tensor:
-        """Scale the neighbour's features by the normalised edge weight."""
-        return norm.unsqueeze(-1) * x_j
+    with torch.random.fork_rng(devices=[]):
+        conv = GCNConv(in_channels, out_channels)
+    nn.init.kaiming_uniform_(conv.lin.weight, a=math.sqrt(5))
+    return conv
 
 
 class EdgeConditionedConv(MessagePassing):
@@ -98,7 +86,7 @@ class MultiStageGNN(nn.Module):
         super().__init__()
         self.hidden = hidden
         self.stage1 = nn.ModuleList(
-            [WeightedGCNConv(level1_features, hidden), WeightedGCNConv(hidden, hidden)]
+            [_gcn_layer(level1_features, hidden), _gcn_layer(hidden, hidden)]
         )
         self.node_in = nn.Linear(level2_features, hidden)
         self.stage2 = nn.ModuleList(
