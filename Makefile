@@ -13,7 +13,7 @@ export HPCNB_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 PYTEST_ARGS ?= -n 2
 RUN_DIR = papermill_runs/$(shell date -u +%Y%m%dT%H%M%SZ)
 
-.PHONY: help setup system-deps run smoke test lint lab strip clean
+.PHONY: help setup system-deps run smoke site test lint lab strip docs clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -46,6 +46,11 @@ smoke: setup  ## execute every notebook with SMOKE=True
 	@out=$(RUN_DIR)-smoke; $(BIN)/hpcnb run --smoke --out $$out; status=$$?; \
 	  echo; cat $$out/report.md; exit $$status
 
+site: setup  ## static HTML site (index + one page per notebook) of the newest run folder
+	@newest=$$(ls -td papermill_runs/*/run.json 2>/dev/null | head -n 1); \
+	  if [ -z "$$newest" ]; then echo "no run folder under papermill_runs/ (make run first)"; exit 2; fi; \
+	  $(BIN)/hpcnb site "$${newest%/run.json}"
+
 lint: setup  ## ruff lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -58,6 +63,11 @@ lab: setup  ## JupyterLab on notebooks/ (adds --allow-root when run as root)
 
 strip: setup  ## clear notebook outputs and execution counts (cell tags kept)
 	$(BIN)/hpcnb strip
+
+docs: setup  ## build the API reference from the docstrings into build/docs (Sphinx)
+	@test -x $(BIN)/sphinx-build || $(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[test,docs]"
+	$(BIN)/sphinx-build -q -b html docs build/docs
+	@echo "API reference: build/docs/index.html"
 
 clean:  ## remove the virtual environment, caches and run outputs
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

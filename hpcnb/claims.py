@@ -29,25 +29,31 @@ The verdict vocabulary is fixed (:data:`VERDICTS`):
 * ``simulated only`` — a record is a model's prediction (``source="simulated"``);
 * ``reproduced`` / ``not reproduced`` / ``inconclusive`` — a paper claim whose targets are
   all met / one of them missed (its whole interval) / otherwise;
-* ``met`` / ``not met`` / ``inconclusive`` — the same for an own-design claim.
+* ``met`` / ``not met`` / ``inconclusive`` — the same for an own-design claim;
+* ``not tested (smoke inputs)`` — a paper claim in a ``SMOKE=True`` run: the runner sets
+  :data:`SMOKE_ENV` in the kernel's environment, and miniature inputs say nothing about the
+  paper's figure either way (own-design claims keep *met*, *not met*, *inconclusive*).
 
 A claim's ``explanation`` (what was measured, why it differs, what a larger machine would
 show) is printed in the table whenever its verdict is not a success. Where the runner
 passes the record history of earlier runs of the same notebook on the same machine
 (:mod:`hpcnb.history`), the measured column shows the values that moved between runs.
 
-The table is displayed and emitted as an ``application/vnd.hpcnb.claims+json`` output,
-which ``hpcnb run`` collects into ``claims.json``.
+The table is displayed (plain text, markdown and an HTML table with coloured verdicts) and
+emitted as an ``application/vnd.hpcnb.claims+json`` output, which ``hpcnb run`` collects
+into ``claims.json``; :func:`claims_frame` returns the same rows as a pandas DataFrame.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcnb.errors import ClaimError
 from hpcnb.records import (
@@ -56,18 +62,28 @@ from hpcnb.records import (
     MET,
     MIN_INTERVAL_N,
     NOT_MET,
+    STATE_COLOURS,
     Record,
+    coloured,
     emit,
+    html_table,
     load_notebook,
     on_clear_session,
+    plural,
     session_records,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CLAIMS_MIME = "application/vnd.hpcnb.claims+json"
 KINDS = ("paper", "own design", "by construction")
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_TESTED_SYNTHETIC = "not tested (synthetic data)"
+NOT_TESTED_SMOKE = "not tested (smoke inputs)"
+#: Environment variable the runner sets to ``"1"`` in the kernel of a ``SMOKE=True`` run.
+SMOKE_ENV = "HPCNB_SMOKE_RUN"
 SIMULATED_ONLY = "simulated only"
 BY_CONSTRUCTION = "by construction"
 OWN_DESIGN = "own design"
@@ -78,6 +94,7 @@ VERDICTS = (
     MET,
     NOT_MET,
     NOT_TESTED_SYNTHETIC,
+    NOT_TESTED_SMOKE,
     SIMULATED_ONLY,
     BY_CONSTRUCTION,
 )
@@ -91,12 +108,15 @@ _CLAIMS: dict[str, Claim] = {}
 __all__ = [
     "CLAIMS_MIME",
     "KINDS",
+    "NOT_TESTED_SMOKE",
+    "SMOKE_ENV",
     "SUCCESS",
     "VERDICTS",
     "Claim",
     "ClaimRow",
     "audit_claims",
     "claim",
+    "claims_frame",
     "claims_table",
     "clear_claims",
     "evaluate_claims",
@@ -105,6 +125,7 @@ __all__ = [
     "read_claims",
     "reproducibility_summary",
     "session_claims",
+    "smoke_run",
     "verdict",
 ]
 
@@ -148,6 +169,7 @@ class ClaimRow:
     baseline: str | None = None
     explanation: str | None = None
     stricter_of: str | None = None
+    smoke: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Return the row as an entry of ``claims.json``."""
@@ -162,6 +184,7 @@ class ClaimRow:
             "baseline": self.baseline,
             "explanation": self.explanation,
             "stricter_of": self.stricter_of,
+            "smoke": self.smoke,
         }
 
     @property
@@ -268,8 +291,19 @@ def _combine(states: Sequence[str | None], success: str, failure: str) -> str:
     return INCONCLUSIVE
 
 
-def judge(item: Claim, records: Sequence[Record]) -> tuple[str, str]:
+def smoke_run() -> bool:
+    """Whether this process runs a notebook with ``SMOKE=True`` (:data:`SMOKE_ENV` is ``"1"``)."""
+    return os.environ.get(SMOKE_ENV) == "1"
+
+
+def judge(item: Claim, records: Sequence[Record], *, smoke: bool = False) -> tuple[str, str]:
     """Return ``(verdict, what it was judged on)`` for a claim and its records.
+
+    Args:
+        item: The claim.
+        records: Its records, in the claim's order.
+        smoke: The run used smoke inputs: a paper claim is then *not tested (smoke
+            inputs)* where it would otherwise be reproduced, not reproduced or inconclusive.
 
     Raises:
         ClaimError: A paper claim that gives the paper's figure but whose records carry
@@ -303,18 +337,26 @@ def judge(item: Claim, records: Sequence[Record]) -> tuple[str, str]:
     if any(rec.source == "simulated" for rec in records):
         return SIMULATED_ONLY, judged_on
     if item.kind == "paper" and item.stricter_of is None:
+        if smoke:
+            return NOT_TESTED_SMOKE, judged_on
         return _combine(states, REPRODUCED, NOT_REPRODUCED), judged_on
     return _combine(states, MET, NOT_MET), judged_on
 
 
-def verdict(kind: str, records: Sequence[Record], paper: float | str | None = None) -> str:
+def verdict(
+    kind: str,
+    records: Sequence[Record],
+    paper: float | str | None = None,
+    *,
+    smoke: bool = False,
+) -> str:
     """Return the verdict that ``records`` imply for a claim of ``kind`` (see :func:`judge`).
 
     Raises:
         ClaimError: As :func:`judge`.
     """
     keys = tuple(rec.key for rec in records)
-    return judge(Claim("claim", keys, paper=paper, kind=kind), records)[0]
+    return judge(Claim("claim", keys, paper=paper, kind=kind), records, smoke=smoke)[0]
 
 
 def _num(value: float) -> str:
@@ -401,6 +443,8 @@ def evaluate_claims(
     claims: Iterable[Claim] | None = None,
     records: Mapping[str, Record] | None = None,
     history: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    *,
+    smoke: bool | None = None,
 ) -> list[ClaimRow]:
     """Compute the rows of the claims table.
 
@@ -408,6 +452,7 @@ def evaluate_claims(
         claims: The claims (default: those stated in this process).
         records: Records by key (default: those emitted in this process).
         history: Earlier runs' values by record key, shown where they moved.
+        smoke: Judge as a run on smoke inputs (default: :func:`smoke_run`).
 
     Raises:
         ClaimError: A claim names a record that was not emitted, or cannot be judged
@@ -415,6 +460,7 @@ def evaluate_claims(
     """
     claims = session_claims() if claims is None else list(claims)
     records = session_records() if records is None else records
+    smoke = smoke_run() if smoke is None else smoke
     rows = []
     for item in claims:
         missing = [key for key in item.records if key not in records]
@@ -425,7 +471,7 @@ def evaluate_claims(
     for item in _expanded(claims, records):
         recs = [records[key] for key in item.records]
         try:
-            decided, judged_on = judge(item, recs)
+            decided, judged_on = judge(item, recs, smoke=smoke)
         except ClaimError as exc:
             raise ClaimError(f"claim {item.text!r}: {exc}") from exc
         rows.append(
@@ -440,6 +486,7 @@ def evaluate_claims(
                 baseline=item.baseline,
                 explanation=item.explanation,
                 stricter_of=item.stricter_of,
+                smoke=smoke,
             )
         )
     return rows
@@ -481,6 +528,32 @@ def render_markdown(rows: Sequence[ClaimRow]) -> str:
     return "\n".join(lines)
 
 
+_VERDICT_COLOURS = {REPRODUCED: STATE_COLOURS[MET], NOT_REPRODUCED: STATE_COLOURS[NOT_MET]}
+
+
+def render_html(rows: Sequence[ClaimRow]) -> str:
+    """Return the claims rows as an HTML table: texts escaped, verdicts coloured.
+
+    Reproduced and met are green, not reproduced and not met red, inconclusive amber,
+    the other verdicts grey.
+    """
+    esc = html.escape
+    body = [
+        [
+            esc(row.claim) + (f"<br><small>baseline: {esc(row.baseline)}</small>"
+                              if row.baseline else ""),
+            esc(row.kind),
+            esc(_paper_cell(row).replace("\\|", "|")),
+            "<br>".join(esc(part) for part in row.measured.split("; ")),
+            coloured(row.verdict, _VERDICT_COLOURS.get(row.verdict)),
+            esc(row.reading),
+        ]
+        for row in rows
+    ]  # fmt: skip
+    header = ["claim", "kind", "paper", "measured here", "verdict", "reading"]
+    return html_table(header, body, numeric=set())
+
+
 def _plain(rows: Sequence[ClaimRow]) -> str:
     out = []
     for i, row in enumerate(rows, 1):
@@ -499,12 +572,21 @@ def _summary_counts(rows: Sequence[ClaimRow]) -> str:
     return ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
+def _summary(rows: Sequence[ClaimRow]) -> str:
+    """``"2 claims: 1 met, 1 inconclusive."``, saying so first in a smoke run."""
+    text = f"{plural(len(rows), 'claim')}: {_summary_counts(rows)}."
+    if any(row.smoke for row in rows):
+        text = "SMOKE run: paper claims are not tested on smoke inputs. " + text
+    return text
+
+
 def claims_table() -> None:
     """Display every claim of this notebook with its verdict and emit them as JSON.
 
-    Displays a markdown table (claim · kind · paper · measured here · verdict · reading)
-    and emits the rows as an ``application/vnd.hpcnb.claims+json`` output. Returns
-    nothing, so the table is not echoed twice.
+    Displays the table (claim · kind · paper · measured here · verdict · reading) as plain
+    text, markdown and HTML (verdicts coloured) and emits the rows as an
+    ``application/vnd.hpcnb.claims+json`` output. Returns nothing, so the table is not
+    echoed twice; :func:`claims_frame` returns the rows as a DataFrame.
 
     Raises:
         ClaimError: No claim was stated, or a claim names a record that was not emitted.
@@ -514,12 +596,33 @@ def claims_table() -> None:
     rows = evaluate_claims(history=session_history())
     if not rows:
         raise ClaimError("no claims stated: call claim(...) before claims_table()")
-    summary = f"{len(rows)} claims: {_summary_counts(rows)}."
+    summary = _summary(rows)
     emit(
         _plain(rows) + "\n" + summary,
         {"text/markdown": render_markdown(rows) + "\n\n" + summary,
+         "text/html": render_html(rows) + f"<p>{html.escape(summary)}</p>",
          CLAIMS_MIME: [row.to_json() for row in rows]},
     )  # fmt: skip
+
+
+def claims_frame() -> pd.DataFrame:
+    """Return the claims of this notebook with their verdicts as a pandas DataFrame.
+
+    One row per claims-table row, with the columns of ``claims.json`` (claim, kind,
+    paper, measured, verdict, records, judged_on, baseline, explanation, stricter_of,
+    smoke). Nothing is displayed.
+
+    Raises:
+        ClaimError: As :func:`claims_table`.
+    """
+    import pandas as pd
+
+    from hpcnb.history import session_history
+
+    rows = evaluate_claims(history=session_history())
+    if not rows:
+        raise ClaimError("no claims stated: call claim(...) before claims_frame()")
+    return pd.DataFrame([row.to_json() for row in rows])
 
 
 def _bullets(title: str, items: Sequence[str]) -> list[str]:
@@ -554,10 +657,17 @@ def reproducibility_summary(*, deviations: Sequence[str] = (), hard: Sequence[st
         f"Our own targets: {len(ours)} ({_summary_counts(ours) or 'none'})."
     )
     lines.append("")
+    smoke = [row for row in paper if row.verdict == NOT_TESTED_SMOKE]
+    if smoke:
+        lines += [
+            f"SMOKE run: {plural(len(smoke), 'paper claim')} not tested on smoke inputs; "
+            "a run without SMOKE tests them.",
+            "",
+        ]
     missing = [
         f"*{row.claim}* — {row.verdict}" + (f": {row.reading}" if row.reading else "")
         for row in paper
-        if row.verdict not in SUCCESS
+        if row.verdict not in (*SUCCESS, NOT_TESTED_SMOKE)
     ]
     lines += _bullets("Paper claims not reproduced here", missing)
     lines += _bullets("Deviations from the paper", list(deviations))
@@ -612,7 +722,8 @@ def paper_claims_judged_on_own_targets(rows: Iterable[Mapping[str, Any]]) -> int
 def audit_claims(rows: Iterable[Mapping[str, Any]], records: Mapping[str, Record]) -> list[str]:
     """Check claims rows against the records they name; return the problems found.
 
-    A row must name records that exist and carry the verdict those records imply; a paper
+    A row must name records that exist and carry the verdict those records imply (a row
+    with ``"smoke": true`` comes from a ``SMOKE=True`` run and is judged as such); a paper
     claim that gives the paper's figure must rest on paper-figure targets only; no record
     with fewer than 3 observations may carry an interval; no row is *reproduced* or *met*
     when one of its records is synthetic or simulated.
@@ -633,7 +744,7 @@ def audit_claims(rows: Iterable[Mapping[str, Any]], records: Mapping[str, Record
             kind=row.get("kind", "paper"), stricter_of=row.get("stricter_of"),
         )  # fmt: skip
         try:
-            expected, judged_on = judge(item, recs)
+            expected, judged_on = judge(item, recs, smoke=row.get("smoke") is True)
         except ClaimError as exc:
             problems.append(f"{text!r}: {exc}")
             continue

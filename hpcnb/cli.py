@@ -3,12 +3,14 @@
 Sub-commands::
 
     hpcnb list
+    hpcnb notebooks DIR [--force]
     hpcnb run [NOTEBOOK...] [-p NAME VALUE]... [--smoke] [--out DIR] [--timeout S]
               [--resume] [--force]
     hpcnb sweep NOTEBOOK --grid GRID.yaml [--workers N] [--scheduler ADDRESS] [--out DIR]
     hpcnb report RUN_DIR
     hpcnb status [NOTEBOOK...] [-p NAME VALUE]... [--smoke] [--runs DIR]
     hpcnb diff RUN_A RUN_B
+    hpcnb site RUN_DIR [--out DIR]
     hpcnb strip [NOTEBOOK...]
     hpcnb data list | fetch [NAME...|--all] | verify
 
@@ -59,6 +61,18 @@ def _cmd_list(args: argparse.Namespace) -> int:
             continue
         for p in params:
             print(f"    {p.name}: {p.type} = {p.default!r}  # {p.comment}")
+    return 0
+
+
+def _cmd_notebooks(args: argparse.Namespace) -> int:
+    from hpcnb.runner import copy_notebooks
+
+    try:
+        written = copy_notebooks(args.dir, force=args.force)
+    except OSError as exc:
+        print(f"hpcnb notebooks: {exc}", file=sys.stderr)
+        return 2
+    print(f"copied {len(written)} notebook(s) into {args.dir}")
     return 0
 
 
@@ -134,6 +148,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"hpcnb sweep: {exc}", file=sys.stderr)
         return 2
     print(table.to_string(index=False))
+    folder = Path(table.attrs["run_folder"])
+    print(f"\nrun folder: {folder}\nreport: {folder / 'report.md'}")
     return 0 if (table["status"] == "ok").all() else 1
 
 
@@ -208,6 +224,18 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_site(args: argparse.Namespace) -> int:
+    from hpcnb.site import build_site
+
+    try:
+        index = build_site(args.run_dir, args.out)
+    except HpcnbError as exc:
+        print(f"hpcnb site: {exc}", file=sys.stderr)
+        return 2
+    print(f"site: {index}")
+    return 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -243,12 +271,19 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list notebooks and their parameters")
     p.set_defaults(func=_cmd_list)
 
+    p = sub.add_parser("notebooks", help="copy the notebooks into a folder to run or edit")
+    p.add_argument("dir", help="folder to copy into (created if missing)")
+    p.add_argument("--force", action="store_true", help="overwrite notebooks already there")
+    p.set_defaults(func=_cmd_notebooks)
+
     p = sub.add_parser("run", help="execute notebooks with papermill")
     p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
-    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
-    p.add_argument("--smoke", action="store_true", help="run with SMOKE=True")
-    p.add_argument("--out", help="run folder (default papermill_runs/<UTC timestamp>)")
-    p.add_argument("--timeout", default=None, help="seconds per notebook (finite, > 0)")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="set a parameter (repeatable; 'hpcnb list' shows them)")  # fmt: skip
+    p.add_argument("--smoke", action="store_true", help="run with SMOKE=True (miniature inputs)")
+    p.add_argument("--out", help="run folder (default: papermill_runs/<UTC timestamp>)")
+    p.add_argument("--timeout", default=None,
+                   help="seconds per notebook, finite and > 0 (default: no limit)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out: skip notebooks already ok there")  # fmt: skip
@@ -257,13 +292,19 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("sweep", help="run a notebook over a parameter grid on Dask")
-    p.add_argument("notebook")
-    p.add_argument("--grid", required=True, help="YAML mapping NAME: [values]")
-    p.add_argument("--workers", type=_positive_int, default=2, help="local Dask worker processes")
-    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
-    p.add_argument("--out", default=None)
-    p.add_argument("--smoke", action="store_true")
-    p.add_argument("--timeout", default=None, help="seconds per grid point (finite, > 0)")
+    p.add_argument("notebook", help="notebook path or stem")
+    p.add_argument("--grid", required=True,
+                   help="YAML file mapping each parameter NAME to a list of values")  # fmt: skip
+    p.add_argument("--workers", type=_positive_int, default=2,
+                   help="local Dask worker processes (default: %(default)s)")  # fmt: skip
+    p.add_argument("--scheduler", default=None,
+                   help="address of an existing Dask scheduler, tcp://HOST:PORT "
+                   "(default: a local cluster of --workers processes)")  # fmt: skip
+    p.add_argument("--out", default=None,
+                   help="run folder (default: papermill_runs/<UTC timestamp>)")  # fmt: skip
+    p.add_argument("--smoke", action="store_true", help="add SMOKE=True to every grid point")
+    p.add_argument("--timeout", default=None,
+                   help="seconds per grid point, finite and > 0 (default: no limit)")  # fmt: skip
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("strip", help="clear outputs and execution counts, keep cell tags")
@@ -271,7 +312,7 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_strip)
 
     p = sub.add_parser("report", help="markdown summary of a run folder")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a run folder written by 'hpcnb run' or 'hpcnb sweep'")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser(
@@ -291,6 +332,11 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("run_a", help="the earlier run folder")
     p.add_argument("run_b", help="the later run folder")
     p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser("site", help="static HTML pages of a run folder (no re-execution)")
+    p.add_argument("run_dir", help="a folder written by 'hpcnb run'")
+    p.add_argument("--out", default=None, help="site folder (default: RUN_DIR/site)")
+    p.set_defaults(func=_cmd_site)
 
     for name, (module_name, help_text) in TECHNIQUE_CLIS.items():
         if name == load:

@@ -35,6 +35,7 @@ A synthetic record is ``"not tested"`` whatever its value.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import numbers
@@ -58,6 +59,9 @@ NOMINAL_COVERAGE = 0.95
 MIN_INTERVAL_N = 3  # fewer observations carry no interval
 MET, NOT_MET, INCONCLUSIVE, NOT_TESTED = "met", "not met", "inconclusive", "not tested"
 MAX_SAMPLES = 100_000
+#: Colour of each target state (and claim verdict) in the HTML outputs.
+STATE_COLOURS = {MET: "#1a7f37", NOT_MET: "#cf222e", INCONCLUSIVE: "#9a6700"}
+NEUTRAL_COLOUR = "#57606a"
 _TARGET_PATTERN = re.compile(r"^\s*(>=|<=|==|>|<|≥|≤)\s*([-+0-9.eE]+)\s*$")
 _SYMBOLS = {"≥": ">=", "≤": "<="}
 _SESSION: dict[str, Record] = {}
@@ -74,12 +78,15 @@ __all__ = [
     "SOURCES",
     "TARGET_FROM",
     "Record",
+    "coloured",
     "bootstrap_rows",
     "clear_session",
     "difference_interval",
     "emit",
     "evaluate_target",
     "format_record",
+    "format_record_html",
+    "plural",
     "load_notebook",
     "mean_interval",
     "median_interval",
@@ -654,6 +661,90 @@ def format_record(rec: Record) -> str:
     return text
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """Return ``"1 claim"`` or ``"2 claims"``: the count with the word in the right number.
+
+    Args:
+        count: How many.
+        word: The singular.
+        many: The plural where it is not ``word + "s"``.
+    """
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+def coloured(text: str, colour: str | None = None) -> str:
+    """Return ``text`` HTML-escaped in a bold span of ``colour`` (a state's colour by default).
+
+    A state or verdict without its own colour (``not tested``, ``simulated only``) is grey.
+    """
+    colour = colour or STATE_COLOURS.get(text, NEUTRAL_COLOUR)
+    return f'<span style="color:{html.escape(colour)};font-weight:bold">{html.escape(text)}</span>'
+
+
+_HTML_CELL = 'style="text-align:{align};vertical-align:top;padding:0 0.6em{wrap}"'
+_NUMERIC = "font-variant-numeric:tabular-nums"
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> str:
+    """Return an HTML table; cells are HTML already, columns in ``numeric`` right-aligned.
+
+    Args:
+        header: Column titles (plain text, escaped here).
+        rows: Cells as HTML (escape their text with :func:`html.escape` first).
+        numeric: Indices of the columns aligned right in tabular figures.
+    """
+
+    def cell(tag: str, index: int, content: str) -> str:
+        number = index in numeric  # numbers right-aligned on one line, texts wrap
+        style = _HTML_CELL.format(
+            align="right" if number else "left", wrap=";white-space:nowrap" if number else ""
+        )
+        return f"<{tag} {style}>{content}</{tag}>"
+
+    head = "".join(cell("th", i, html.escape(h)) for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>" for row in rows
+    )
+    return (
+        f'<table class="hpcnb" style="{_NUMERIC};border-collapse:collapse">'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def format_record_html(rec: Record) -> str:
+    """Return a record as a one-row HTML table: ``key = value``, interval, n, target, state.
+
+    The first cell reads as the plain line does (``tour.speedup = 1.29 ms``); the interval
+    bounds and ``n`` sit in right-aligned columns, the target state is coloured (see
+    :data:`STATE_COLOURS`). Every text is escaped.
+    """
+    esc = html.escape
+    low = "" if rec.low is None else esc(_fmt(rec.low))
+    high = "" if rec.high is None else esc(_fmt(rec.high))
+    target = ""
+    if rec.target is not None:
+        origin = "paper" if rec.target_from == "paper" else "ours"
+        target = f"{esc(str(rec.target))} ({origin}) {coloured(rec.met or '')}"
+    if rec.own_target is not None:
+        target += f"; our own {esc(str(rec.own_target))} {coloured(rec.own_met or '')}"
+    notes = [rec.interval_note, rec.note]
+    if rec.paper is not None:
+        notes.append(f"paper {rec.paper}")
+    if rec.source != "real":
+        notes.append(rec.source)
+    unit = f" {esc(rec.unit)}" if rec.unit else ""
+    row = [
+        f"<code>{esc(rec.key)}</code> = <b>{esc(_fmt(rec.value))}</b>{unit}",
+        low,
+        high,
+        "" if rec.n is None else esc(str(rec.n)),
+        target,
+        esc("; ".join(n for n in notes if n)),
+    ]
+    header = ["record", "low", "high", "n", "target", "note"]
+    return html_table(header, [row], numeric={1, 2, 3})
+
+
 def record(
     key: str,
     value: float | None = None,
@@ -680,8 +771,9 @@ def record(
     ``n`` and, when it is not 95 %, ``coverage``. With fewer than 3 observations the record
     carries no interval and says so.
 
-    Inside a Jupyter kernel this displays a mime bundle with a ``text/plain`` line and
-    the ``application/vnd.hpcnb.record+json`` payload; elsewhere it prints the line. It
+    Inside a Jupyter kernel this displays a mime bundle with a ``text/plain`` line, a
+    ``text/html`` table row (:func:`format_record_html`) and the
+    ``application/vnd.hpcnb.record+json`` payload; elsewhere it prints the line. It
     returns nothing, so a record at the end of a cell is not echoed; the record is kept
     for :mod:`hpcnb.claims` (see :func:`session_records`).
 
@@ -771,7 +863,7 @@ def record(
         coverage=coverage,
     )
     _SESSION[key] = rec
-    emit(format_record(rec), {MIME_TYPE: rec.to_json()})
+    emit(format_record(rec), {"text/html": format_record_html(rec), MIME_TYPE: rec.to_json()})
 
 
 def record_accuracy(key: str, correct: int, total: int, **kwargs: Any) -> None:

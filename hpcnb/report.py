@@ -1,7 +1,9 @@
 """Markdown reports of run folders written by :mod:`hpcnb.runner`.
 
-The report lists each notebook's status, then per notebook its records (value, interval,
-n, unit, target and whose it is, whether the target is met, source, paper), its claims with
+The report opens with a notice when the run used smoke inputs (``SMOKE=True``) and lists
+each notebook's status and the parameters it ran with, then per notebook its records
+(value, interval, n, unit, target and whose it is, whether the target is met, source,
+paper), its claims with
 their verdicts and readings, and the run-to-run spread: records whose values moved between
 this run and earlier runs of the same notebook (same parameters, same machine) in sibling
 run folders, and claims whose verdict changed. It closes with claim counts by verdict and
@@ -14,13 +16,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hpcnb.claims import SUCCESS, VERDICTS, paper_claims_judged_on_own_targets, read_claims
+from hpcnb.claims import (
+    NOT_TESTED_SMOKE,
+    SUCCESS,
+    VERDICTS,
+    paper_claims_judged_on_own_targets,
+    read_claims,
+)
 from hpcnb.errors import HpcnbError
 from hpcnb.history import earlier_runs, moved, record_history, verdict_flips
 from hpcnb.records import MET, NOT_TESTED, Record, read_record_details
 from hpcnb.runfolder import RunFolderError, read_run_tables
 
-__all__ = ["environment_text", "render_report"]
+__all__ = ["environment_text", "parameters_text", "render_report"]
 
 
 def _fmt(value: object) -> str:
@@ -29,6 +37,35 @@ def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def parameters_text(parameters: dict[str, Any] | None) -> str:
+    """The parameters a notebook ran with: ``SEED=1, SMOKE=True``; the rest at its defaults.
+
+    Args:
+        parameters: The injected parameters as stored in ``run.json`` (``None`` or empty:
+            every parameter at the notebook's default).
+    """
+    if not parameters:
+        return "notebook defaults"
+    return ", ".join(f"`{name}={value!r}`" for name, value in sorted(parameters.items()))
+
+
+def _is_smoke(info: dict[str, Any]) -> bool:
+    return (info.get("parameters") or {}).get("SMOKE") is True
+
+
+def _smoke_notice(run: dict[str, Any]) -> list[str]:
+    """The notice at the top of a report of a run on smoke inputs (empty otherwise)."""
+    smoke = sorted(stem for stem, info in run.items() if _is_smoke(info))
+    if not smoke:
+        return []
+    which = "every notebook" if len(smoke) == len(run) else ", ".join(smoke)
+    return [
+        f"**SMOKE run** ({which}: `SMOKE=True`): miniature inputs that check the notebooks "
+        f"run, not the papers' results; paper claims read *{NOT_TESTED_SMOKE}*.",
+        "",
+    ]
 
 
 def _counts(counter: Counter[str]) -> str:
@@ -140,8 +177,11 @@ def render_report(run_dir: str | Path) -> str:
     for stem, info in run.items():
         if not isinstance(info, dict) or not {"status", "seconds", "output"} <= set(info):
             raise RunFolderError(f"{run_path}: entry {stem!r} is not a notebook result")
-    lines = [f"# hpcnb run {run_dir.name}", "", "| notebook | status | seconds | claims | error |"]
-    lines.append("|---|---|---|---|---|")
+    lines = [f"# hpcnb run {run_dir.name}", "", *_smoke_notice(run)]
+    lines += [
+        "| notebook | status | seconds | claims | error | parameters |",
+        "|---|---|---|---|---|---|",
+    ]
     sections: list[str] = []
     met_count = total_targets = 0
     overall: Counter[str] = Counter()
@@ -161,7 +201,13 @@ def render_report(run_dir: str | Path) -> str:
             continue
         if not details and not claims:
             continue
-        sections += ["", f"## {stem}", ""]
+        sections += [
+            "",
+            f"## {stem}",
+            "",
+            f"Parameters: {parameters_text(info.get('parameters'))}.",
+            "",
+        ]
         if details:
             sections += [
                 "| key | value | interval | n | unit | target | whose | met | source | paper |",
@@ -204,7 +250,7 @@ def render_report(run_dir: str | Path) -> str:
             error = f"cell {info['cell']}: {error}"
         lines.append(
             f"| {stem} | {info['status']} | {info['seconds']:.1f} | {_counts(per_notebook[stem])} "
-            f"| {_fmt(error)} |"
+            f"| {_fmt(error)} | {_fmt(parameters_text(info.get('parameters')))} |"
         )
     lines += _environments(run)
     lines += sections

@@ -107,15 +107,18 @@ MEASUREMENT_ENV = (
     "KMP_AFFINITY",
     "PYTHONHASHSEED",
 )
-#: ``HPCNB_*`` variables that do not change results: paths checked by hash, the runner's
-#: own plumbing, progress display and test switches.
+#: ``HPCNB_*`` variables that do not change results: paths checked by hash (data files;
+#: the notebooks folder, whose code cells are hashed), the runner's own plumbing, progress
+#: display and test switches.
 NEUTRAL_HPCNB_ENV = (
     "HPCNB_DATA",
     "HPCNB_DATA_MIRROR",
+    "HPCNB_NOTEBOOKS",
     "HPCNB_DATA_LOG",
     "HPCNB_BATCH",
     "HPCNB_PROGRESS",
     "HPCNB_HISTORY",
+    "HPCNB_SMOKE_RUN",
     "HPCNB_LAUNCH_TOKEN",
     "HPCNB_SMOKE_TIMEOUT",
     "HPCNB_FULL",
@@ -275,7 +278,8 @@ def _threadpools(frozen_env: tuple[tuple[str, str], ...]) -> tuple[dict[str, str
         pools = json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
         return ({"error": f"threadpoolctl probe failed: {type(exc).__name__}"},)
-    return tuple(dict(p) for p in pools if isinstance(p, dict))
+    found = [dict(p) for p in pools if isinstance(p, dict)]
+    return tuple(sorted(found, key=lambda p: json.dumps(p, sort_keys=True)))  # load order varies
 
 
 def measurement_environment(env: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from hpcnb.claims import read_claims
+from hpcnb.claims import SMOKE_ENV, read_claims
 from hpcnb.errors import HpcnbError
 from hpcnb.history import HISTORY_ENV, earlier_runs, write_history
 from hpcnb.launch import InterruptedRunError, ProcessTree, sigterm_as_interrupt
@@ -72,10 +72,14 @@ from hpcnb.runfolder import (
 
 __all__ = [
     "NotebookResult",
+    "NOTEBOOKS_ENV",
+    "NotebooksNotFoundError",
     "check_timeout",
+    "copy_notebooks",
     "default_notebooks",
     "execute_notebook",
     "notebooks_dir",
+    "packaged_notebooks_dir",
     "prepare",
     "run_notebooks",
     "splice_text",
@@ -137,29 +141,99 @@ class NotebookResult:
         return self.status == STATUS_OK
 
 
-def notebooks_dir() -> Path:
-    """Return the project's ``notebooks/`` folder.
+#: Environment variable naming a folder of notebooks that replaces every other place.
+NOTEBOOKS_ENV = "HPCNB_NOTEBOOKS"
 
-    Looks in the current directory first, then beside the installed package (the
-    repository layout of an editable install).
+
+class NotebooksNotFoundError(HpcnbError, FileNotFoundError):
+    """No folder of notebooks could be found, or ``HPCNB_NOTEBOOKS`` names no folder."""
+
+
+def packaged_notebooks_dir() -> Path | None:
+    """Return the copy of the notebooks shipped inside the installed wheel, if any.
+
+    A wheel carries the notebooks as package data in ``hpcnb/_notebooks/``; a source
+    checkout (editable install included) has no such folder.
+    """
+    folder = Path(__file__).resolve().parent / "_notebooks"
+    return folder if folder.is_dir() else None
+
+
+def _source_tree_notebooks() -> Path | None:
+    """Return ``notebooks/`` of the source tree this package is imported from, if any."""
+    root = Path(__file__).resolve().parents[1]
+    folder = root / "notebooks"
+    if folder.is_dir() and (root / "pyproject.toml").is_file():
+        return folder
+    return None
+
+
+def notebooks_dir() -> Path:
+    """Return the folder the notebooks are read from.
+
+    The first of: the folder named by ``HPCNB_NOTEBOOKS``; the ``notebooks/`` folder of
+    the source tree when hpcnb is imported from a checkout (an editable install); the
+    copy shipped inside the installed package (``hpcnb notebooks DIR`` copies it out).
 
     Raises:
-        FileNotFoundError: Neither place has a ``notebooks/`` folder (for example when
-            run outside a checkout).
+        NotebooksNotFoundError: ``HPCNB_NOTEBOOKS`` names no folder, or none of the places
+            has notebooks.
     """
-    candidates = [Path.cwd() / "notebooks", Path(__file__).resolve().parents[1] / "notebooks"]
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(
-        "no notebooks/ folder in the current directory or beside the hpcnb package; "
-        "run from the repository root or name the notebooks"
+    value = os.environ.get(NOTEBOOKS_ENV)
+    if value:
+        folder = Path(value).expanduser()
+        if not folder.is_dir():
+            raise NotebooksNotFoundError(f"{NOTEBOOKS_ENV}={value}: no such folder")
+        return folder
+    for folder in (_source_tree_notebooks(), packaged_notebooks_dir()):
+        if folder is not None:
+            return folder
+    raise NotebooksNotFoundError(
+        f"no notebooks found: set {NOTEBOOKS_ENV} to a folder of notebooks, "
+        "or install hpcnb from its wheel, which ships them"
     )
 
 
 def default_notebooks() -> list[Path]:
-    """Return every ``notebooks/*.ipynb`` in name order."""
+    """Return every ``*.ipynb`` of :func:`notebooks_dir` in name order."""
     return sorted(notebooks_dir().glob("*.ipynb"))
+
+
+def copy_notebooks(target: str | Path, *, force: bool = False) -> list[Path]:
+    """Copy the notebooks of :func:`notebooks_dir` into ``target`` (created if missing).
+
+    Args:
+        target: The folder to copy into.
+        force: Overwrite notebooks already in ``target``.
+
+    Returns:
+        The paths written, in name order.
+
+    Raises:
+        NotebooksNotFoundError: There are no notebooks to copy.
+        FileExistsError: ``target`` is a file, or (without ``force``) already holds a
+            notebook of the same name; nothing is copied then.
+    """
+    sources = default_notebooks()
+    if not sources:
+        raise NotebooksNotFoundError(f"{notebooks_dir()}: no notebooks to copy")
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{target}: exists and is not a folder")
+    if target.resolve() == sources[0].parent.resolve():
+        raise FileExistsError(f"{target}: is the folder the notebooks are read from")
+    if not force:
+        clashes = [target / src.name for src in sources if (target / src.name).exists()]
+        if clashes:
+            more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+            raise FileExistsError(f"{clashes[0]}: already exists{more}; use --force to overwrite")
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for src in sources:
+        dest = target / src.name
+        shutil.copyfile(src, dest)
+        written.append(dest)
+    return written
 
 
 def timestamped_dir(root: str | Path = "papermill_runs") -> Path:
@@ -269,6 +343,32 @@ def _collect(output: Path, status: str, error: str) -> tuple[str, str, dict[str,
     return status, error, found
 
 
+#: papermill's command line with the kernel on IPC (Unix domain) sockets in a private
+#: temporary folder instead of TCP ports on localhost: nothing is sent over TCP, so
+#: ipykernel's "Kernel is running over TCP without encryption" warning has no cause.
+#: Where Unix sockets are missing (Windows), the kernel keeps jupyter_client's TCP default.
+_PAPERMILL_IPC = """
+import atexit, os, shutil, sys, tempfile
+from papermill.cli import papermill
+from papermill.engines import NBClientEngine, papermill_engines
+from traitlets.config import Config
+
+class IPCEngine(NBClientEngine):
+    @classmethod
+    def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):
+        config = Config()
+        if os.name == "posix":
+            folder = tempfile.mkdtemp(prefix="hpcnb-ipc-")
+            atexit.register(shutil.rmtree, folder, True)
+            config.KernelManager.transport = "ipc"
+            config.KernelManager.ip = os.path.join(folder, "kernel")
+        return super().execute_managed_notebook(nb_man, kernel_name, config=config, **kwargs)
+
+papermill_engines.register("hpcnb-ipc", IPCEngine)
+papermill(sys.argv[1:] + ["--engine", "hpcnb-ipc"], prog_name="papermill")
+"""
+
+
 def execute_notebook(
     path: str | Path,
     output: str | Path,
@@ -305,7 +405,7 @@ def execute_notebook(
     output.parent.mkdir(parents=True, exist_ok=True)
     parameters = dict(parameters or {})
     cmd = [
-        sys.executable, "-m", "papermill", str(path), str(output),
+        sys.executable, "-c", _PAPERMILL_IPC, str(path), str(output),
         "-k", "python3",
         "--cwd", str(Path(cwd) if cwd else path.parent),
         "-y", yaml.safe_dump(parameters, default_flow_style=True),
@@ -322,6 +422,9 @@ def execute_notebook(
     env["HPCNB_DATA_LOG"] = str(data_log)
     env["HPCNB_BATCH"] = "1"  # notebooks keep progress bars quiet under the runner
     env.pop(HISTORY_ENV, None)
+    env.pop(SMOKE_ENV, None)
+    if parameters.get("SMOKE") is True:  # paper claims read "not tested (smoke inputs)"
+        env[SMOKE_ENV] = "1"
     if history is not None:
         env[HISTORY_ENV] = str(history)
     start = time.perf_counter()

@@ -6,6 +6,8 @@ default, or an existing scheduler when an address is given, so the same sweep go
 from a laptop to a cluster. Records are gathered into one CSV (parameters as
 columns) and ``records.json``; each grid point is reported as it completes and
 ``sweep.csv`` grows row by row, so a long sweep shows progress and keeps partial results.
+At the end the folder gets a ``report.md`` (:func:`hpcnb.report.render_report`) that
+states each grid point's parameters beside its status, records and claims.
 
 Only point ``--scheduler`` at a Dask scheduler you trust: its workers execute the notebooks.
 """
@@ -21,6 +23,7 @@ import pandas as pd
 import yaml
 
 from hpcnb.parameters import ParameterError
+from hpcnb.report import render_report
 from hpcnb.runfolder import locked_run_folder
 from hpcnb.runner import check_timeout, execute_notebook, prepare, timestamped_dir, write_run
 
@@ -96,7 +99,8 @@ def sweep(
 
     Returns:
         One row per grid point: its parameters, ``status``, ``seconds`` and records.
-        The same table is written to ``<out>/sweep.csv``.
+        The same table is written to ``<out>/sweep.csv``, a markdown report of the grid
+        points to ``<out>/report.md``; ``table.attrs["run_folder"]`` is the folder.
 
     Raises:
         ParameterError: Before anything runs, when a grid name or value, the worker count
@@ -165,4 +169,7 @@ def sweep(
                 cluster.close()
     table = pd.DataFrame([r for r in rows if r is not None])
     table.to_csv(out_dir / "sweep.csv", index=False)
+    if (out_dir / "run.json").is_file():
+        (out_dir / "report.md").write_text(render_report(out_dir), encoding="utf-8")
+    table.attrs["run_folder"] = str(out_dir)
     return table

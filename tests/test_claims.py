@@ -12,24 +12,31 @@ from hpcnb.claims import (
     MET,
     NOT_MET,
     NOT_REPRODUCED,
+    NOT_TESTED_SMOKE,
     NOT_TESTED_SYNTHETIC,
     OWN_DESIGN,
     REPRODUCED,
     SIMULATED_ONLY,
+    SMOKE_ENV,
+    SUCCESS,
     VERDICTS,
+    Claim,
     audit_claims,
     claim,
+    claims_frame,
     claims_table,
     evaluate_claims,
     paper_claims_judged_on_own_targets,
     read_claims,
+    render_html,
     render_markdown,
     reproducibility_summary,
     session_claims,
+    smoke_run,
     verdict,
 )
 from hpcnb.errors import ClaimError, HpcnbError
-from hpcnb.records import Record, clear_session, record, session_records
+from hpcnb.records import Record, clear_session, plural, record, session_records
 
 
 @pytest.fixture(autouse=True)
@@ -265,3 +272,98 @@ def test_audit_flags_paper_claims_on_our_targets_and_intervals_from_too_few():
     assert any("only our targets" in p for p in problems)
     assert any("interval from n=2" in p for p in problems)
     assert paper_claims_judged_on_own_targets(rows) == 1
+
+
+# --- smoke runs, HTML rendering, DataFrame -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "records", "expected"),
+    [("paper", [_rec()], NOT_TESTED_SMOKE),
+     ("paper", [_rec(value=0.5)], NOT_TESTED_SMOKE),
+     ("paper", [_rec(low=0.9, high=1.6)], NOT_TESTED_SMOKE),
+     ("paper", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
+     ("paper", [_rec(source="simulated")], SIMULATED_ONLY),
+     ("own design", [_rec()], MET),
+     ("own design", [_rec(value=0.1)], NOT_MET),
+     ("own design", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
+     ("by construction", [_rec()], BY_CONSTRUCTION)],
+)  # fmt: skip
+def test_a_smoke_run_leaves_paper_claims_untested_and_judges_our_own(kind, records, expected):
+    assert NOT_TESTED_SMOKE in VERDICTS and NOT_TESTED_SMOKE not in SUCCESS
+    assert verdict(kind, records, smoke=True) == expected
+
+
+def test_the_runner_flag_makes_the_table_a_smoke_table_and_the_audit_follows(monkeypatch):
+    record("a.speed", samples=[2.0, 2.1, 2.2, 1.9, 2.05, 2.0, 2.1], target="> 1",
+           target_from="paper", own_target="> 1.5")  # fmt: skip
+    claim("faster", records=["a.speed"], paper="2x")
+    monkeypatch.delenv(SMOKE_ENV, raising=False)
+    full = evaluate_claims()
+    assert [(r.verdict, r.smoke) for r in full] == [(REPRODUCED, False), (MET, False)]
+    monkeypatch.setenv(SMOKE_ENV, "1")
+    assert smoke_run()
+    rows = [row.to_json() for row in evaluate_claims()]
+    assert [(r["verdict"], r["smoke"]) for r in rows] == [(NOT_TESTED_SMOKE, True), (MET, True)]
+    records = session_records()
+    assert audit_claims(rows, records) == []
+    # the audit recomputes with the row's own flag: a smoke row may not say reproduced,
+    # a full-run row may not say "not tested (smoke inputs)"
+    assert audit_claims([{**rows[0], "verdict": REPRODUCED}], records)
+    assert audit_claims([{**rows[0], "smoke": False}], records)
+
+
+def test_claims_table_emits_escaped_coloured_html_and_a_frame(tmp_path):
+    path = _executed(
+        tmp_path,
+        "from hpcnb import claim, claims_table, record\n"
+        "from hpcnb.claims import claims_frame\n"
+        "record('k.real', samples=[2.0, 2.1, 2.2, 1.9, 2.05, 2.0, 2.1], target='> 1',"
+        " target_from='paper')\n"
+        "claim('<b>fast</b> & real', records=['k.real'], paper=2.15)\n"
+        "claims_table()\n"
+        "frame = claims_frame()\n"
+        "print(type(frame).__name__, list(frame['verdict']), len(frame))",
+    )
+    outputs = json.loads(path.read_text())["cells"][0]["outputs"]
+    bundle = next(o["data"] for o in outputs if CLAIMS_MIME in o.get("data", {}))
+    page = "".join(bundle["text/html"])
+    assert "&lt;b&gt;fast&lt;/b&gt; &amp; real" in page and "<b>fast</b>" not in page
+    assert '<span style="color:#1a7f37;font-weight:bold">reproduced</span>' in page
+    assert "<table" in page and "1 claim: 1 reproduced." in page
+    assert "1 claims" not in "".join(bundle["text/plain"])
+    printed = "".join("".join(o["text"]) for o in outputs if o["output_type"] == "stream")
+    assert "DataFrame ['reproduced'] 1" in printed
+    assert not any(o["output_type"] == "execute_result" for o in outputs)
+
+
+def test_claims_frame_has_the_json_columns_and_needs_claims():
+    with pytest.raises(ClaimError, match="no claims"):
+        claims_frame()
+    record("a.x", 2.0, target="> 1")
+    claim("mine", records=["a.x"], kind="own design")
+    frame = claims_frame()
+    assert list(frame["verdict"]) == [MET] and frame.loc[0, "records"] == ["a.x"]
+    assert {"claim", "kind", "measured", "judged_on", "smoke"} <= set(frame.columns)
+    assert claims_table() is None
+
+
+def test_html_colours_failures_red_and_plural_counts():
+    rows = evaluate_claims(
+        [Claim("slow", ("a.x",), paper=None)], {"a.x": _rec(value=0.5)}, smoke=False
+    )
+    page = render_html(rows)
+    assert '<span style="color:#cf222e;font-weight:bold">not reproduced</span>' in page
+    assert plural(1, "claim") == "1 claim" and plural(2, "claim") == "2 claims"
+    assert plural(0, "run") == "0 runs" and plural(3, "child", "children") == "3 children"
+
+
+def test_reproducibility_summary_of_a_smoke_run_says_so(monkeypatch, capsys):
+    monkeypatch.setenv(SMOKE_ENV, "1")
+    record("a.x", 2.0, target="> 1", target_from="paper")
+    record("a.y", 0.5, target="> 1", target_from="paper")
+    claim("one", records=["a.x"], paper="2x")
+    claim("two", records=["a.y"], paper="2x", explanation="too small here")
+    text = reproducibility_summary()
+    assert "SMOKE run: 2 paper claims not tested on smoke inputs" in text
+    assert "Paper claims not reproduced here" not in text

@@ -238,3 +238,29 @@ def test_stand_in_notice_says_how_to_fetch(capsys):
     out = capsys.readouterr().out
     assert out.startswith("**Synthetic data (a generated trace, stand-in for HPC2N).**")
     assert "hpcnb data fetch --all" in out and "real data not found" in out and "more" not in out
+
+
+CIFAR = "cifar10/cifar-10-python.tar.gz"
+
+
+def test_cli_list_shows_the_large_files_and_fetch_takes_their_names(isolated, monkeypatch,
+                                                                     capsys):  # fmt: skip
+    from hpcnb.data.registry import large_files
+
+    assert CIFAR in large_files()
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith(CIFAR)]
+    assert len(lines) == 1 and "170.5 MB" in lines[0] and "missing" in lines[0]
+    assert "not by --all" in out
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens: the fetch cannot reach any network
+    monkeypatch.setenv("HPCNB_DATA_MIRROR", f"http://127.0.0.1:{port}")
+    assert main(["data", "fetch", CIFAR, "--timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and CIFAR in errors[0] and "Traceback" not in err
+    assert not (isolated / "cache" / "data" / CIFAR).exists()
+    assert main(["data", "fetch", "cifar10/no-such.tar.gz"]) == 2

@@ -9,7 +9,11 @@ import pytest
 
 from conftest import NOTEBOOKS
 from hpcnb.claims import (
+    BY_CONSTRUCTION,
+    NOT_TESTED_SMOKE,
+    NOT_TESTED_SYNTHETIC,
     REPRODUCED,
+    SIMULATED_ONLY,
     SUCCESS,
     audit_claims,
     paper_claims_judged_on_own_targets,
@@ -92,22 +96,30 @@ def test_smoke_run(path, tmp_path):
     for key, target in expectation.smoke.items():
         assert key in result.records, f"{key} not recorded"
         assert target_met(result.records[key], target), f"{key} = {result.records[key]} !{target}"
-    _check_claims(result.output)
+    _check_claims(result.output, smoke=True)
 
 
-def _check_claims(output, *, readings=False):
+def _check_claims(output, *, readings=False, smoke=False):
     """Every claims row names records that exist and carries the verdict they imply.
 
     Paper claims rest on paper-figure targets only, no record with fewer than 3
     observations carries an interval, and (with ``readings``) every paper claim that is not
-    a success carries its reading.
+    a success carries its reading. A smoke run's rows say so and its paper claims are not
+    tested (smoke inputs) unless set by construction, synthetic or simulated; a full run's
+    paper claims are never "not tested (smoke inputs)".
     """
     records = {rec.key: rec for rec in read_record_details(output)}
     rows = read_claims(output)
     assert rows, "the notebook shows no claims table (claim(...) + claims_table())"
     assert audit_claims(rows, records) == []
     assert paper_claims_judged_on_own_targets(rows) == 0
+    untested = {NOT_TESTED_SMOKE, BY_CONSTRUCTION, NOT_TESTED_SYNTHETIC, SIMULATED_ONLY}
     for row in rows:
+        assert row.get("smoke") is smoke, f"{row['claim']!r}: smoke={row.get('smoke')!r}"
+        if smoke and row["kind"] == "paper":
+            assert row["verdict"] in untested, f"{row['claim']!r} is {row['verdict']} on smoke"
+        if not smoke:
+            assert row["verdict"] != NOT_TESTED_SMOKE, f"{row['claim']!r} in a full run"
         sources = {records[key].source for key in row["records"]}
         if row["verdict"] == REPRODUCED:
             assert sources <= {"real", "generated"}, f"{row['claim']!r} reproduced on {sources}"

@@ -16,6 +16,7 @@ from hpcnb.records import (
     difference_interval,
     evaluate_target,
     format_record,
+    format_record_html,
     median_interval,
     median_interval_coverage,
     read_record_details,
@@ -137,6 +138,9 @@ def test_record_emits_mime_bundle_in_a_kernel(tmp_path):
     raw = json.loads(path.read_text())
     data = raw["cells"][0]["outputs"][0]["data"]
     assert data[MIME_TYPE]["key"] == "k.v" and "k.v = 0.5" in data["text/plain"]
+    assert "<table" in "".join(data["text/html"]) and "<code>k.v</code>" in "".join(
+        data["text/html"]
+    )
 
 
 # --- uncertainty and provenance -------------------------------------------------------
@@ -331,3 +335,34 @@ def test_mean_interval_plain_and_grouped():
         mean_interval([])
     with pytest.raises(RecordError, match="labels"):
         mean_interval([1.0, 2.0], groups=["a"])
+
+
+# --- HTML rendering --------------------------------------------------------------------
+
+
+def test_record_html_escapes_texts_colours_the_state_and_aligns_numbers():
+    rec = Record(
+        "a.speed", 1.25, unit="<jobs>/s", target=">= 1", low=1.1, high=1.4, n=7,
+        note="fast & <i>loud</i>", coverage=0.95,
+    )  # fmt: skip
+    page = format_record_html(rec)
+    assert "&lt;jobs&gt;/s" in page and "fast &amp; &lt;i&gt;loud&lt;/i&gt;" in page
+    assert "<i>" not in page and "&gt;= 1 (ours)" in page
+    assert '<span style="color:#1a7f37;font-weight:bold">met</span>' in page
+    cells = page.split("<td ")[1:]
+    assert "<code>a.speed</code> = <b>1.25</b> &lt;jobs&gt;/s" in cells[0]
+    assert "text-align:left" in cells[0]
+    for cell, text in zip(cells[1:4], ("1.1", "1.4", "7"), strict=True):
+        assert "text-align:right" in cell and f">{text}</td>" in cell
+    missed = format_record_html(Record("a.slow", 0.5, target=">= 1"))
+    assert '<span style="color:#cf222e;font-weight:bold">not met</span>' in missed
+
+
+def test_record_displays_html_beside_the_line(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())
+    monkeypatch.setattr("IPython.display.display", lambda bundle, raw: shown.append(bundle))
+    record("a.x", 2.0, target="> 1", note="<b>")
+    (bundle,) = shown
+    assert bundle["text/plain"].startswith("a.x = 2") and "&lt;b&gt;" in bundle["text/html"]
+    assert bundle[MIME_TYPE]["key"] == "a.x"

@@ -413,3 +413,49 @@ def test_a_cached_rerun_shows_the_edited_prose(tmp_path):
     assert any(o.get("data") for c in reused.cells if c.cell_type == "code" for o in c.outputs)
     old = nbformat.read(runs / "a" / "m_prose.ipynb", as_version=4)
     assert old.cells[0].source == "# First title"  # the earlier run is left as it was
+
+
+# --- smoke runs: the kernel's flag, the report, the kernel transport -------------------
+
+_SMOKE_BODY = (
+    "import os\n"
+    "from hpcnb import claim, claims_table, record\n"
+    "record('t.flag', float(os.environ.get('HPCNB_SMOKE_RUN') == '1'))\n"
+    "record('t.speed', samples=[2.0, 2.1, 2.2, 1.9, 2.05, 2.0, 2.1], target='> 1',"
+    " target_from='paper')\n"
+    "record('t.ok', 1.0, target='>= 1')\n"
+    "claim('faster than the peer', records=['t.speed'], paper='2x')\n"
+    "claim('our check holds', records=['t.ok'], kind='own design')\n"
+    "claims_table()"
+)
+
+
+def test_a_smoke_run_flags_the_kernel_its_claims_and_its_report(tmp_path):
+    nb = make_notebook(tmp_path / "s_smoke.ipynb", PARAMS, _SMOKE_BODY)
+    out = tmp_path / "smoke"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpcnb", "run", str(nb), "--smoke", "-p", "X", "3",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "without encryption" not in proc.stderr  # the kernel talks over IPC sockets
+    assert json.loads((out / "records.json").read_text())["s_smoke"]["t.flag"] == 1.0
+    claims = json.loads((out / "claims.json").read_text())["s_smoke"]
+    assert [(c["verdict"], c["smoke"]) for c in claims] == [
+        ("not tested (smoke inputs)", True),
+        ("met", True),
+    ]
+    report = (out / "report.md").read_text()
+    assert report.splitlines()[2].startswith("**SMOKE run** (every notebook: `SMOKE=True`)")
+    assert "| `SMOKE=True`, `X=3.0` |" in report and "Parameters: `SMOKE=True`, `X=3.0`." in report
+    assert "1 met, 1 not tested (smoke inputs)" in report
+
+    (full,) = run_notebooks([nb], {}, out=tmp_path / "full", progress=False, timeout=300)
+    assert full.records["t.flag"] == 0.0
+    assert [(c["verdict"], c["smoke"]) for c in full.claims] == [
+        ("reproduced", False),
+        ("met", False),
+    ]
+    report = render_report(tmp_path / "full")
+    assert "SMOKE run" not in report and "| notebook defaults |" in report

@@ -37,6 +37,7 @@ def test_sweep_2x2_on_local_cluster(tmp_path):
         assert row["s.total"] == row["A"] + row["B"]
     assert (tmp_path / "out" / "sweep.csv").exists()
     assert (tmp_path / "out" / "records.json").exists()
+    assert table.attrs["run_folder"] == str(tmp_path / "out")
 
 
 def test_sweep_rejects_unknown_grid_names_before_running(tmp_path):
@@ -62,3 +63,21 @@ def test_unreachable_scheduler_and_bad_workers_fail_fast(tmp_path):
     assert time.monotonic() - start < 30
     with pytest.raises(ParameterError, match="workers"):
         sweep(nb, {"A": [1]}, workers=0, out=tmp_path / "o2")
+
+
+def test_sweep_writes_a_report_of_every_grid_point_and_prints_its_folder(tmp_path, capsys):
+    nb = make_notebook(
+        tmp_path / "s.ipynb", PARAMS, "from hpcnb import record\nrecord('s.total', A + B)"
+    )
+    grid = tmp_path / "g.yaml"
+    grid.write_text("A: [1, 2]\nB: 0.25\n")
+    out = tmp_path / "out"
+    status = main(["sweep", str(nb), "--grid", str(grid), "--workers", "1", "--smoke",
+                   "--out", str(out)])  # fmt: skip
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert f"run folder: {out}" in printed and f"report: {out / 'report.md'}" in printed
+    report = (out / "report.md").read_text()
+    assert report.splitlines()[2].startswith("**SMOKE run**")
+    assert "| s__000 | ok |" in report and "| s__001 | ok |" in report
+    assert "`A=1`, `B=0.25`, `SMOKE=True`" in report and "`A=2`, `B=0.25`, `SMOKE=True`" in report

@@ -250,8 +250,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--strict", action="store_true",
                      help="fail on a job larger than the machine (default: skip it)")  # fmt: skip
     sim.add_argument("--malleable-fraction", type=_fraction, default=0.0,
-                     help="share of multi-node jobs made malleable (0..1)")  # fmt: skip
-    sim.add_argument("--seed", type=int, default=0, help="seed of the malleable choice")
+                     help="share of multi-node jobs made malleable, 0..1 "
+                     "(default: %(default)s)")  # fmt: skip
+    sim.add_argument("--seed", type=int, default=0,
+                     help="seed of the malleable choice (default: %(default)s)")  # fmt: skip
     sim.add_argument("--on-error", choices=("error", "skip"), default="error",
                      help="malformed SWF lines: fail (default) or skip and report")  # fmt: skip
     sim.add_argument("--allocation", default=None, choices=("first-fit", "contiguous", "topology"),
@@ -262,16 +264,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--out", required=True, help="output folder")
     gen = sub.add_parser("generate", help="write a Lublin-Feitelson synthetic SWF workload")
     gen.add_argument("output", help="output .swf or .swf.gz")
-    gen.add_argument("--jobs", type=int, default=10000)
-    gen.add_argument("--nodes", type=int, default=256)
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--jobs", type=int, default=10000,
+                     help="jobs to generate (default: %(default)s)")  # fmt: skip
+    gen.add_argument("--nodes", type=int, default=256,
+                     help="machine size the jobs are drawn for (default: %(default)s)")  # fmt: skip
+    gen.add_argument("--seed", type=int, default=0,
+                     help="seed of the generator (default: %(default)s)")  # fmt: skip
     sub.add_parser("schedulers", help="list the scheduling policies")
     val = sub.add_parser("validate-dl", help="validate the DL workload model on measured data")
     val.add_argument("model_dir", help="folder with scalability.csv (Pollux format)")
     val.add_argument("--train-max-nodes", type=int, default=None,
                      help="extrapolate: fit on <= N nodes (default: cross-validation)")  # fmt: skip
-    val.add_argument("--folds", type=int, default=5)
-    val.add_argument("--seed", type=int, default=0)
+    val.add_argument("--folds", type=int, default=5,
+                     help="cross-validation folds (default: %(default)s)")  # fmt: skip
+    val.add_argument("--seed", type=int, default=0,
+                     help="seed of the fold split (default: %(default)s)")  # fmt: skip
     parser.set_defaults(func=handler)
 
 

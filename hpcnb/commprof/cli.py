@@ -58,9 +58,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads-hint",
         type=int,
         default=None,
-        help="expected threads, main included (matrix size; mismatch reported)",
+        help="expected threads, main included (matrix size; mismatch reported; "
+        "default: none expected, the threads that ran)",
     )
-    q.add_argument("--word-bytes", type=int, default=8, help="shadow word size in bytes")
-    q.add_argument("--timeout", type=float, default=600.0, help="valgrind time limit (s)")
+    q.add_argument("--word-bytes", type=int, default=8,
+                   help="shadow word size in bytes (default: %(default)s)")  # fmt: skip
+    q.add_argument("--timeout", type=float, default=600.0,
+                   help="valgrind time limit in seconds (default: %(default)s)")  # fmt: skip
     q.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
     q.set_defaults(func=profile_command)  # fmt: skip

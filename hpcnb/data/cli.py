@@ -6,6 +6,9 @@
     hpcnb data fetch NAME... | --all [--quiet] [--timeout S]
     hpcnb data verify                      exit 1 when a local copy is corrupt
 
+``list`` shows the registry's large files (the CIFAR-10 archive) after the others;
+``fetch --all`` leaves them out, ``fetch NAME`` takes their names too.
+
 ``fetch --all`` stops at the first network failure, so an offline machine spends one
 timeout, not one per file; it then says once that notebooks use labelled synthetic
 stand-ins and exits 0 with ``--quiet`` (as ``make run`` calls it), 1 otherwise.
@@ -23,6 +26,7 @@ from hpcnb.data.registry import (
     DownloadError,
     available,
     fetch_all,
+    large_files,
     registry,
     verify,
 )
@@ -58,6 +62,11 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{name:<{width}}  {_size(entry.size):>9}  {where[name]:<12}  {entry.licence}")
     missing = sum(w == "missing" for w in where.values())
     print(f"{len(entries)} files, {missing} missing; fetch with 'hpcnb data fetch --all'")
+    large, where_large = large_files(), available(large=True)
+    if large:
+        print("\nlarge files, fetched only by name ('hpcnb data fetch NAME'), not by --all:")
+        for name, entry in sorted(large.items()):
+            print(f"{name}  {_size(entry.size):>9}  {where_large[name]:<12}  {entry.licence}")
     return 0
 
 
@@ -66,7 +75,8 @@ def _fetch(args: argparse.Namespace) -> int:
         print("error: name files to fetch or give --all", file=sys.stderr)
         return 2
     names = None if args.all else args.names
-    unknown = [n for n in names or [] if n not in registry()]
+    known = registry().keys() | large_files().keys()
+    unknown = [n for n in names or [] if n not in known]
     if unknown:
         print(f"error: not in the registry: {', '.join(unknown)} (see 'hpcnb data list')",
               file=sys.stderr)  # fmt: skip
@@ -110,17 +120,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """
     parser = subparsers.add_parser("data", help="list, fetch and verify the real data")
     inner = parser.add_subparsers(dest="data_command", required=True)
-    inner.add_parser("list", help="registered files: size, where found, licence")
+    inner.add_parser("list", help="registered files and large files: size, where found, licence")
     fetch = inner.add_parser("fetch", help="download registered files into the cache")
-    fetch.add_argument("names", nargs="*", metavar="NAME", help="logical names")
-    fetch.add_argument("--all", action="store_true", help="every registered file")
+    fetch.add_argument("names", nargs="*", metavar="NAME",
+                       help="logical names as 'hpcnb data list' shows them")  # fmt: skip
+    fetch.add_argument("--all", action="store_true",
+                       help="every registered file except the large files")  # fmt: skip
     fetch.add_argument(
         "--quiet",
         action="store_true",
         help="no progress; an unreachable network is a notice, not an error",
     )
     fetch.add_argument("--timeout", type=_positive_seconds, default=30.0,
-                       help="seconds per connection and read (default 30)")  # fmt: skip
+                       help="seconds per connection and read (default: %(default)s)")  # fmt: skip
     inner.add_parser("verify", help="check local copies against the registry's sha256")
     parser.set_defaults(func=handler)
 

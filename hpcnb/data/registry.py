@@ -338,14 +338,18 @@ def fetch_all(
     return out
 
 
-def available() -> dict[str, str]:
+def available(*, large: bool = False) -> dict[str, str]:
     """Return, per registered file, where it is: ``"data folder"``, ``"cache"`` or ``"missing"``.
 
     A local copy whose checksum differs is reported as ``"corrupt: <path>"``.
+
+    Args:
+        large: Report the ``large_files`` table (:func:`large_files`) instead of the
+            registry's files.
     """
     out = {}
     root = data_dir()
-    for name, entry in sorted(registry().items()):
+    for name, entry in sorted((large_files() if large else registry()).items()):
         where = "missing"
         for label, folder in (("data folder", root), ("cache", cache_folder())):
             if folder is not None and (folder / name).is_file():

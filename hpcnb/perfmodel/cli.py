@@ -68,15 +68,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     val.add_argument("directory", metavar="DIR", help="model folder in the Pollux format")
     val.add_argument("--predictions", metavar="CSV", help="write per-row predictions here")
-    val.add_argument("--algorithm", choices=ALGORITHMS, default="ring")
+    val.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default="ring",
+        help="all-reduce algorithm of the communication term (default: %(default)s)",
+    )
     val.add_argument(
         "--gradient-bytes",
         type=float,
         default=None,
-        help="gradient size in bytes if known (beta is then seconds per byte)",
+        help="gradient size in bytes if known (beta is then seconds per byte; default: "
+        "unknown, beta is seconds per gradient)",
     )
     val.add_argument(
-        "--overlap", type=float, default=None, help="hold the overlap factor fixed (0..1)"
+        "--overlap",
+        type=float,
+        default=None,
+        help="hold the overlap factor fixed, 0..1 (default: fitted)",
     )
     parser.set_defaults(func=handler)
 
