@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hpcnb.errors import HpcnbError
@@ -188,15 +188,20 @@ def strip_notebook(path: str | Path) -> bool:
     return False
 
 
+def _print_markdown(command: str, render: Callable[[], str]) -> int:
+    """Print what ``render`` returns; a missing or corrupt run folder is one line, exit 2."""
+    try:
+        print(render(), end="")
+    except (FileNotFoundError, HpcnbError) as exc:
+        print(f"hpcnb {command}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from hpcnb.report import render_report
 
-    try:
-        print(render_report(args.run_dir), end="")
-    except (FileNotFoundError, HpcnbError) as exc:
-        print(f"hpcnb report: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return _print_markdown("report", lambda: render_report(args.run_dir))
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -216,12 +221,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_diff(args: argparse.Namespace) -> int:
     from hpcnb.rundiff import diff_runs, render_diff
 
-    try:
-        print(render_diff(diff_runs(args.run_a, args.run_b)), end="")
-    except (FileNotFoundError, HpcnbError) as exc:
-        print(f"hpcnb diff: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return _print_markdown("diff", lambda: render_diff(diff_runs(args.run_a, args.run_b)))
 
 
 def _cmd_site(args: argparse.Namespace) -> int:

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import nbformat
+
+
+def chromium() -> str | None:
+    """Return the Chromium executable: ``$HPCNB_CHROMIUM``, else ``chromium`` on PATH."""
+    named = os.environ.get("HPCNB_CHROMIUM")
+    if named:
+        return named if Path(named).is_file() else None
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
 
 
 def make_notebook(path: Path, parameters: str, *bodies: str) -> Path:

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import nbformat
 import psutil
 import pytest
 
+from _nbutil import chromium
 from conftest import NOTEBOOKS
 
 pytestmark = pytest.mark.slow
@@ -59,18 +59,6 @@ LAB_SETTINGS: dict[str, dict[str, Any]] = {
         "fetchNews": "false",
     },
 }
-
-
-def _chromium() -> str | None:
-    """Return the Chromium executable: ``$HPCNB_CHROMIUM``, else ``chromium`` on PATH."""
-    named = os.environ.get("HPCNB_CHROMIUM")
-    if named:
-        return named if Path(named).is_file() else None
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
 
 
 def _free_port() -> int:
@@ -209,7 +197,7 @@ def chromium_path() -> str:
         "playwright.sync_api",
         reason="Playwright's Python package is not installed (it is in the test extra)",
     )
-    path = _chromium()
+    path = chromium()
     if path is None:
         pytest.skip(
             "chromium not found: `make system-deps` installs Debian's chromium (as root), or set "

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from _nbutil import make_notebook
+from _nbutil import chromium, make_notebook
 from hpcnb.cli import main
 from hpcnb.runner import run_notebooks
 from hpcnb.site import SiteError, build_site
@@ -235,18 +235,6 @@ NO_CHROMIUM = (
 )
 
 
-def _chromium() -> str | None:
-    """Return the Chromium executable: ``$HPCNB_CHROMIUM``, else ``chromium`` on PATH."""
-    named = os.environ.get("HPCNB_CHROMIUM")
-    if named:
-        return named if Path(named).is_file() else None
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 @pytest.fixture
 def browser_page() -> Iterator[tuple[Any, list[str], list[str]]]:
     """Return a headless Chromium page, its console errors and any network request it tried."""
@@ -254,7 +242,7 @@ def browser_page() -> Iterator[tuple[Any, list[str], list[str]]]:
         "playwright.sync_api",
         reason="Playwright's Python package is not installed (it is in the test extra)",
     )
-    path = _chromium()
+    path = chromium()
     if path is None:
         pytest.skip(NO_CHROMIUM)
     from playwright.sync_api import sync_playwright
@@ -289,7 +277,7 @@ def browser_page() -> Iterator[tuple[Any, list[str], list[str]]]:
             browser.close()
 
 
-@pytest.mark.skipif(_chromium() is None, reason=NO_CHROMIUM)
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_index_and_a_notebook_page_render_offline_in_chromium(
     browser_page: tuple[Any, list[str], list[str]], site: Path
 ) -> None:
