@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -173,26 +174,36 @@ def test_wheel_runs_the_tour_outside_the_checkout(tmp_path):
         shipped = sorted(Path(n).name for n in zf.namelist() if n.startswith("hpcnb/_notebooks/"))
     assert shipped == CHECKOUT_NOTEBOOKS
 
-    site = tmp_path / "site"
+    # A fresh virtual environment: the wheel is its only hpcnb; the dependencies, already
+    # installed beside the running interpreter, are reached through a .pth line (no network).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)  # fmt: skip
+    venv_python = venv / "bin" / "python"
+    site = Path(subprocess.run(
+        [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip())  # fmt: skip
+    (site / "hpcnb-test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-         "--disable-pip-version-check", "-q", "--target", str(site), str(wheel)],
+        [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "--no-deps",
+         "--no-compile", "--disable-pip-version-check", "-q", str(wheel)],
         check=True, cwd=tmp_path, timeout=120,
     )  # fmt: skip
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in (NOTEBOOKS_ENV, "PYTHONPATH")}
-    env["PYTHONPATH"] = str(site)
     env["HPCNB_CACHE"] = str(tmp_path / "cache")
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
 
     def hpcnb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(site / "bin" / "hpcnb"), *args], cwd=work, env=env, capture_output=True,
+            [str(venv / "bin" / "hpcnb"), *args], cwd=work, env=env, capture_output=True,
             text=True, timeout=timeout,
         )  # fmt: skip
 
     where = subprocess.run(
-        [sys.executable, "-c", "import hpcnb, hpcnb.runner as r; "
+        [str(venv_python), "-c", "import hpcnb, hpcnb.runner as r; "
          "print(hpcnb.__file__); print(r.notebooks_dir())"],
         cwd=work, env=env, capture_output=True, text=True, check=True,
     ).stdout.split("\n")  # fmt: skip
