@@ -49,10 +49,12 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -61,7 +63,12 @@ from hpcnb.commprof.instrument import Region
 from hpcnb.commprof.runtime import MemoryConfig, Profile
 from hpcnb.errors import HpcnbError
 
+if TYPE_CHECKING:
+    from hpcnb.launch import ProcessTree
+
 __all__ = [
+    "MAX_LOG_BYTES",
+    "OUTPUT_TAIL_BYTES",
     "STACK_WINDOW",
     "DataObject",
     "ProgramProfile",
@@ -79,9 +86,15 @@ __all__ = [
 
 #: Bytes of the main thread's stack below the logger's constructor frame taken as an object.
 STACK_WINDOW = 1 << 20
-#: Default limit on the size of a lackey log (bytes): use smaller inputs beyond it (the
-#: parse holds the log and one tuple per word access in memory, a few times the log's size).
+#: Default limit on the size of a lackey log (bytes), enforced while valgrind runs: use
+#: smaller inputs beyond it (the parse holds the log and one tuple per word access in
+#: memory, a few times the log's size).
 MAX_LOG_BYTES = 256 << 20
+#: Bytes of the end of the program's standard output (and error) kept in a
+#: :class:`TraceRun`; the whole output streams to a temporary file during the run.
+OUTPUT_TAIL_BYTES = 64 << 10
+#: Seconds between two looks at the lackey log's size while valgrind runs.
+_POLL_S = 0.2
 #: Recorded run shipped with the package (a 4-thread ring exchange, ``csrc/ring.c``).
 RECORDED = "ring_t4"
 _PIE_BASE = 0x108000  # where valgrind loads a position-independent main executable
@@ -105,34 +118,68 @@ def _csource(name: str) -> str:
     return resources.files("hpcnb.commprof").joinpath("csrc", name).read_text(encoding="utf-8")
 
 
+def _logger_problem(so: Path, sidecar: Path) -> str | None:
+    """Why the cached logger ``so`` cannot be used.
+
+    Returns:
+        ``""`` when its checksum matches, ``None`` when it has no checksum file yet (it is
+        rebuilt without a warning), else the reason.
+    """
+    try:
+        data = so.read_bytes()
+        expected = sidecar.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"it cannot be read ({exc})"
+    if data[:4] != b"\x7fELF":
+        return "it is not an ELF shared object"
+    if hashlib.sha256(data).hexdigest() != expected:
+        return "its SHA-256 differs from the one recorded when it was built"
+    return ""
+
+
 def allocation_logger() -> Path:
     """Compile the allocation logger (once per source and machine) and return the ``.so``.
 
     Cached under ``hpcnb.paths.cache_dir("commprof")`` keyed by the source's hash and
-    :func:`hpcnb.paths.machine_key`.
+    :func:`hpcnb.paths.machine_key`, next to ``<name>.so.sha256``, the SHA-256 of the
+    ``.so`` as built. A cached file whose checksum does not match (truncated, altered) is
+    rebuilt with a warning naming it; one without a checksum file is rebuilt quietly. The
+    compiler writes into a private temporary file that is then moved into place
+    atomically, so processes building at once all succeed.
 
     Raises:
         TraceError: gcc is missing or fails.
     """
+    from hpcnb.codecache import atomic_write
     from hpcnb.launch import run_bounded
     from hpcnb.paths import cache_dir, machine_key
 
     src = _csource("allocation_logger.c")
     key = hashlib.sha256((src + machine_key()).encode()).hexdigest()[:16]
-    out = cache_dir("commprof") / f"allocation_logger-{key}.so"
-    if out.is_file():
-        return out
+    folder = cache_dir("commprof")
+    out = folder / f"allocation_logger-{key}.so"
+    sidecar = folder / f"{out.name}.sha256"
+    if out.exists():
+        problem = _logger_problem(out, sidecar)
+        if problem == "":
+            return out
+        if problem is not None:
+            warnings.warn(f"cached allocation logger {out}: {problem}; rebuilding it", stacklevel=2)
     if shutil.which("gcc") is None:
         raise TraceError("gcc not found: install it (apt-get install gcc) to build the logger")
-    with tempfile.TemporaryDirectory() as tmp:
-        c = Path(tmp, "allocation_logger.c")
-        c.write_text(src)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=folder) as tmp:
+        c = Path(tmp, "allocation_logger.c")  # fixed name: the same bytes in every build
+        c.write_text(src, encoding="utf-8")
         part = Path(tmp, out.name)
         cmd = ["gcc", "-O2", "-shared", "-fPIC", str(c), "-o", str(part)]
         res = run_bounded(cmd, timeout=120)
         if res.returncode:
             raise TraceError(f"gcc failed on the allocation logger:\n{res.stderr[-2000:]}")
-        shutil.move(str(part), out)
+        digest = hashlib.sha256(part.read_bytes()).hexdigest()
+        os.replace(part, out)
+    atomic_write(sidecar, digest + "\n")
     return out
 
 
@@ -145,7 +192,12 @@ class TraceRun:
         allocations: The allocation logger's output.
         binary: Functions, symbols, line table and loops of the program.
         command: The program and its arguments.
-        stdout: The program's standard output.
+        stdout: The program's standard output, at most its last :data:`OUTPUT_TAIL_BYTES`
+            bytes; a longer output starts with a ``[... N earlier bytes of stdout
+            dropped ...]`` line.
+        stderr: The same for its standard error.
+        stdout_bytes: Bytes the program wrote to its standard output in all.
+        stderr_bytes: Bytes it wrote to its standard error in all.
     """
 
     log: str
@@ -153,6 +205,57 @@ class TraceRun:
     binary: BinaryInfo
     command: list[str]
     stdout: str = ""
+    stderr: str = ""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+
+def _output_tail(path: Path, name: str, limit: int = OUTPUT_TAIL_BYTES) -> tuple[str, int]:
+    """The last ``limit`` bytes of the output file ``path`` as text, and its size."""
+    size = path.stat().st_size if path.is_file() else 0
+    if size == 0:
+        return "", 0
+    with path.open("rb") as handle:
+        handle.seek(max(0, size - limit))
+        text = handle.read(limit).decode("utf-8", errors="replace")
+    if size > limit:
+        text = f"[... {size - limit} earlier bytes of {name} dropped ...]\n{text}"
+    return text, size
+
+
+def _too_big(prog: str, size: int, limit: int) -> TraceError:
+    return TraceError(
+        f"{prog}: the lackey log reached {size} bytes, over max_log_bytes={limit} "
+        f"({limit / (1 << 20):g} MiB), and valgrind was stopped; run the program on a "
+        "smaller input or raise the limit (max_log_bytes=..., or --max-log-mib on the "
+        "command line)"
+    )
+
+
+def _watch(tree: ProcessTree, log: Path, max_log_bytes: int, timeout: float) -> str | int:
+    """Wait for ``tree``'s command, polling the log's size every :data:`_POLL_S` seconds.
+
+    Returns:
+        The exit status, ``"log"`` once the log exceeds ``max_log_bytes`` or
+        ``"timeout"`` after ``timeout`` seconds (the caller stops the tree).
+    """
+    import subprocess
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return tree.proc.wait(timeout=max(0.0, min(_POLL_S, left)))
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            if log.stat().st_size > max_log_bytes:
+                return "log"
+        except FileNotFoundError:
+            pass
+        if time.monotonic() >= deadline:
+            return "timeout"
 
 
 def run_program(
@@ -164,20 +267,28 @@ def run_program(
 ) -> TraceRun:
     """Run ``command`` (an unmodified ``-g`` program and its arguments) under lackey.
 
+    The log's size is watched while valgrind runs: as soon as it passes
+    ``max_log_bytes``, valgrind and every process it started are stopped. The program's
+    standard output and error go to files in the run's temporary folder, of which only
+    the last :data:`OUTPUT_TAIL_BYTES` bytes are kept; the folder is removed in any case.
+
     Args:
         command: The program and its arguments.
         timeout: Wall-clock limit of the valgrind run (s); everything is stopped after it.
         env: Extra environment variables for the program.
-        max_log_bytes: Refuse to read a larger log (the run's input is too big).
+        max_log_bytes: Largest lackey log allowed (bytes); the run is stopped beyond it.
 
     Raises:
         BinaryError: The program is not an ELF executable; NoDebugInfoError: no ``-g``.
-        TraceError: valgrind is missing, fails, or its log is too large.
+        TraceError: valgrind is missing, fails, runs past ``timeout`` or its log grows
+            past ``max_log_bytes``.
     """
-    from hpcnb.launch import LaunchTimeoutError, run_bounded
+    from hpcnb.launch import ProcessTree
 
     if not command:
         raise TraceError("no program given")
+    if max_log_bytes <= 0:
+        raise ValueError(f"max_log_bytes={max_log_bytes}: expected a positive size")
     prog = shutil.which(command[0]) or command[0]
     binary = read_binary(prog)  # a clear error for a missing file or a build without -g
     if shutil.which("valgrind") is None:
@@ -185,6 +296,7 @@ def run_program(
     logger = allocation_logger()
     with tempfile.TemporaryDirectory(prefix="commprof-") as tmp:
         log, alloc = Path(tmp, "lackey.log"), Path(tmp, "alloc.log")
+        out_path, err_path = Path(tmp, "stdout"), Path(tmp, "stderr")
         run_env = dict(os.environ)
         run_env.setdefault("OMP_WAIT_POLICY", "passive")
         run_env.update(env or {})
@@ -194,26 +306,31 @@ def run_program(
             "valgrind", "--tool=lackey", "--trace-mem=yes", "--trace-sched=yes",
             "--trace-syscalls=yes", f"--log-file={log}", prog, *command[1:],
         ]  # fmt: skip
-        try:
-            res = run_bounded(cmd, timeout=timeout, env=run_env)
-        except LaunchTimeoutError as exc:
-            raise TraceError(f"{prog}: valgrind ran past {timeout:g} s ({exc})") from None
-        if res.returncode:
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            tree = ProcessTree(cmd, env=run_env, stdout=out, stderr=err)
+            try:
+                status = _watch(tree, log, max_log_bytes, timeout)
+            finally:  # also on Ctrl-C: valgrind and everything it started
+                tree.stop()
+        size = log.stat().st_size if log.is_file() else 0
+        if status == "timeout":
             raise TraceError(
-                f"{prog}: exited with status {res.returncode} under valgrind:\n"
-                f"{(res.stderr or '')[-2000:]}"
+                f"{prog}: valgrind ran past {timeout:g} s and was stopped with everything "
+                "it started; raise the timeout or run the program on a smaller input"
+            )
+        if status == "log" or size > max_log_bytes:
+            raise _too_big(prog, size, max_log_bytes)
+        stdout, n_out = _output_tail(out_path, "stdout")
+        stderr, n_err = _output_tail(err_path, "stderr")
+        if status:
+            raise TraceError(
+                f"{prog}: exited with status {status} under valgrind:\n{stderr[-2000:]}"
             )
         if not log.is_file():
             raise TraceError(f"{prog}: valgrind wrote no log ({log})")
-        size = log.stat().st_size
-        if size > max_log_bytes:
-            raise TraceError(
-                f"{prog}: lackey log of {size} bytes exceeds max_log_bytes={max_log_bytes}; "
-                "run the program on a smaller input"
-            )
         text = log.read_text(errors="replace")
         allocs = alloc.read_text() if alloc.is_file() else ""
-    return TraceRun(text, allocs, binary, [prog, *command[1:]], res.stdout)
+    return TraceRun(text, allocs, binary, [prog, *command[1:]], stdout, stderr, n_out, n_err)
 
 
 @dataclass(frozen=True)
@@ -643,7 +760,7 @@ def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
             keep.append(line.rstrip("\n"))
         elif c == "S" and _CLONE.match(line):
             keep.append(line.rstrip("\n"))
-    return TraceRun("\n".join(keep) + "\n", run.allocations, run.binary, run.command, run.stdout)
+    return replace(run, log="\n".join(keep) + "\n")
 
 
 def save_run(run: TraceRun, folder: Path, name: str) -> list[Path]:
@@ -689,7 +806,11 @@ def profile_program(
     word_bytes: int = 8,
     timeout: float = 600.0,
     env: dict[str, str] | None = None,
+    max_log_bytes: int = MAX_LOG_BYTES,
 ) -> ProgramProfile:
-    """Run ``command`` under valgrind and return its :class:`ProgramProfile`."""
-    run = run_program(command, timeout=timeout, env=env)
+    """Run ``command`` under valgrind and return its :class:`ProgramProfile`.
+
+    The arguments are those of :func:`run_program` and :func:`parse_trace`.
+    """
+    run = run_program(command, timeout=timeout, env=env, max_log_bytes=max_log_bytes)
     return parse_trace(run, word_bytes=word_bytes, threads_hint=threads_hint)

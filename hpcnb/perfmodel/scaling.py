@@ -23,11 +23,16 @@ File formats (see ``../shared/data/README.md``):
 * ``placements.csv``: ``placement,local_bsz,step_time,sync_time`` where ``placement`` is a
   string of per-node GPU counts (``"4"``: one node with 4 GPUs, ``"2434"``: 4 nodes).
 * ``scalability.csv``: ``num_nodes,num_replicas,local_bsz,step_time,sync_time``.
+
+Both are UTF-8 text (a byte-order mark is allowed) of at most :data:`MAX_TABLE_BYTES`
+bytes with fields of at most :data:`MAX_FIELD_CHARS` characters; anything else is a
+:class:`ScalingDataError` naming the file and line.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -40,8 +45,14 @@ from hpcnb.perfmodel.allreduce import message_terms, overlapped_step
 
 PLACEMENT_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
 SCALABILITY_COLUMNS = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
+#: Largest measurement table read (bytes); real tables hold a few hundred short rows.
+MAX_TABLE_BYTES = 64 << 20
+#: Longest field accepted in a measurement table (characters).
+MAX_FIELD_CHARS = 1024
 
 __all__ = [
+    "MAX_FIELD_CHARS",
+    "MAX_TABLE_BYTES",
     "PLACEMENT_COLUMNS",
     "SCALABILITY_COLUMNS",
     "ScalingDataError",
@@ -85,27 +96,74 @@ class ScalingTable:
         return len(self.step_time)
 
 
-def _open_rows(path: Path, columns: tuple[str, ...]) -> tuple[list[dict[str, str]], list[int]]:
+def _read_text(path: Path, columns: tuple[str, ...]) -> str:
+    """The file's text, checked to be bounded, UTF-8 and free of NUL bytes."""
+    expected = f"expected a CSV table with columns {','.join(columns)}"
     if not path.is_file():
-        raise ScalingDataError(f"{path}: file not found (expected columns {','.join(columns)})")
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
+        raise ScalingDataError(f"{path}: file not found ({expected})")
+    try:
+        size = path.stat().st_size
+        if size > MAX_TABLE_BYTES:
+            raise ScalingDataError(
+                f"{path}: {size} bytes, over the limit of {MAX_TABLE_BYTES} bytes for a "
+                f"measurement table; {expected}"
+            )
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ScalingDataError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        start = exc.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        line = data.count(b"\n", 0, start) + 1
+        raise ScalingDataError(
+            f"{path}: line {line}: byte 0x{data[start]:02x} is not UTF-8 text (not a "
+            f"text file?); {expected}"
+        ) from None
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise ScalingDataError(
+            f"{path}: line {line}: contains a NUL byte (not a text file?); {expected}"
+        )
+    return text
+
+
+def _long_field(path: Path, line: int) -> ScalingDataError:
+    return ScalingDataError(
+        f"{path}: line {line}: a field longer than {MAX_FIELD_CHARS} characters; "
+        "expected short fields (numbers and placements)"
+    )
+
+
+def _open_rows(path: Path, columns: tuple[str, ...]) -> tuple[list[dict[str, str]], list[int]]:
+    reader = csv.DictReader(io.StringIO(_read_text(path, columns), newline=""))
+    rows, lines = [], []
+    try:
         header = reader.fieldnames or []
+        if any(len(h) > MAX_FIELD_CHARS for h in header):
+            raise _long_field(path, reader.line_num)
         missing = [c for c in columns if c not in header]
         if missing:
             raise ScalingDataError(
                 f"{path}: line 1: header {','.join(header) or '(empty)'} lacks column(s) "
                 f"{','.join(missing)}; expected {','.join(columns)}"
             )
-        rows, lines = [], []
         for row in reader:
             if None in row or any(row.get(c) is None for c in columns):
                 raise ScalingDataError(
                     f"{path}: line {reader.line_num}: expected {len(header)} fields "
                     f"({','.join(header)}), got a row of a different length"
                 )
+            if any(len(v) > MAX_FIELD_CHARS for v in row.values()):
+                raise _long_field(path, reader.line_num)
             rows.append(row)
             lines.append(reader.line_num)
+    except csv.Error as exc:
+        line = max(reader.reader.line_num, 1)  # the inner reader's: the failing line
+        if "field larger than field limit" in str(exc):
+            raise _long_field(path, line) from None
+        raise ScalingDataError(f"{path}: line {line}: not a valid CSV row ({exc})") from None
     if not rows:
         raise ScalingDataError(f"{path}: no data rows after the header")
     return rows, lines
@@ -134,8 +192,10 @@ def read_placements(path: str | Path) -> ScalingTable:
         path: The file.
 
     Raises:
-        ScalingDataError: Missing file or column, a short row, a placement that is not a
-            string of digits 1–9, or a non-positive number; the message names file and line.
+        ScalingDataError: Missing, unreadable, oversized or non-text file, a malformed
+            CSV row or over-long field, missing column, a short row, a placement that is
+            not a string of digits 1–9, or a non-positive number; the message names file
+            and line.
     """
     path = Path(path)
     rows, lines = _open_rows(path, PLACEMENT_COLUMNS)
@@ -164,8 +224,9 @@ def read_scalability(path: str | Path) -> ScalingTable:
         path: The file.
 
     Raises:
-        ScalingDataError: Missing file or column, a short row, non-positive numbers, or
-            fewer replicas than nodes; the message names file and line.
+        ScalingDataError: Missing, unreadable, oversized or non-text file, a malformed
+            CSV row or over-long field, missing column, a short row, non-positive numbers,
+            or fewer replicas than nodes; the message names file and line.
     """
     path = Path(path)
     rows, lines = _open_rows(path, SCALABILITY_COLUMNS)
