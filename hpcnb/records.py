@@ -59,6 +59,8 @@ NOMINAL_COVERAGE = 0.95
 MIN_INTERVAL_N = 3  # fewer observations carry no interval
 MET, NOT_MET, INCONCLUSIVE, NOT_TESTED = "met", "not met", "inconclusive", "not tested"
 MAX_SAMPLES = 100_000
+#: Longest text of each record field, in characters (a record is a headline, not a log).
+MAX_TEXT = {"key": 120, "unit": 64, "note": 2000, "paper": 500}
 #: Colour of each target state (and claim verdict) in the HTML outputs.
 STATE_COLOURS = {MET: "#1a7f37", NOT_MET: "#cf222e", INCONCLUSIVE: "#9a6700"}
 NEUTRAL_COLOUR = "#57606a"
@@ -70,6 +72,7 @@ _ON_CLEAR: list[Callable[[], None]] = []  # layers above (claims) forget their s
 __all__ = [
     "INCONCLUSIVE",
     "MET",
+    "MAX_TEXT",
     "MIME_TYPE",
     "MIN_INTERVAL_N",
     "NOMINAL_COVERAGE",
@@ -230,14 +233,14 @@ class Record:
             return cls(
                 key=key,
                 value=_check_value(key, payload["value"]),
-                unit=str(payload.get("unit", "")),
+                unit=_check_text(key, "unit", payload.get("unit", "")),
                 target=_check_target(key, payload.get("target")),
-                paper=payload.get("paper"),
+                paper=_check_paper(key, payload.get("paper")),
                 n=None if n is None else int(n),
                 low=None if low is None else float(low),
                 high=None if high is None else float(high),
                 source=_check_source(key, payload.get("source", "real")),
-                note=str(payload.get("note", "")),
+                note=_check_text(key, "note", payload.get("note", "")),
                 samples=samples,
                 target_from=str(target_from),
                 own_target=_check_target(key, payload.get("own_target")),
@@ -247,7 +250,20 @@ class Record:
             raise RecordError(f"{where}: malformed record payload ({exc})") from exc
 
 
+def _check_text(key: str, field: str, text: object) -> str:
+    """Return ``text`` as a string within :data:`MAX_TEXT`, else raise :class:`RecordError`."""
+    value = str(text)
+    limit = MAX_TEXT[field]
+    if len(value) > limit:
+        raise RecordError(
+            f"record {key[:120]!r}: {field} of {len(value)} characters is longer than {limit}"
+        )
+    return value
+
+
 def _check_key(key: str) -> None:
+    if isinstance(key, str) and len(key) > MAX_TEXT["key"]:
+        raise RecordError(f"record key of {len(key)} characters is longer than {MAX_TEXT['key']}")
     if not isinstance(key, str) or not KEY_PATTERN.match(key):
         raise RecordError(
             f"record key {key!r} is not of the form '<area>.<metric>' in snake_case "
@@ -286,6 +302,14 @@ def _check_target(key: str, target: object) -> float | str | None:
             )
         return target
     return _as_float(key, target, "target")
+
+
+def _check_paper(key: str, paper: object) -> float | str | None:
+    if paper is None:
+        return None
+    if isinstance(paper, str):
+        return _check_text(key, "paper", paper)
+    return _check_value(key, paper)
 
 
 def _check_source(key: str, source: object) -> str:
@@ -849,14 +873,14 @@ def record(
     rec = Record(
         key=key,
         value=value,
-        unit=str(unit),
+        unit=_check_text(key, "unit", unit),
         target=_check_target(key, target),
-        paper=paper if paper is None or isinstance(paper, str) else _check_value(key, paper),
+        paper=_check_paper(key, paper),
         n=None if n is None else int(n),
         low=low,
         high=high,
         source=_check_source(key, source),
-        note=str(note),
+        note=_check_text(key, "note", note),
         samples=sample_tuple,
         target_from=target_from,
         own_target=_check_target(key, own_target),

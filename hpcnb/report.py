@@ -36,7 +36,7 @@ def _fmt(value: object) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return " ".join(str(value).replace("|", "\\|").split())
 
 
 def parameters_text(parameters: dict[str, Any] | None) -> str:
@@ -173,9 +173,9 @@ def render_report(run_dir: str | Path) -> str:
     run_path = run_dir / "run.json"
     if not run_path.is_file():
         raise FileNotFoundError(f"{run_dir}: no run.json (not a folder written by 'hpcnb run')")
-    run = read_run_tables(run_dir)["run.json"]
+    run = read_run_tables(run_dir)["run.json"]  # every entry validated
     for stem, info in run.items():
-        if not isinstance(info, dict) or not {"status", "seconds", "output"} <= set(info):
+        if not {"status", "seconds", "output"} <= set(info):
             raise RunFolderError(f"{run_path}: entry {stem!r} is not a notebook result")
     lines = [f"# hpcnb run {run_dir.name}", "", *_smoke_notice(run)]
     lines += [
@@ -197,13 +197,13 @@ def render_report(run_dir: str | Path) -> str:
             details = read_record_details(output)
             claims = read_claims(output)
         except (HpcnbError, ValueError) as exc:
-            sections += ["", f"## {stem}", "", f"records unreadable: {exc}"]
+            sections += ["", f"## {_fmt(stem)}", "", f"records unreadable: {_fmt(exc)}"]
             continue
         if not details and not claims:
             continue
         sections += [
             "",
-            f"## {stem}",
+            f"## {_fmt(stem)}",
             "",
             f"Parameters: {parameters_text(info.get('parameters'))}.",
             "",
@@ -227,8 +227,9 @@ def render_report(run_dir: str | Path) -> str:
             if rec.own_target is not None:
                 target += f" (ours: {_fmt(rec.own_target)}, {rec.own_met})"
             sections.append(
-                f"| {rec.key} | {_fmt(rec.value)} | {interval} | {_fmt(rec.n)} | {rec.unit} "
-                f"| {target} | {whose} | {mark} | {rec.source} | {_fmt(rec.paper)} |"
+                f"| {_fmt(rec.key)} | {_fmt(rec.value)} | {_fmt(interval)} | {_fmt(rec.n)} "
+                f"| {_fmt(rec.unit)} | {_fmt(target)} | {_fmt(whose)} | {mark} "
+                f"| {_fmt(rec.source)} | {_fmt(rec.paper)} |"
             )
         if claims:
             sections += ["", "| claim | kind | paper | measured | verdict | reading |"]
@@ -249,8 +250,9 @@ def render_report(run_dir: str | Path) -> str:
         if info.get("cell") is not None:
             error = f"cell {info['cell']}: {error}"
         lines.append(
-            f"| {stem} | {info['status']} | {info['seconds']:.1f} | {_counts(per_notebook[stem])} "
-            f"| {_fmt(error)} | {_fmt(parameters_text(info.get('parameters')))} |"
+            f"| {_fmt(stem)} | {info['status']} | {info['seconds']:.1f} "
+            f"| {_counts(per_notebook[stem])} | {_fmt(error)} "
+            f"| {_fmt(parameters_text(info.get('parameters')))} |"
         )
     lines += _environments(run)
     lines += sections

@@ -62,6 +62,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hpcnb.cachefile import write_private_atomic
 from hpcnb.errors import HpcnbError
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "RunFolderError",
     "data_states_match",
     "find_cached",
+    "held_lock_fd",
     "inputs_key",
     "inputs_parts",
     "key_of",
@@ -79,6 +81,8 @@ __all__ = [
     "measurement_environment",
     "package_digest",
     "read_run_tables",
+    "unique_run_folder",
+    "validate_run_entry",
     "write_json_atomic",
 ]
 
@@ -120,6 +124,7 @@ NEUTRAL_HPCNB_ENV = (
     "HPCNB_HISTORY",
     "HPCNB_SMOKE_RUN",
     "HPCNB_LAUNCH_TOKEN",
+    "HPCNB_SWEEP_TOKEN",
     "HPCNB_SMOKE_TIMEOUT",
     "HPCNB_FULL",
     "HPCNB_CHROMIUM",
@@ -153,15 +158,20 @@ def locked_run_folder(out: str | Path, *, resume: bool = False) -> Iterator[Path
     import fcntl
 
     out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise RunFolderError(f"--out {out}: is a symbolic link to nothing ({os.readlink(out)})")
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and not resume and any(p.name != LOCK_NAME for p in out.iterdir()):
-        raise RunFolderError(
-            f"--out {out}: folder is not empty; give an empty or new folder, or --resume "
-            "to continue the run that is there"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if out.is_dir() and not resume and any(p.name != LOCK_NAME for p in out.iterdir()):
+            raise RunFolderError(
+                f"--out {out}: folder is not empty; give an empty or new folder, or --resume "
+                "to continue the run that is there"
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise RunFolderError(f"--out {out}: cannot be used ({_os_reason(exc)})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -171,29 +181,72 @@ def locked_run_folder(out: str | Path, *, resume: bool = False) -> Iterator[Path
                 f"--out {out}: in use by another hpcnb run (pid {holder}); wait for it or "
                 "choose another folder"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        with contextlib.suppress(OSError):  # the pid is a courtesy: a full disk may refuse it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        _HELD_LOCKS[str(out.resolve())] = fd
         yield out
     finally:
+        _HELD_LOCKS.pop(str(out.resolve()), None)
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 
+_HELD_LOCKS: dict[str, int] = {}
+
+
+def held_lock_fd(folder: str | Path) -> int | None:
+    """Return the descriptor of the lock this process holds on ``folder``, if any.
+
+    The runner hands it to the watchdog of each notebook's processes
+    (:class:`hpcnb.launch.ProcessTree`), so the folder stays locked while anything the
+    run started is still alive, even after the run itself was killed.
+    """
+    return _HELD_LOCKS.get(str(Path(folder).resolve()))
+
+
+def _os_reason(exc: OSError) -> str:
+    """One line for an operating-system error: its text and the file it names."""
+    reason = exc.strerror or str(exc)
+    return f"{reason}: {exc.filename}" if exc.filename else reason
+
+
+def unique_run_folder(root: str | Path, stem: str) -> Path:
+    """Create and return a new empty folder ``root/stem`` (``stem-2``, ``-3``... if taken).
+
+    The folder is created with an exclusive ``mkdir``, so two runs started in the same
+    second get two folders.
+
+    Raises:
+        RunFolderError: ``root`` cannot be created or written.
+    """
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10_000):
+            folder = root / (stem if n == 1 else f"{stem}-{n}")
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            return folder
+    except OSError as exc:
+        raise RunFolderError(f"{root}: cannot create a run folder ({_os_reason(exc)})") from None
+    raise RunFolderError(f"{root}: 10000 run folders named {stem}*; choose --out")
+
+
 def write_json_atomic(path: Path, data: Any, *, indent: int = 2, sort_keys: bool = True) -> None:
-    """Write ``data`` as strict JSON to ``path`` through a temporary file and a rename.
+    """Write ``data`` as strict JSON to ``path`` through a private temporary file and a rename.
+
+    (:func:`hpcnb.cachefile.write_private_atomic`: a unique temporary name, so two writers
+    never share one; flushed to disk before the rename.)
 
     Raises:
         ValueError: ``data`` holds NaN or infinity.
     """
     text = json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    write_private_atomic(path, text)
 
 
 def read_run_tables(out: str | Path) -> dict[str, dict[str, Any]]:
@@ -215,8 +268,55 @@ def read_run_tables(out: str | Path) -> dict[str, dict[str, Any]]:
             raise RunFolderError(f"{path}: unreadable ({exc}); move it away to continue") from exc
         if not isinstance(data, dict):
             raise RunFolderError(f"{path}: expected a JSON object, found {type(data).__name__}")
+        if name == "run.json":
+            for stem, entry in data.items():
+                validate_run_entry(entry, f"{path}: entry {stem!r}")
         tables[name] = data
     return tables
+
+
+#: Fields of a ``run.json`` entry and the JSON types each may have.
+_RUN_FIELDS: dict[str, tuple[type, ...]] = {
+    "status": (str,),
+    "seconds": (int, float),
+    "output": (str,),
+    "error": (str,),
+    "cell": (int, type(None)),
+    "parameters": (dict,),
+    "inputs_key": (str,),
+    "data": (dict,),
+    "cached_from": (str,),
+    "machine": (str,),
+    "environment": (dict,),
+    "inputs": (dict,),
+    "notebook": (str,),
+}
+_STATUSES = ("ok", "failed", "timeout", "interrupted")
+
+
+def validate_run_entry(entry: Any, where: str) -> None:
+    """Check one ``run.json`` entry: a mapping with a known status and well-typed fields.
+
+    Raises:
+        RunFolderError: Naming ``where`` and the field that is wrong.
+    """
+    if not isinstance(entry, dict):
+        raise RunFolderError(f"{where}: expected a JSON object, found {type(entry).__name__}")
+    if entry.get("status") not in _STATUSES:
+        raise RunFolderError(
+            f"{where}: status {entry.get('status')!r} is not one of {', '.join(_STATUSES)}"
+        )
+    for field, types in _RUN_FIELDS.items():
+        if field in entry and (
+            not isinstance(entry[field], types) or isinstance(entry[field], bool)
+        ):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise RunFolderError(
+                f"{where}: field {field!r} is {type(entry[field]).__name__}, expected {wanted}"
+            )
+    output = entry.get("output", "")
+    if output and (Path(output).name != output or output in {".", ".."}):
+        raise RunFolderError(f"{where}: output {output!r} is not a file name in the folder")
 
 
 def _sha(data: bytes) -> str:

@@ -61,12 +61,15 @@ from hpcnb.paths import machine_key
 from hpcnb.records import MET, read_record_details
 from hpcnb.runfolder import (
     RUN_FILES,
+    RunFolderError,
     find_cached,
+    held_lock_fd,
     inputs_parts,
     key_of,
     locked_run_folder,
     measurement_environment,
     read_run_tables,
+    unique_run_folder,
     write_json_atomic,
 )
 
@@ -81,6 +84,7 @@ __all__ = [
     "notebooks_dir",
     "packaged_notebooks_dir",
     "prepare",
+    "resolve_notebook",
     "run_notebooks",
     "splice_text",
     "timestamped_dir",
@@ -237,8 +241,15 @@ def copy_notebooks(target: str | Path, *, force: bool = False) -> list[Path]:
 
 
 def timestamped_dir(root: str | Path = "papermill_runs") -> Path:
-    """Return ``root/<UTC timestamp>`` (not yet created)."""
-    return Path(root) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    """Create and return a new empty run folder ``root/<UTC timestamp>``.
+
+    Two runs started in the same second get two folders (``...Z`` and ``...Z-2``; see
+    :func:`hpcnb.runfolder.unique_run_folder`).
+
+    Raises:
+        RunFolderError: ``root`` cannot be created or written.
+    """
+    return unique_run_folder(root, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
 
 
 def prepare(
@@ -258,7 +269,7 @@ def prepare(
         FileNotFoundError: A notebook does not exist.
         ParameterError: An override is unknown or ill-typed for some notebook.
     """
-    paths = [_resolve(nb) for nb in notebooks] if notebooks else default_notebooks()
+    paths = [resolve_notebook(nb) for nb in notebooks] if notebooks else default_notebooks()
     if not paths:
         raise FileNotFoundError("no notebooks to run")
     wanted = dict(overrides)
@@ -267,7 +278,12 @@ def prepare(
     return [(path, validate_overrides(notebook_parameters(path), wanted, path)) for path in paths]
 
 
-def _resolve(notebook: str | Path) -> Path:
+def resolve_notebook(notebook: str | Path) -> Path:
+    """Return the notebook file of a path or a stem (``"00_tour"`` in :func:`notebooks_dir`).
+
+    Raises:
+        FileNotFoundError: No such notebook.
+    """
     path = Path(notebook)
     if path.suffix != ".ipynb":
         path = notebooks_dir() / f"{path.name}.ipynb"
@@ -404,11 +420,16 @@ def execute_notebook(
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     parameters = dict(parameters or {})
+    # Parameters travel in a file, not on the command line: a large value would pass the
+    # kernel's limit on one argument ("Argument list too long").
+    params_fd, params_name = tempfile.mkstemp(prefix="hpcnb-params-", suffix=".yaml")
+    with os.fdopen(params_fd, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(parameters, handle, default_flow_style=False, allow_unicode=True)
     cmd = [
         sys.executable, "-c", _PAPERMILL_IPC, str(path), str(output),
         "-k", "python3",
         "--cwd", str(Path(cwd) if cwd else path.parent),
-        "-y", yaml.safe_dump(parameters, default_flow_style=True),
+        "-f", params_name,
         "--progress-bar" if progress else "--no-progress-bar",
         "--log-level", "WARNING",
     ]  # fmt: skip
@@ -417,6 +438,24 @@ def execute_notebook(
     log_fd, log_name = tempfile.mkstemp(prefix="hpcnb-data-", suffix=".log")
     os.close(log_fd)
     data_log = Path(log_name)
+    try:
+        return _execute(path, output, parameters, cmd, data_log, timeout, progress, history)
+    finally:
+        data_log.unlink(missing_ok=True)
+        Path(params_name).unlink(missing_ok=True)
+
+
+def _execute(
+    path: Path,
+    output: Path,
+    parameters: dict[str, Any],
+    cmd: list[str],
+    data_log: Path,
+    timeout: float | None,
+    progress: bool,
+    history: str | Path | None,
+) -> NotebookResult:
+    """Run papermill's command line ``cmd`` as a process family; collect the result."""
     env = dict(os.environ)
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     env["HPCNB_DATA_LOG"] = str(data_log)
@@ -430,12 +469,15 @@ def execute_notebook(
     start = time.perf_counter()
     status, error, cell = STATUS_OK, "", None
     stdout = stderr = ""
+    lock = held_lock_fd(output.parent)
     tree = ProcessTree(
         cmd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=None if progress else subprocess.PIPE,
         text=True,
+        watchdog=True,  # the family dies with this process, even on SIGKILL
+        hold_fds=() if lock is None else (lock,),
     )
     try:
         stdout, stderr = tree.communicate(timeout=timeout)
@@ -452,9 +494,16 @@ def execute_notebook(
         if not error:
             tail = (stderr or stdout or "").strip().splitlines()
             error = tail[-1] if tail else f"papermill exited with status {tree.proc.returncode}"
+    if output.exists() and not _is_notebook_file(output):
+        # papermill could not finish writing it (a full disk, a file-size limit): a
+        # truncated notebook is no result, so it goes and the run says why.
+        output.unlink(missing_ok=True)
+        status = STATUS_FAILED
+        tail = (stderr or stdout or "").strip().splitlines()
+        reason = tail[-1] if tail else error or "papermill stopped while writing it"
+        error, cell = f"the executed notebook could not be written (removed): {reason}", None
     status, error, found = _collect(output, status, error)
     data = _read_data_log(data_log)
-    data_log.unlink(missing_ok=True)
     return NotebookResult(
         notebook=path.stem,
         status=status,
@@ -471,6 +520,15 @@ def execute_notebook(
     )
 
 
+def _is_notebook_file(path: Path) -> bool:
+    """Whether ``path`` holds a whole notebook (JSON with a list of cells)."""
+    try:
+        nb = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(nb, dict) and isinstance(nb.get("cells"), list)
+
+
 def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:
     """Write the JSON files of a run folder, merging with what is there.
 
@@ -479,10 +537,10 @@ def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:
     stores each executed notebook's path relative to the folder.
 
     Raises:
-        RunFolderError: An existing file of the folder is corrupt.
+        RunFolderError: An existing file of the folder is corrupt, or a file cannot be
+            written (a full disk, a read-only folder); files already there stay whole.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     tables = read_run_tables(out)
     for result in results:
         tables["records.json"][result.notebook] = result.records
@@ -494,7 +552,13 @@ def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:
         info["output"] = Path(result.output).name
         tables["run.json"][result.notebook] = info
     for name in RUN_FILES:
-        write_json_atomic(out / name, tables[name])
+        try:
+            write_json_atomic(out / name, tables[name])
+        except OSError as exc:
+            raise RunFolderError(
+                f"{out / name}: cannot be written ({exc.strerror or exc}); the folder keeps "
+                "the files of the notebooks before"
+            ) from None
 
 
 def summary_line(index: int, total: int, result: NotebookResult) -> str:
@@ -679,6 +743,7 @@ def run_notebooks(
                 isinstance(previous, dict)
                 and previous.get("status") == STATUS_OK
                 and previous.get("inputs_key") == key
+                and (folder / str(previous.get("output", ""))).is_file()
             ):
                 cached = (folder, previous)
             elif not force:

@@ -346,15 +346,14 @@ class _Rewriter(ast.NodeTransformer):
 
 
 def _cache_dir() -> Path:
-    """Return the folder of generated kernel modules: ``<cache root>/commprof``.
+    """Return the folder of generated kernel modules: ``<cache root>/commprof`` (not created).
 
     The cache root is :func:`hpcnb.paths.cache_root` (``$HPCNB_CACHE``, else the user cache
     folder); ``$HPCNB_COMMPROF_CACHE`` (this folder itself) is a deprecated alias honoured
-    when ``$HPCNB_CACHE`` is unset.
+    when ``$HPCNB_CACHE`` is unset. :func:`hpcnb.codecache.load_generated` creates it, or
+    runs the kernels from a private temporary folder when it cannot be written.
     """
-    path = deprecated_cache_env("HPCNB_COMMPROF_CACHE") or cache_root() / "commprof"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return deprecated_cache_env("HPCNB_COMMPROF_CACHE") or cache_root() / "commprof"
 
 
 def _hooks_digest() -> str:
@@ -508,7 +507,9 @@ def drive_parallel(nthreads, nphases, _cp_sched{u}):
         cache applies. A file found there is compared with the generated source first; one
         that differs (say, a line appended to it) is rewritten with a
         :class:`~hpcnb.codecache.CodeCacheWarning`, and only the generated source runs
-        (:func:`hpcnb.codecache.load_generated`).
+        (:func:`hpcnb.codecache.load_generated`). A Numba cache entry that cannot be
+        loaded is dropped and compiled again, and a cache folder that cannot be written is
+        replaced by a private temporary one, each with a warning.
         """
         if self._module is None:
             self._module = load_generated(

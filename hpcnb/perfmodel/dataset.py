@@ -12,8 +12,14 @@ Measurements depend on the machine, so they are cached in the one hpcnb cache
 (:func:`hpcnb.paths.cache_dir` ``("perfmodel")`` under ``$HPCNB_CACHE``, else the user cache
 folder) as ``timings-<key>.json``, where the key is a digest of
 :func:`hpcnb.paths.machine_key` (CPU model, cores, architecture) and the torch version.
-The file is written atomically (a uniquely named temporary file in the same folder, flushed,
-then renamed over the old one), so an interrupted or concurrent run never leaves half a file.
+The file follows the rules of :mod:`hpcnb.cachefile`: it is written atomically (a private
+temporary file in the same folder, flushed, then renamed over the old one), and every write
+merges under the file's lock (``timings-<key>.json.lock``), reading the file again inside it,
+so two runs measuring at once keep each other's timings. Every entry is validated when read
+(field types, finite positive samples); entries that do not validate, or a file that is not
+a timing cache at all, are dropped with a :class:`~hpcnb.cachefile.CacheWarning` naming the
+file, and measured again. A cache that cannot be written (read-only folder, full disk) gives
+one warning and the data set is returned uncached.
 Entries are keyed by the configuration and the timing settings; a later run with a superset
 grid measures only what is missing, and ``remeasure`` says what else to measure again.
 """
@@ -21,10 +27,9 @@ grid measures only what is missing, and ``remeasure`` says what else to measure 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import tempfile
+import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,8 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcnb.paths import cache_dir as shared_cache_dir
-from hpcnb.paths import machine_key
+from hpcnb.cachefile import CacheWarning, CorruptCacheError, best_effort, read_json, update_json
+from hpcnb.paths import cache_root, machine_key
 from hpcnb.perfmodel.estimator import Measurement
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
 from hpcnb.perfmodel.protocol import (
@@ -169,44 +174,194 @@ def cache_file(directory: str | Path | None = None) -> Path:
     Args:
         directory: Cache root instead of :func:`hpcnb.paths.cache_root` (the file then
             lies in ``directory/perfmodel``).
+
+    Returns:
+        The path; its folder is created by the first write, not here.
     """
-    folder = Path(directory) / "perfmodel" if directory else shared_cache_dir("perfmodel")
+    folder = Path(directory) if directory else cache_root()
     raw = f"{machine_key()} | torch {torch.__version__}"
     digest = hashlib.sha1(raw.encode()).hexdigest()[:12]
-    return folder / f"timings-{digest}.json"
+    return folder / "perfmodel" / f"timings-{digest}.json"
+
+
+_WHAT = "perfmodel timing cache"
+
+_FEATURE_FLOATS = (
+    "conv_flops",
+    "grouped_conv_flops",
+    "linear_flops",
+    "other_flops",
+    "activation_bytes",
+    "memory_bytes",
+    "train_flops",
+    "train_grouped_flops",
+)
 
 
 def _empty() -> dict[str, dict]:
     return {"features": {}, "timings": {}}
 
 
+def _number(value: Any, where: str, *, positive: bool = False, finite: bool = True) -> float:
+    """``value`` as a float; raise :class:`CorruptCacheError` unless it is a fitting number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CorruptCacheError(f"{where}: expected a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise CorruptCacheError(f"{where}: number out of range") from None
+    if finite and not math.isfinite(number):
+        raise CorruptCacheError(f"{where}: expected a finite number, got {value!r:.40}")
+    if (positive and not number > 0) or number < 0:
+        bound = "> 0" if positive else ">= 0"
+        raise CorruptCacheError(f"{where}: expected a number {bound}, got {value!r:.40}")
+    return number
+
+
+def _numbers(value: Any, where: str, **kw: bool) -> list[float]:
+    if not isinstance(value, list):
+        raise CorruptCacheError(f"{where}: expected a list, got {type(value).__name__}")
+    return [_number(v, f"{where}[{i}]", **kw) for i, v in enumerate(value)]
+
+
+def _integer(value: Any, where: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise CorruptCacheError(f"{where}: expected an integer >= {low}, got {value!r:.40}")
+    return value
+
+
+def _check_timing(data: Any, where: str) -> ProtocolTiming:
+    """A timing entry as a :class:`ProtocolTiming`, or :class:`CorruptCacheError`."""
+    if not isinstance(data, dict):
+        raise CorruptCacheError(f"{where}: expected an object, got {type(data).__name__}")
+    samples = _numbers(data.get("samples"), f"{where}['samples']", positive=True)
+    if not samples:
+        raise CorruptCacheError(f"{where}['samples']: no samples")
+    _number(data.get("dispersion"), f"{where}['dispersion']")
+    if len(_numbers(data.get("load"), f"{where}['load']")) != 3:
+        raise CorruptCacheError(f"{where}['load']: expected 3 load averages")
+    _integer(data.get("cores"), f"{where}['cores']", 1)
+    _integer(data.get("attempts", 1), f"{where}['attempts']", 1)
+    if not isinstance(data.get("threads", {}), dict):
+        raise CorruptCacheError(f"{where}['threads']: expected an object")
+    flags = data.get("flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise CorruptCacheError(f"{where}['flags']: expected a list of strings")
+    history = data.get("history", [])
+    if not isinstance(history, list):
+        raise CorruptCacheError(f"{where}['history']: expected a list")
+    for i, h in enumerate(history):  # the median is NaN in entries of format 3's first runs
+        if len(_numbers(h, f"{where}['history'][{i}]", finite=False)) not in (2, 3):
+            raise CorruptCacheError(f"{where}['history'][{i}]: expected 2 or 3 numbers")
+    try:
+        return ProtocolTiming.from_json(data)
+    except PerfmodelError as exc:
+        raise CorruptCacheError(f"{where}: {exc}") from None
+
+
+def _check_timing_entry(entry: Any, where: str) -> None:
+    if not isinstance(entry, dict):
+        raise CorruptCacheError(f"{where}: expected an object, got {type(entry).__name__}")
+    _check_timing(entry.get("inference"), f"{where}['inference']")
+    _check_timing(entry.get("training"), f"{where}['training']")
+    if not isinstance(entry.get("measured_at", ""), str):
+        raise CorruptCacheError(f"{where}['measured_at']: expected a string")
+
+
+def _check_features(entry: Any, where: str) -> None:
+    if not isinstance(entry, dict):
+        raise CorruptCacheError(f"{where}: expected an object, got {type(entry).__name__}")
+    for name in ("name", "family"):
+        if not isinstance(entry.get(name), str):
+            raise CorruptCacheError(f"{where}[{name!r}]: expected a string")
+    shape = entry.get("input_shape")
+    if not isinstance(shape, list) or not shape:
+        raise CorruptCacheError(f"{where}['input_shape']: expected a list of sizes")
+    for i, v in enumerate(shape):
+        _integer(v, f"{where}['input_shape'][{i}]", 1)
+    _integer(entry.get("params"), f"{where}['params']")
+    _integer(entry.get("param_tensors", 0), f"{where}['param_tensors']")
+    for name in _FEATURE_FLOATS:
+        _number(entry.get(name), f"{where}[{name!r}]")
+    counts = entry.get("counts", {})
+    if not isinstance(counts, dict):
+        raise CorruptCacheError(f"{where}['counts']: expected an object")
+    for k, v in counts.items():
+        _integer(v, f"{where}['counts'][{k[:40]!r}]")
+    for name in ("gemm_node_bytes", "other_node_bytes"):
+        _numbers(entry.get(name, []), f"{where}[{name!r}]")
+    costs = entry.get("group_costs", {})
+    if not isinstance(costs, dict):
+        raise CorruptCacheError(f"{where}['group_costs']: expected an object")
+    for k, v in costs.items():
+        if len(_numbers(v, f"{where}['group_costs'][{k[:40]!r}]")) != 3:
+            raise CorruptCacheError(f"{where}['group_costs'][{k[:40]!r}]: expected 3 numbers")
+    try:
+        NetworkFeatures.from_json(entry)
+    except (TypeError, ValueError) as exc:
+        raise CorruptCacheError(f"{where}: {exc}") from None
+
+
+class _Checked:
+    """Validator of the cache file: keeps the valid entries, notes the dropped ones."""
+
+    def __init__(self) -> None:
+        self.dropped: list[str] = []
+
+    def __call__(self, data: Any) -> dict[str, dict] | None:
+        if not isinstance(data, dict):
+            raise CorruptCacheError(f"expected an object, got {type(data).__name__}")
+        if data.get("version") != CACHE_VERSION:
+            return None  # another format: measured afresh (not damage)
+        out = _empty()
+        for part, check in (("features", _check_features), ("timings", _check_timing_entry)):
+            entries = data.get(part, {})
+            if not isinstance(entries, dict):
+                raise CorruptCacheError(f"{part!r}: expected an object")
+            for key, entry in entries.items():
+                try:
+                    check(entry, f"{part}[{key[:80]!r}]")
+                except CorruptCacheError as exc:
+                    self.dropped.append(str(exc))
+                else:
+                    out[part][key] = entry
+        return out
+
+
 def _load_cache(path: Path) -> dict[str, dict]:
-    if not path.is_file():
-        return _empty()
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-        print(f"perfmodel cache {path} is unreadable; measuring afresh")
-        return _empty()
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-        return _empty()
-    return {"features": dict(data.get("features", {})), "timings": dict(data.get("timings", {}))}
+    """The valid entries of the cache file (warning about a corrupt file or entries)."""
+    checked = _Checked()
+    data = read_json(path, checked, what=_WHAT, allow_nan=True, stacklevel=4)
+    if checked.dropped:
+        warnings.warn(
+            f"{_WHAT} {path}: {len(checked.dropped)} entries dropped, they do not validate "
+            f"(first: {checked.dropped[0]}); measured again, the file is replaced",
+            CacheWarning,
+            stacklevel=3,
+        )
+    return data if data is not None else _empty()
 
 
-def _save_cache(path: Path, cache: dict[str, dict]) -> None:
-    """Write the cache atomically: a unique temporary file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"version": CACHE_VERSION, **cache}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _save_cache(path: Path, cache: dict[str, dict], changed: dict[str, set[str]]) -> bool:
+    """Merge the ``changed`` entries into the file under its lock, written atomically.
+
+    Entries another process wrote since this one read the file are kept; a failure to
+    write (read-only folder, full disk) warns once per file and leaves the file as it was.
+
+    Returns:
+        Whether the file was written.
+    """
+
+    def merge(current: dict[str, dict] | None) -> dict[str, Any]:
+        merged = current if current is not None else _empty()
+        for part, keys in changed.items():
+            merged[part].update({k: cache[part][k] for k in keys})
+        return {"version": CACHE_VERSION, **merged}
+
+    with best_effort(path, _WHAT):
+        update_json(path, merge, validate=_Checked(), allow_nan=True)
+        return True
+    return False
 
 
 def _entry_timings(entry: Any) -> tuple[ProtocolTiming, ProtocolTiming] | None:
@@ -337,10 +492,10 @@ def collect_dataset(
     policy = policy or NoisePolicy()
     path = cache_file(cache_dir)
     cache = _load_cache(path) if use_cache else _empty()
+    changed: dict[str, set[str]] = {"features": set(), "timings": set()}
     t = grid.timing
     jobs = [(fam, w, r) for fam in grid.families for w in grid.widths for r in grid.resolutions]
     rows: list[Measurement] = []
-    dirty = False
     spent = 0.0
     budget = float("inf") if remeasure_budget_s is None else float(remeasure_budget_s)
     for fam, w, r in progress(jobs) if progress else jobs:
@@ -353,7 +508,7 @@ def collect_dataset(
             torch.manual_seed(grid.seed)
             feats = network_features(build_network(fam, w, grid.in_channels), shape, name, fam)
             cache["features"][fkey] = feats.to_json()
-            dirty = True
+            changed["features"].add(fkey)
         for b in grid.batches:
             tkey = f"{fkey}_b{b}_t{t.threads}_w{t.warmup}_n{t.repeats}_{t.clock}_s{grid.seed}"
             cached = _entry_timings(cache["timings"].get(tkey))
@@ -373,14 +528,14 @@ def collect_dataset(
                     "training": train.to_json(),
                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
-                dirty = True
+                changed["timings"].add(tkey)
             else:
                 assert cached is not None
                 inf, train = cached
             rows.append(Measurement(feats, b, inf.median, train.median, inf, train))
-        if use_cache and dirty:
-            _save_cache(path, cache)
-            dirty = False
+        dirty = changed["features"] or changed["timings"]
+        if use_cache and dirty and _save_cache(path, cache, changed):
+            changed = {"features": set(), "timings": set()}
     return rows
 
 

@@ -20,8 +20,13 @@ Two implementations:
   median over a busy spell can be many times too large. Layers of equal geometry are timed
   once. The
   table, with every point's timing samples, is cached under
-  ``hpcnb.paths.cache_dir("pruning_latency")``, keyed on :func:`hpcnb.paths.machine_key`,
-  the thread count, the batch, the input shape and the layer geometries.
+  ``hpcnb.paths.cache_root() / "pruning_latency"``, keyed on
+  :func:`hpcnb.paths.machine_key`, the thread count, the batch, the input shape and the
+  layer geometries. The cache follows :mod:`hpcnb.cachefile`: a table read from it is
+  validated (its key, its grids, finite positive times) and one that does not validate is
+  measured again with a :class:`~hpcnb.cachefile.CacheWarning` naming the file; writes merge
+  under the file's lock and are atomic; a folder that cannot be written gives one warning
+  and an uncached table.
 * :class:`PredictedLatency`: ``hpcnb.perfmodel.predict_latency(model, input_shape, batch,
   threads)`` on the extracted network, where that function exists (ConvMeter, notebook 03).
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +49,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpcnb.cachefile import CorruptCacheError, best_effort, read_json, update_json
 from hpcnb.errors import HpcnbError
-from hpcnb.paths import cache_dir, machine_key
+from hpcnb.paths import cache_root, machine_key
 from hpcnb.pruning.training import measure_latency
 from hpcnb.timing import interleaved, pinned_threads
 
@@ -210,6 +217,74 @@ def _time_geometry(
     }
 
 
+_WHAT = "pruning latency table"
+
+
+def _gkey(spec: dict) -> str:
+    """Cache key of a layer's timed grid: its geometry and which axes are pruned."""
+    return json.dumps(
+        [spec["geometry"], spec["out_group"] >= 0, spec["in_group"] >= 0], sort_keys=True
+    )
+
+
+def _times(value: object, where: str, *, low: float = 0.0, strict: bool = True) -> list[float]:
+    """A non-empty list of finite numbers above ``low``, or :class:`CorruptCacheError`."""
+    if not isinstance(value, list) or not value:
+        raise CorruptCacheError(f"{where}: expected a non-empty list of numbers")
+    out = []
+    for i, v in enumerate(value):
+        ok = not isinstance(v, bool) and isinstance(v, int | float)
+        try:
+            ok = ok and math.isfinite(v) and (v > low if strict else v >= low)
+        except OverflowError:
+            ok = False
+        if not ok:
+            bound = f"> {low:g}" if strict else f">= {low:g}"
+            raise CorruptCacheError(f"{where}[{i}]: expected a finite number {bound}")
+        out.append(float(v))
+    return out
+
+
+def _sizes(value: object, where: str) -> list[int]:
+    ok = isinstance(value, list) and bool(value)
+    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    if not ok:
+        raise CorruptCacheError(f"{where}: expected a non-empty list of channel counts")
+    return list(value)  # type: ignore[arg-type]
+
+
+def _check_table(data: object, key: dict, needed: set[str]) -> dict:
+    """Validate a cached table for ``key`` holding the grids ``needed``; return it."""
+    if not isinstance(data, dict):
+        raise CorruptCacheError(f"expected an object, got {type(data).__name__}")
+    if data.get("key") != key:
+        raise CorruptCacheError("its key is not this network's and settings'")
+    geometries = data.get("geometries")
+    if not isinstance(geometries, dict):
+        raise CorruptCacheError("'geometries': expected an object")
+    missing = needed - set(geometries)
+    if missing:
+        raise CorruptCacheError(f"'geometries': no timing of layer {sorted(missing)[0][:80]}")
+    for gkey, point in geometries.items():
+        where = f"geometries[{gkey[:60]!r}]"
+        if not isinstance(point, dict):
+            raise CorruptCacheError(f"{where}: expected an object")
+        in_grid = _sizes(point.get("in_grid"), f"{where}['in_grid']")
+        out_grid = _sizes(point.get("out_grid"), f"{where}['out_grid']")
+        samples = point.get("samples")
+        if not isinstance(samples, list) or len(samples) != len(in_grid) * len(out_grid):
+            raise CorruptCacheError(
+                f"{where}['samples']: expected {len(in_grid) * len(out_grid)} lists of times"
+            )
+        for i, s in enumerate(samples):
+            _times(s, f"{where}['samples'][{i}]")
+    _times(data.get("full"), "'full'")
+    load = data.get("load_average", [])
+    if load != []:
+        _times(load, "'load_average'", strict=False)
+    return data
+
+
 class LayerLatencyTable:
     """Per-layer latency table of one network at one input size (a :class:`LatencyModel`).
 
@@ -278,7 +353,10 @@ class LayerLatencyTable:
             batch: Batch size of the timed calls.
             threads: Torch threads while timing.
             repeats: Interleaved timed rounds per grid point (after 2 warm-up rounds).
-            cache: Read and write the cache under ``cache_dir("pruning_latency")``.
+            cache: Read and write the cache under ``cache_root() / "pruning_latency"``; a
+                cached table that does not validate is measured again (with a
+                :class:`~hpcnb.cachefile.CacheWarning`), a folder that cannot be written
+                leaves the table uncached (one warning).
 
         Raises:
             LatencyModelError: A bad batch, repeat count or input shape.
@@ -303,24 +381,20 @@ class LayerLatencyTable:
             "groups": [[s["out_group"], s["in_group"]] for s in specs],
         }
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-        path = cache_dir("pruning_latency") / f"table_{digest}.json"
-        data = None
-        if cache and path.is_file():
-            try:
-                data = json.loads(path.read_text())
-                if data.get("key") != key:
-                    data = None
-            except (OSError, json.JSONDecodeError):
-                data = None
+        path = cache_root() / "pruning_latency" / f"table_{digest}.json"
+        needed = {_gkey(spec) for spec in specs}
+
+        def valid(found: object) -> dict:
+            return _check_table(found, key, needed)
+
+        data = read_json(path, valid, what=_WHAT, stacklevel=4) if cache else None
         cached = data is not None
         if data is None:
             data = {"key": key, "geometries": {}, "full": []}
             with pinned_threads(threads, numba=False, blas=False):
                 for spec in specs:
                     g = spec["geometry"]
-                    gkey = json.dumps(
-                        [g, spec["out_group"] >= 0, spec["in_group"] >= 0], sort_keys=True
-                    )
+                    gkey = _gkey(spec)
                     if gkey in data["geometries"]:
                         continue
                     in_grid = _grid(g["cin"]) if spec["in_group"] >= 0 else [g["cin"]]
@@ -331,12 +405,18 @@ class LayerLatencyTable:
                 data["full"] = list(full.samples)
             data["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
             if cache:
-                path.write_text(json.dumps(data))
+                measured = data
+
+                def merge(current: dict | None) -> dict:
+                    # a table another process wrote meanwhile keeps its grids; ours win
+                    kept = current["geometries"] if current is not None else {}
+                    return {**measured, "geometries": {**kept, **measured["geometries"]}}
+
+                with best_effort(path, _WHAT):
+                    update_json(path, merge, validate=valid)
         layers = []
         for spec in specs:
-            g = spec["geometry"]
-            gkey = json.dumps([g, spec["out_group"] >= 0, spec["in_group"] >= 0], sort_keys=True)
-            point = data["geometries"][gkey]
+            point = data["geometries"][_gkey(spec)]
             shape = (len(point["in_grid"]), len(point["out_grid"]))
             samples = point["samples"]
             layers.append(

@@ -15,9 +15,12 @@ drafts trained on their target's outputs (e.g. DistillSpec, 2023).
   whole batch, which is what makes data generation affordable on a CPU.
 * :func:`distill_draft` — build the draft (embeddings initialised from the target's
   principal embedding directions), generate the data, train with AdamW.
-* :func:`load_or_distill` — the same, cached in ``cache_dir("speculative_drafts")`` as
-  safetensors (no pickle), keyed on the target file's SHA-256 and the settings; a file
-  whose stored key does not match is retrained.
+* :func:`load_or_distill` — the same, cached under ``cache_root() / "speculative_drafts"``
+  as safetensors (no pickle), keyed on the target file's SHA-256 and the settings. The
+  cache follows :mod:`hpcnb.cachefile`: a file that is damaged or whose stored key does not
+  match is retrained with a :class:`~hpcnb.cachefile.CacheWarning` naming it; every save
+  goes through a private temporary file and ``os.replace``, so concurrent saves to one path
+  never collide; a folder that cannot be written gives one warning and an uncached draft.
 * :func:`corpus_prompts` / :data:`OPEN_ENDED_PROMPTS` — training and held-out prompts.
 
 Example (a tiny random target; a second of training):
@@ -39,6 +42,7 @@ import math
 import random
 import re
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +51,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hpcnb.cachefile import CacheWarning, best_effort, write_private_atomic
 from hpcnb.errors import HpcnbError
-from hpcnb.paths import cache_dir
+from hpcnb.paths import cache_root
 from hpcnb.speculative.model import LayerWeights, LlamaConfig, LlamaModel
 
 __all__ = [
@@ -603,18 +608,34 @@ def _key(target_hash: str, settings: DistillSettings, data_key: str) -> str:
 
 
 def draft_cache_path(target_hash: str, settings: DistillSettings, data_key: str = "") -> Path:
-    """Return the cache file of a draft for this target, settings and training data."""
+    """Return the cache file of a draft for this target, settings and training data.
+
+    The folder is created by the first save, not here.
+    """
     key = _key(target_hash, settings, data_key)
-    return cache_dir("speculative_drafts") / f"draft-{key[:24]}.safetensors"
+    return cache_root() / "speculative_drafts" / f"draft-{key[:24]}.safetensors"
 
 
 def save_draft(path: str | Path, draft: TrainedDraft) -> Path:
     """Write a draft as safetensors (tensors and ``vocab``; config and ``meta`` in the header).
 
-    The file is written next to its final name and renamed, so a reader never sees a
-    half-written draft.
+    The bytes go to a private temporary file in the same folder (a unique name, so
+    concurrent saves to one path never share it) and are renamed over ``path``
+    (:func:`hpcnb.cachefile.write_private_atomic`): a reader never sees a half-written
+    draft, and of concurrent saves the last rename wins whole. The folder is created when
+    missing.
+
+    Args:
+        path: Destination file.
+        draft: The draft.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OSError: The folder cannot be created or written (no temporary file is left).
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     path = Path(path)
     tensors = {k: v.detach().contiguous() for k, v in _tensors(draft.model).items()}
@@ -624,10 +645,7 @@ def save_draft(path: str | Path, draft: TrainedDraft) -> Path:
         "config": json.dumps(dataclasses.asdict(draft.model.config)),
         "meta": json.dumps({k: v for k, v in draft.meta.items() if k != "cached"}),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=header)
-    tmp.replace(path)
-    return path
+    return write_private_atomic(path, save(tensors, metadata=header))
 
 
 def load_draft(path: str | Path, expect_key: str | None = None) -> TrainedDraft:
@@ -654,7 +672,12 @@ def load_draft(path: str | Path, expect_key: str | None = None) -> TrainedDraft:
         raise DistillError(f"{path}: not a readable safetensors file ({err})") from err
     if header.get("format") != FORMAT:
         raise DistillError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
-    meta = json.loads(header.get("meta", "{}"))
+    try:
+        meta = json.loads(header.get("meta", "{}"))
+    except ValueError as err:
+        raise DistillError(f"{path}: damaged draft file (meta is not JSON: {err})") from err
+    if not isinstance(meta, dict):
+        raise DistillError(f"{path}: damaged draft file (meta is not an object)")
     if expect_key is not None and meta.get("key") != expect_key:
         raise DistillError(f"{path}: trained for key {meta.get('key')!r}, not {expect_key!r}")
     try:
@@ -685,6 +708,11 @@ def load_or_distill(
 ) -> TrainedDraft:
     """Return the cached draft for this target and settings, training it when absent.
 
+    A cache file that is damaged or was trained for another key is ignored with a
+    :class:`~hpcnb.cachefile.CacheWarning` naming it, and replaced by the draft trained now.
+    A cache that cannot be written (read-only folder, full disk) gives one warning; the
+    trained draft is returned all the same.
+
     Args:
         target: The complete target model.
         target_hash: SHA-256 of the target's file (:func:`file_sha256`), or any string
@@ -707,13 +735,19 @@ def load_or_distill(
             found = load_draft(path, expect_key=key)
             found.meta.update(cached=True, path=str(path))
             return found
-        except DistillError:
-            pass  # another target or settings, or a damaged file: retrain below
+        except (DistillError, OSError) as err:  # another key, damaged or unreadable
+            reason = str(err).removeprefix(f"{path}: ")
+            warnings.warn(
+                f"draft cache {path}: ignored, {reason}; trained again, the file is replaced",
+                CacheWarning,
+                stacklevel=2,
+            )
     draft = distill_draft(target, prompts, settings, progress=progress)
     draft.meta.update(
         key=key, target_sha256=target_hash, settings=dataclasses.asdict(settings),
         data_key=data_key,
     )  # fmt: skip
-    save_draft(path, draft)
+    with best_effort(path, "draft cache"):
+        save_draft(path, draft)
     draft.meta.update(cached=False, path=str(path))
     return draft

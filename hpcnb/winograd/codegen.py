@@ -9,8 +9,9 @@ bound, what a driver does with its tile, and extra functions. A C-syntax target
 (:mod:`~hpcnb.winograd.opencl`) renders the same expression lines with its own constants
 and declarations. The module text is written to a cache folder under the hpcnb cache
 root and imported, so that Numba's on-disk cache (``cache=True``) keeps the compiled
-machine code between sessions; a cached file is compared with the generated text before it is used
-(:mod:`hpcnb.codecache`).
+machine code between sessions; a cached file is compared with the generated text before it is used,
+a Numba cache entry that does not load is dropped and compiled again, and a cache folder
+that cannot be written is replaced by a private temporary one (:mod:`hpcnb.codecache`).
 
 Kernels (NCHW, tile ``p`` of ``P = N·tiles_h·tiles_w`` covers outputs
 ``[th·m, th·m + m) x [tw·m, tw·m + m)`` of image ``p // (tiles_h·tiles_w)``):
@@ -643,7 +644,10 @@ def load_module(source: str, stem: str) -> ModuleType:
     The file is ``<cache_dir()>/winograd/generated/hpcnb_wino_<stem>_<sha256>.py``; a file
     found there that differs from ``source`` is rewritten with a
     :class:`~hpcnb.codecache.CodeCacheWarning`, and only ``source`` itself runs (see
-    :func:`hpcnb.codecache.load_generated`).
+    :func:`hpcnb.codecache.load_generated`). A Numba cache entry of its functions that
+    cannot be loaded is dropped with a warning and compiled again; when that folder cannot
+    be written, the module runs (with a warning) from a private temporary folder removed
+    at exit, so its machine code is compiled in every session.
 
     Args:
         source: Module text.

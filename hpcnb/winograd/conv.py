@@ -8,7 +8,10 @@ output transform run as generated Numba kernels, in blocks of tiles
 default one, a given one, or with ``config="wisdom"`` the one tuned for this machine
 (:mod:`~hpcnb.winograd.wisdom`). This is the ``"cpu"`` target of
 :mod:`~hpcnb.winograd.backend`. Baselines: :func:`conv2d_direct` (a direct Numba loop
-nest) and :func:`conv2d_im2col` (im2col in Numba + one BLAS GEMM per image).
+nest) and :func:`conv2d_im2col` (im2col in Numba + one BLAS GEMM per image). The Numba
+on-disk caches of this module's kernels, like those of the generated ones, are guarded
+(:func:`hpcnb.codecache.guard_numba_cache`): an entry that does not load is dropped with a
+warning and compiled again, and one that cannot be written is skipped.
 
 Example:
     >>> import numpy as np
@@ -32,6 +35,7 @@ from dataclasses import replace
 import numba
 import numpy as np
 
+from hpcnb.codecache import guard_numba_cache
 from hpcnb.timing import pinned_threads
 from hpcnb.winograd.backend import Backend, check_conv_args, convolve, register_backend
 from hpcnb.winograd.codegen import cpu_kernels
@@ -457,3 +461,6 @@ def conv2d_im2col(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int =
     Arguments and result as for :func:`conv2d_direct`.
     """
     return _baseline(x, w, padding, threads, _im2col)
+
+
+guard_numba_cache(globals())  # this module's cache=True kernels, defined above

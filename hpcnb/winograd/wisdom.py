@@ -16,9 +16,12 @@ validates it (the schema below, finite positive times, no unknown fields, at mos
 :data:`MAX_WISDOM_BYTES` = 16 MiB or ``$HPCNB_WISDOM_MAX_BYTES``) and ignores a file that
 does not validate with a :class:`WisdomWarning` naming the file and the first problem;
 the next :func:`~hpcnb.winograd.autotune.autotune` replaces it. :func:`write_wisdom`
-writes atomically (a temporary file, then ``os.replace``), so a concurrent reader sees the
-old or the new file, never half of one; of two processes tuning at once, the later write
-wins.
+writes atomically (a private temporary file, then ``os.replace``), so a concurrent reader
+sees the old or the new file, never half of one. :func:`store_entry` merges under the
+file's lock (:func:`hpcnb.cachefile.locked`, the sibling file ``<name>.lock``): it reads the
+file again inside the lock, adds its entry and writes, so processes tuning at once keep
+every entry each of them stored. A wisdom that cannot be written (read-only folder, full
+disk) gives one :class:`WisdomWarning` and the tuned result is returned uncached.
 
 Schema (format 1)::
 
@@ -57,7 +60,7 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from hpcnb.codecache import atomic_write
+from hpcnb.cachefile import CacheWarning, best_effort, locked, write_private_atomic
 from hpcnb.errors import HpcnbError
 from hpcnb.paths import cache_root, machine_key
 from hpcnb.winograd.config import WinogradConfig, WinogradError
@@ -121,7 +124,7 @@ def _max_bytes() -> int:
     return MAX_WISDOM_BYTES
 
 
-class WisdomWarning(UserWarning):
+class WisdomWarning(CacheWarning):
     """A wisdom file was ignored (it does not validate) or could not be written."""
 
 
@@ -335,7 +338,7 @@ def write_wisdom(data: dict, path: str | os.PathLike | None = None) -> Path:
         _validate(data)
     except _WisdomError as exc:
         raise WinogradError(f"wisdom for {wp} does not validate: {exc}") from None
-    atomic_write(wp, json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    write_private_atomic(wp, json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return wp
 
 
@@ -370,9 +373,10 @@ def lookup_wisdom(
 def store_entry(shape: str, entry: dict, path: str | os.PathLike | None = None) -> None:
     """Store this machine's ``entry`` for ``shape``, keeping the rest of the file.
 
-    The file is read again just before writing (another process may have written
-    meanwhile). A file that cannot be written gives a :class:`WisdomWarning`, not an error:
-    the wisdom is a cache.
+    The merge runs under the wisdom file's lock (:func:`hpcnb.cachefile.locked`): the file
+    is read again inside it, so entries another process stored meanwhile are kept, and
+    written atomically. A file that cannot be written (read-only folder, full disk, a lock
+    held for too long) gives a :class:`WisdomWarning`, not an error: the wisdom is a cache.
 
     Args:
         shape: A key of :func:`shape_key`.
@@ -380,13 +384,14 @@ def store_entry(shape: str, entry: dict, path: str | os.PathLike | None = None) 
         path: Wisdom file (default :func:`wisdom_path`).
     """
     wp = wisdom_path(path)
-    data = read_wisdom(wp)
-    data["machines"].setdefault(machine_key(), {})[shape] = entry
-    try:
-        write_wisdom(data, wp)
-    except (OSError, ValueError) as exc:
-        warnings.warn(
-            f"wisdom file {wp}: not written ({exc}); the result is returned but not stored",
-            WisdomWarning,
-            stacklevel=3,
-        )
+    with best_effort(wp, "wisdom file", category=WisdomWarning), locked(wp):
+        data = read_wisdom(wp)
+        data["machines"].setdefault(machine_key(), {})[shape] = entry
+        try:
+            write_wisdom(data, wp)
+        except ValueError as exc:
+            warnings.warn(
+                f"wisdom file {wp}: not written ({exc}); the result is returned but not stored",
+                WisdomWarning,
+                stacklevel=3,
+            )
