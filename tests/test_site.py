@@ -210,7 +210,7 @@ def test_bad_input_is_one_line_and_exit_2(
     with pytest.raises(SiteError, match="expected a JSON object"):
         build_site(empty)
     (empty / "run.json").write_text('{"x": 3}')
-    with pytest.raises(SiteError, match="'x' is not a notebook result"):
+    with pytest.raises(SiteError, match="entry 'x': expected a JSON object"):
         build_site(empty)
 
 
