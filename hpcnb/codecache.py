@@ -413,9 +413,9 @@ def _drop_cache_files(index: Path) -> tuple[list[Path], list[Path]]:
 def deprecated_cache_env(name: str) -> Path | None:
     """Return the folder named by a deprecated cache variable, when ``$HPCNB_CACHE`` is unset.
 
-    Older versions placed some caches with their own variables (``HPCNB_CACHE_DIR``,
-    ``HPCNB_COMMPROF_CACHE``). They are still honoured when the one cache root
-    ``HPCNB_CACHE`` is not set, with a ``FutureWarning`` (once per variable and process).
+    Two deprecated variables name cache folders of their own (``HPCNB_CACHE_DIR``,
+    ``HPCNB_COMMPROF_CACHE``). They are honoured when the one cache root ``HPCNB_CACHE``
+    is not set, with a ``FutureWarning`` (once per variable and process).
 
     Args:
         name: The deprecated environment variable.

@@ -10,6 +10,12 @@ At the end the folder gets a ``report.md`` (:func:`hpcnb.report.render_report`) 
 states each grid point's parameters beside its status, records and claims.
 
 Only point ``--scheduler`` at a Dask scheduler you trust: its workers execute the notebooks.
+
+A local cluster's workers start with Dask's ``distributed.nanny.pre-spawn-environ``
+settings (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` set to 1
+unless Dask's configuration says otherwise), so each grid point's kernel runs single-threaded
+math libraries; the Dask nanny writes these into the environment of the process that starts
+it, and :func:`sweep` puts the caller's environment back when the cluster is closed.
 """
 
 from __future__ import annotations
@@ -207,6 +213,7 @@ def sweep(
     interrupted = False
     with locked_run_folder(out_dir) as folder, sigterm_as_interrupt():
         cluster = None
+        saved_environ = dict(os.environ)  # Dask's nanny writes its worker settings into it
         try:
             if client is None:
                 cluster, client = _local_cluster(workers, token)
@@ -229,6 +236,9 @@ def sweep(
             interrupted = True
         finally:
             _shut_down(client, cluster, token)
+            if os.environ != saved_environ:
+                os.environ.clear()
+                os.environ.update(saved_environ)
         if interrupted:
             for i, point in enumerate(points):
                 if rows[i] is None:

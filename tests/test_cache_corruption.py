@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _numbagen import NUMBA_SOURCE, numba_script
 
 from hpcnb import codecache
 from hpcnb.codecache import (
@@ -33,28 +34,7 @@ from hpcnb.codecache import (
 
 REPO = Path(__file__).resolve().parents[1]
 
-NUMBA_SOURCE = textwrap.dedent(
-    """
-    import numba
-
-
-    @numba.njit(cache=True)
-    def twice(x):
-        return 2 * x
-    """
-)
-
-NUMBA_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    import warnings
-    warnings.simplefilter("always")
-    from hpcnb.codecache import load_generated
-    mod = load_generated(sys.argv[2], sys.argv[1], "gen_corrupt")
-    assert mod.twice(21) == 42
-    print("hits", sum(mod.twice.stats.cache_hits.values()))
-    """
-)
+NUMBA_SCRIPT = numba_script("gen_corrupt")
 
 WINOGRAD_SCRIPT = textwrap.dedent(
     """

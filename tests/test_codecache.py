@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _numbagen import NUMBA_SOURCE, numba_script
 
 from hpcnb import codecache
 from hpcnb.codecache import (
@@ -202,28 +203,7 @@ def test_hpcnb_cache_dir_is_a_deprecated_alias(monkeypatch, tmp_path):
 
 # --------------------------------------- numba cache=True on verified generated files
 
-NUMBA_SOURCE = textwrap.dedent(
-    """
-    import numba
-
-
-    @numba.njit(cache=True)
-    def twice(x):
-        return 2 * x
-    """
-)
-
-NUMBA_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    import warnings
-    warnings.simplefilter("always")
-    from hpcnb.codecache import load_generated
-    mod = load_generated(sys.argv[2], sys.argv[1], "gen_numba")
-    assert mod.twice(21) == 42
-    print("hits", sum(mod.twice.stats.cache_hits.values()))
-    """
-)
+NUMBA_SCRIPT = numba_script("gen_numba")
 
 
 def test_numba_cache_survives_verification_and_tampering(tmp_path):

@@ -249,7 +249,21 @@ def test_a_real_scheduler_works_after_foreign_peers_were_refused(tmp_path):
                   connect_timeout=2)  # fmt: skip
     finally:
         server.close()
-    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
-        table = sweep(nb, {"A": [3, 4]}, scheduler=cluster.scheduler_address,
-                      out=tmp_path / "real", timeout=300)  # fmt: skip
+    saved = dict(os.environ)  # Dask's nanny writes its worker settings into os.environ
+    try:
+        with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+            table = sweep(nb, {"A": [3, 4]}, scheduler=cluster.scheduler_address,
+                          out=tmp_path / "real", timeout=300)  # fmt: skip
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     assert list(table["s.a"]) == [3.0, 4.0] and (table["status"] == "ok").all()
+
+
+def test_a_local_sweep_leaves_the_callers_environment_as_it_was(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = dict(os.environ)
+    nb = make_notebook(tmp_path / "s.ipynb", PARAMS, "A")
+    table = sweep(nb, {"A": [1]}, workers=1, out=tmp_path / "o", timeout=300)
+    assert (table["status"] == "ok").all()
+    assert dict(os.environ) == before

@@ -168,8 +168,7 @@ def cache_file(directory: str | Path | None = None) -> Path:
     """Path of this machine's timing cache file.
 
     The file name holds a digest of :func:`hpcnb.paths.machine_key` and the torch version:
-    timings measured on another machine or with another torch are never read. (Files
-    written before this naming, ``perfmodel/<host>-<digest>.json``, are simply not found.)
+    timings measured on another machine or with another torch are never read.
 
     Args:
         directory: Cache root instead of :func:`hpcnb.paths.cache_root` (the file then

@@ -70,9 +70,8 @@ def cache_dir() -> Path:
     """Return the cache root of the generated Winograd kernels.
 
     This is the one cache root of hpcnb, :func:`hpcnb.paths.cache_root` (``$HPCNB_CACHE``,
-    else the user cache folder). ``$HPCNB_CACHE_DIR``, the variable of older versions, is
-    a deprecated alias still honoured (with a ``FutureWarning``) when ``$HPCNB_CACHE`` is
-    unset. The folder is not created.
+    else the user cache folder). ``$HPCNB_CACHE_DIR`` is a deprecated alias still honoured
+    (with a ``FutureWarning``) when ``$HPCNB_CACHE`` is unset. The folder is not created.
     """
     return deprecated_cache_env("HPCNB_CACHE_DIR") or cache_root()
 

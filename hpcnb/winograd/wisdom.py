@@ -35,9 +35,8 @@ Schema (format 1)::
 where the shape key is :func:`shape_key`'s, ``<config>`` holds fields of
 :class:`~hpcnb.winograd.config.WinogradConfig` (with an ``m`` valid for the key's ``r``) and
 ``<s>`` is a finite number of seconds > 0. The machine key is
-:func:`hpcnb.paths.machine_key`'s (``"<CPU model> | <n> cores | <arch>"``); entries stored
-under the ``"<CPU model>|cpus=<n>|numba_threads=<t>"`` keys of older versions stay in the
-file but never match, so this machine is simply tuned again.
+:func:`hpcnb.paths.machine_key`'s (``"<CPU model> | <n> cores | <arch>"``); entries under
+any other key stay in the file but never match, so this machine is simply tuned again.
 
 Example:
     >>> import tempfile, pathlib
