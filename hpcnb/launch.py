@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -225,15 +225,7 @@ class ProcessTree:
         to 5 s more. Returns the pids that were signalled.
         """
         members = self.members()
-        for proc in members:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(members, timeout=self.grace_s)
-        alive += [p for p in self.members() if p not in alive]  # started during the wait
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=5)
+        _terminate(members, self.grace_s, also=self.members)
         with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
             self.proc.communicate(timeout=5)
         self._end_watchdog()
@@ -292,16 +284,30 @@ def stop_marked(var: str, value: str, *, grace_s: float = 3.0) -> list[int]:
         found = [p for p in psutil.process_iter() if p.pid != me and _carries(p, var, value)]
         if not found:
             break
-        for proc in found:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(found, timeout=grace_s)
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=5)
+        _terminate(found, grace_s)
         signalled += [p.pid for p in found]
     return signalled
+
+
+def _terminate(
+    procs: list[psutil.Process],
+    grace_s: float,
+    also: Callable[[], list[psutil.Process]] | None = None,
+) -> None:
+    """SIGTERM ``procs``, wait up to ``grace_s``, SIGKILL what is left and wait up to 5 s.
+
+    ``also`` lists processes started meanwhile; they are killed with the survivors.
+    """
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    if also is not None:
+        alive += [p for p in also() if p not in alive]
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
 
 
 def _alive(proc: psutil.Process) -> bool:

@@ -56,7 +56,12 @@ from hpcnb.claims import SMOKE_ENV, read_claims
 from hpcnb.errors import HpcnbError
 from hpcnb.history import HISTORY_ENV, earlier_runs, write_history
 from hpcnb.launch import InterruptedRunError, ProcessTree, sigterm_as_interrupt
-from hpcnb.parameters import ParameterError, notebook_parameters, validate_overrides
+from hpcnb.parameters import (
+    ParameterError,
+    notebook_parameters,
+    read_notebook,
+    validate_overrides,
+)
 from hpcnb.paths import machine_key
 from hpcnb.records import MET, read_record_details
 from hpcnb.runfolder import (
@@ -521,12 +526,12 @@ def _execute(
 
 
 def _is_notebook_file(path: Path) -> bool:
-    """Whether ``path`` holds a whole notebook (JSON with a list of cells)."""
+    """Whether ``path`` holds a whole notebook (:func:`hpcnb.parameters.read_notebook`)."""
     try:
-        nb = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
+        read_notebook(path)
+    except ParameterError:
         return False
-    return isinstance(nb, dict) and isinstance(nb.get("cells"), list)
+    return True
 
 
 def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:

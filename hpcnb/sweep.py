@@ -213,7 +213,7 @@ def sweep(
     interrupted = False
     with locked_run_folder(out_dir) as folder, sigterm_as_interrupt():
         cluster = None
-        saved_environ = dict(os.environ)  # Dask's nanny writes its worker settings into it
+        saved_environ = dict(os.environ)  # the token and Dask's nanny settings go into it
         try:
             if client is None:
                 cluster, client = _local_cluster(workers, token)
@@ -291,17 +291,12 @@ def _local_cluster(workers: int, token: str) -> tuple[Any, Any]:
     from dask.distributed import Client, LocalCluster
 
     resource_tracker.ensure_running()  # this process's helper, started before the marking
-    previous = os.environ.get(SWEEP_TOKEN_VAR)
-    os.environ[SWEEP_TOKEN_VAR] = token  # inherited by workers, papermill and kernels
-    try:
-        cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        )
-    finally:
-        if previous is None:
-            os.environ.pop(SWEEP_TOKEN_VAR, None)
-        else:
-            os.environ[SWEEP_TOKEN_VAR] = previous
+    # Inherited by workers (those the nanny restarts too), papermill and kernels; sweep()
+    # puts the caller's environment back when the cluster is closed.
+    os.environ[SWEEP_TOKEN_VAR] = token
+    cluster = LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+    )
     return cluster, Client(cluster)
 
 

@@ -208,17 +208,22 @@ def _http(conn: socket.socket) -> None:
         conn.close()
 
 
+def _refused(nb: Path, out: Path, handler, timeout: float, match: str) -> None:
+    """A sweep pointed at ``handler``'s server must fail with ``match``, writing nothing."""
+    server, port = _serve(handler)
+    try:
+        with pytest.raises(ParameterError, match=match):
+            sweep(nb, {"A": [1]}, scheduler=f"tcp://127.0.0.1:{port}", out=out,
+                  connect_timeout=timeout)  # fmt: skip
+    finally:
+        server.close()
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("handler", [_silent, _garbage, _http])
 def test_a_scheduler_that_is_not_dask_fails_in_one_line(tmp_path, handler):
     nb = make_notebook(tmp_path / "s.ipynb", PARAMS, "A")
-    server, port = _serve(handler)
-    try:
-        with pytest.raises(ParameterError, match="no Dask scheduler reachable within 3 s"):
-            sweep(nb, {"A": [1]}, scheduler=f"tcp://127.0.0.1:{port}", out=tmp_path / "o",
-                  connect_timeout=3)  # fmt: skip
-    finally:
-        server.close()
-    assert not (tmp_path / "o").exists()
+    _refused(nb, tmp_path / "o", handler, 3, "no Dask scheduler reachable within 3 s")
 
 
 def test_sweep_points_run_with_their_tokens_and_leave_nothing(tmp_path, marker, monkeypatch):
@@ -242,13 +247,7 @@ def test_a_real_scheduler_works_after_foreign_peers_were_refused(tmp_path):
     from dask.distributed import LocalCluster
 
     nb = make_notebook(tmp_path / "s.ipynb", PARAMS, "from hpcnb import record\nrecord('s.a', A)")
-    server, port = _serve(_silent)
-    try:
-        with pytest.raises(ParameterError, match="no Dask handshake"):
-            sweep(nb, {"A": [1]}, scheduler=f"tcp://127.0.0.1:{port}", out=tmp_path / "o",
-                  connect_timeout=2)  # fmt: skip
-    finally:
-        server.close()
+    _refused(nb, tmp_path / "o", _silent, 2, "no Dask handshake")
     saved = dict(os.environ)  # Dask's nanny writes its worker settings into os.environ
     try:
         with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
