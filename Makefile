@@ -51,9 +51,10 @@ site: setup  ## static HTML site (index + one page per notebook) of the newest r
 	  if [ -z "$$newest" ]; then echo "no run folder under papermill_runs/ (make run first)"; exit 2; fi; \
 	  $(BIN)/hpcnb site "$${newest%/run.json}"
 
-lint: setup  ## ruff lint and format check
+lint: setup  ## ruff lint and format check, then the type checker over hpcnb/
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: lint  ## ruff, then pytest (unit + notebook regression in SMOKE mode)
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -13,10 +13,11 @@ from hpcnb.records import (
     read_records,
     record,
     record_accuracy,
-    wilson_interval,
 )
+from hpcnb.stats import Estimate
 
 __all__ = [
+    "Estimate",
     "HpcnbError",
     "Record",
     "claim",
@@ -26,6 +27,5 @@ __all__ = [
     "record",
     "record_accuracy",
     "reproducibility_summary",
-    "wilson_interval",
 ]
 __version__ = "0.1.0"

@@ -28,7 +28,9 @@ expand to billions of elements), nesting deeper than :data:`MAX_DEPTH`, more tha
 :data:`MAX_NODES` nodes and repeated mapping keys. Container parameters are checked
 element by element against their annotation (``list[int]``, ``list[float]``,
 ``tuple[int, ...]``, ``dict[str, float]``, ``X | None``), and a ``float`` anywhere refuses
-NaN and infinity.
+NaN and infinity. A parameter with a fixed set of values declares them,
+``DATASET: Literal["digits", "cifar10"] = "digits"`` (the cell may then start with
+``from typing import Literal``), and any other value is refused with the choices listed.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ __all__ = [
     "MAX_VALUE_BYTES",
     "Parameter",
     "ParameterError",
+    "choices",
     "coerce",
     "load_yaml_bounded",
     "notebook_parameters",
@@ -62,6 +65,8 @@ __all__ = [
 ]
 
 _SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+#: Names a parameters cell may import from :mod:`typing` (for choice annotations).
+_TYPING_NAMES = {"Literal"}
 
 #: Largest parameter value given as text (a ``-p`` value), in bytes of UTF-8.
 MAX_VALUE_BYTES = 1 << 20
@@ -262,6 +267,8 @@ def parse_parameters(source: str, path: str | Path = "<cell>") -> list[Parameter
     params: list[Parameter] = []
     for stmt in tree.body:
         where = f"{path}: parameters cell line {stmt.lineno}"
+        if _is_typing_import(stmt):
+            continue
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             raise ParameterError(f"{where}: expected 'NAME: type = literal  # comment'")
         if stmt.value is None:
@@ -271,8 +278,50 @@ def parse_parameters(source: str, path: str | Path = "<cell>") -> list[Parameter
         except ValueError as exc:
             raise ParameterError(f"{where}: default of {stmt.target.id} is not a literal") from exc
         annotation = ast.unparse(stmt.annotation)
+        allowed = _literal_choices(stmt.annotation)
+        if allowed is not None and default not in allowed:
+            raise ParameterError(
+                f"{where}: default {default!r} of {stmt.target.id} is not one of its choices"
+            )
         params.append(Parameter(stmt.target.id, annotation, default, comments.get(stmt.lineno, "")))
     return params
+
+
+def _is_typing_import(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` is ``from typing import Literal`` (what a choice annotation needs)."""
+    return (
+        isinstance(stmt, ast.ImportFrom)
+        and stmt.module == "typing"
+        and all(alias.name in _TYPING_NAMES and alias.asname is None for alias in stmt.names)
+    )
+
+
+def choices(param: Parameter) -> tuple[Any, ...] | None:
+    """The values a ``Literal[...]`` parameter accepts, or ``None`` for other annotations.
+
+    Args:
+        param: A parameter of a notebook.
+
+    Example:
+        >>> choices(Parameter("DATASET", 'Literal["digits", "cifar10"]', "digits", ""))
+        ('digits', 'cifar10')
+    """
+    try:
+        node = ast.parse(param.type, mode="eval").body
+    except SyntaxError:
+        return None
+    return _literal_choices(node)
+
+
+def _literal_choices(node: ast.expr | None) -> tuple[Any, ...] | None:
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+        return None
+    if node.value.id != "Literal":
+        return None
+    elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    if not all(isinstance(e, ast.Constant) for e in elts):
+        return None
+    return tuple(e.value for e in elts if isinstance(e, ast.Constant))
 
 
 def coerce(param: Parameter, value: Any) -> Any:
@@ -289,6 +338,9 @@ def coerce(param: Parameter, value: Any) -> Any:
             over :data:`MAX_VALUE_BYTES` is refused).
     """
     kind = _SCALARS.get(param.type)
+    allowed = choices(param)
+    if allowed is not None and all(isinstance(c, str) for c in allowed):
+        kind = str  # a choice of strings: the text is the value, checked against the choices
     if isinstance(value, str) and len(value) > MAX_VALUE_BYTES // 4:
         size = len(value.encode("utf-8", errors="surrogatepass"))
         if size > MAX_VALUE_BYTES:
@@ -359,10 +411,17 @@ def _scalar(kind: type, value: Any) -> Any:
 def _conform(node: ast.expr | None, value: Any, default: Any) -> Any:
     """Return ``value`` converted to the annotation ``node``, else raise :class:`_MismatchError`.
 
-    Understood: ``int``, ``float``, ``bool``, ``str``, ``None``, ``list[T]``, ``tuple[T, ...]``,
-    ``tuple[T1, T2]``, ``dict[K, V]``, ``T | None`` and ``Optional[T]``. Any other
-    annotation is compared with the container type of ``default``.
+    Understood: ``int``, ``float``, ``bool``, ``str``, ``None``, ``Literal[a, b, ...]``,
+    ``list[T]``, ``tuple[T, ...]``, ``tuple[T1, T2]``, ``dict[K, V]``, ``T | None`` and
+    ``Optional[T]``. Any other annotation is compared with the container type of ``default``.
     """
+    allowed = _literal_choices(node)
+    if allowed is not None:
+        for choice in allowed:
+            if value == choice and type(value) is type(choice):
+                return choice
+        listed = ", ".join(repr(c) for c in allowed)
+        raise _MismatchError(f"not one of the choices {listed}")
     if isinstance(node, ast.Constant) and node.value is None:
         if value is not None:
             raise _MismatchError(f"{type(value).__name__} where None is declared")

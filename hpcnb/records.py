@@ -43,22 +43,23 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import NormalDist
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpcnb.errors import RecordError
-
-if TYPE_CHECKING:
-    import numpy as np
+from hpcnb.stats import (
+    NOMINAL_COVERAGE,
+    Estimate,
+    median_interval,
+    median_interval_coverage,
+    wilson_interval,
+)
 
 MIME_TYPE = "application/vnd.hpcnb.record+json"
 KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
 SOURCES = ("real", "generated", "synthetic", "simulated")
 TARGET_FROM = ("paper", "ours")
-NOMINAL_COVERAGE = 0.95
 MIN_INTERVAL_N = 3  # fewer observations carry no interval
 MET, NOT_MET, INCONCLUSIVE, NOT_TESTED = "met", "not met", "inconclusive", "not tested"
-MAX_SAMPLES = 100_000
 #: Longest text of each record field, in characters (a record is a headline, not a log).
 MAX_TEXT = {"key": 120, "unit": 64, "note": 2000, "paper": 500}
 #: Colour of each target state (and claim verdict) in the HTML outputs.
@@ -82,18 +83,13 @@ __all__ = [
     "TARGET_FROM",
     "Record",
     "coloured",
-    "bootstrap_rows",
     "clear_session",
-    "difference_interval",
     "emit",
     "evaluate_target",
     "format_record",
     "format_record_html",
     "plural",
     "load_notebook",
-    "mean_interval",
-    "median_interval",
-    "median_interval_coverage",
     "on_clear_session",
     "read_record_details",
     "read_records",
@@ -101,7 +97,6 @@ __all__ = [
     "record_accuracy",
     "session_records",
     "target_met",
-    "wilson_interval",
 ]
 
 
@@ -410,248 +405,6 @@ def evaluate_target(
     return state
 
 
-def median_interval_coverage(n: int, confidence: float = NOMINAL_COVERAGE) -> tuple[int, float]:
-    """Rank ``k`` and coverage of the exact order-statistic interval of a median.
-
-    ``[x_(k), x_(n+1-k)]`` (sorted samples, 1-based) holds the population median with
-    probability ``1 - 2 P(Bin(n, 1/2) <= k - 1)`` for any continuous distribution. The
-    largest ``k`` whose coverage reaches ``confidence`` is chosen; when even ``k = 1``
-    (``[min, max]``) falls short, ``k = 1`` and its smaller coverage are returned.
-
-    Args:
-        n: Number of samples (>= 2).
-        confidence: The coverage wanted, in (0, 1).
-
-    Returns:
-        ``(k, coverage)``.
-
-    Raises:
-        RecordError: ``n < 2`` or a bad confidence.
-
-    Example:
-        >>> median_interval_coverage(5)
-        (1, 0.9375)
-        >>> median_interval_coverage(7)
-        (1, 0.984375)
-        >>> median_interval_coverage(15)[0]
-        4
-    """
-    if n < 2:
-        raise RecordError(f"an interval of a median needs at least 2 samples, got {n}")
-    if not 0 < confidence < 1:
-        raise RecordError(f"confidence {confidence} is not in (0, 1)")
-    cdf = 0.0  # P(Bin(n, 1/2) <= k - 1), exact in binary floating point for these sizes
-    best_k, best_cov = 1, 1 - 2 * 0.5**n
-    term = 0.5**n  # C(n, j) / 2^n, updated incrementally
-    for k in range(1, n // 2 + 1):
-        cdf += term  # adds j = k - 1
-        term = term * (n - (k - 1)) / k
-        cov = 1 - 2 * cdf
-        if cov >= confidence - 1e-12:
-            best_k, best_cov = k, cov
-        else:
-            break
-    return best_k, best_cov
-
-
-def median_interval(
-    samples: Sequence[float],
-    *,
-    confidence: float = NOMINAL_COVERAGE,
-) -> tuple[float, float, float]:
-    """Median of ``samples`` and the exact order-statistic interval of that median.
-
-    The interval is ``[x_(k), x_(n+1-k)]`` of the sorted samples with ``k`` from
-    :func:`median_interval_coverage`: distribution-free and deterministic. Its coverage
-    reaches 95 % only from 6 samples on; with fewer it is ``[min, max]``, whose smaller
-    coverage :func:`median_interval_coverage` tells.
-
-    Args:
-        samples: At least one finite number (at most 100,000).
-        confidence: Coverage wanted, in (0, 1).
-
-    Returns:
-        ``(median, low, high)``; with one sample all three are that sample.
-
-    Raises:
-        RecordError: No samples, too many, a non-finite one, or a bad confidence.
-    """
-    import numpy as np
-
-    data = np.asarray([float(s) for s in samples], dtype=float)
-    if data.size == 0:
-        raise RecordError("samples: need at least one value")
-    if data.size > MAX_SAMPLES:
-        raise RecordError(f"samples: {data.size} values, more than the limit {MAX_SAMPLES}")
-    if not np.all(np.isfinite(data)):
-        raise RecordError("samples: every value must be finite")
-    if not 0 < confidence < 1:
-        raise RecordError(f"confidence {confidence} is not in (0, 1)")
-    median = float(np.median(data))
-    if data.size == 1:
-        return median, median, median
-    k, _ = median_interval_coverage(int(data.size), confidence)
-    ordered = np.sort(data)
-    return median, float(ordered[k - 1]), float(ordered[data.size - k])
-
-
-def bootstrap_rows(
-    statistic: Callable[[np.ndarray], float],
-    n_rows: int,
-    *,
-    groups: Sequence[object] | None = None,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """A statistic of rows with a percentile-bootstrap interval over the rows.
-
-    ``statistic(idx)`` computes the statistic from the rows ``idx`` (an integer index
-    array). The value is ``statistic(arange(n_rows))``; each of ``resamples`` resamples
-    draws ``n_rows`` rows with replacement from ``numpy.random.default_rng(seed)`` —
-    within each group when ``groups`` is given (a stratified bootstrap that keeps every
-    group's size) — and the interval is the ``(1 ∓ confidence) / 2`` quantiles of the
-    resampled statistics, widened if needed to hold the value. The same inputs and seed
-    give the same interval. Rows are treated as independent.
-
-    Args:
-        statistic: Maps an index array of rows to a finite number.
-        n_rows: Number of rows (>= 1).
-        groups: Optional group label of each row (resampling stays within a group).
-        confidence: Coverage of the interval, in (0, 1).
-        resamples: Number of bootstrap resamples (>= 1).
-        seed: Seed of the resampling generator.
-
-    Returns:
-        ``(value, low, high)``.
-
-    Raises:
-        RecordError: Bad sizes, confidence or resample count (a ``ValueError``).
-    """
-    import numpy as np
-
-    if n_rows < 1 or resamples < 1 or not 0 < confidence < 1:
-        raise RecordError(
-            f"n_rows={n_rows}, resamples={resamples}, confidence={confidence}: need n_rows >= 1, "
-            "resamples >= 1 and 0 < confidence < 1"
-        )
-    everything = np.arange(n_rows)
-    value = float(statistic(everything))
-    if groups is None:
-        strata = [everything]
-    else:
-        labels = np.asarray(groups, dtype=object)
-        if labels.shape != (n_rows,):
-            raise RecordError(f"groups has {labels.size} labels for {n_rows} rows")
-        strata = [everything[labels == g] for g in dict.fromkeys(labels.tolist())]
-    rng = np.random.default_rng(seed)
-    stats = np.empty(resamples)
-    for i in range(resamples):
-        idx = np.concatenate([rng.choice(rows, size=rows.size) for rows in strata])
-        stats[i] = statistic(idx)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return value, float(min(low, value)), float(max(high, value))
-
-
-def mean_interval(
-    values: Sequence[float],
-    *,
-    groups: Sequence[object] | None = None,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """Mean of ``values`` with a seeded bootstrap interval (see :func:`bootstrap_rows`).
-
-    With ``groups`` the value is the mean of the groups' means (each group counts once,
-    e.g. one model of a collection or one kernel family) and rows are resampled within
-    their group.
-
-    Args:
-        values: Finite numbers, one per row (per-row errors, per-kernel scores...).
-        groups: Optional group label of each row.
-        confidence: Coverage of the interval.
-        resamples: Bootstrap resamples.
-        seed: Seed of the resampling generator.
-
-    Returns:
-        ``(mean, low, high)``.
-
-    Raises:
-        RecordError: No values, a non-finite one, or labels that do not match the rows.
-    """
-    import numpy as np
-
-    data = np.asarray(values, dtype=float)
-    if data.ndim != 1 or data.size == 0 or not np.all(np.isfinite(data)):
-        raise RecordError("mean_interval: need a non-empty 1-D array of finite values")
-    if groups is None:
-
-        def statistic(idx: np.ndarray) -> float:
-            return float(data[idx].mean())
-
-    else:
-        labels = np.asarray(groups, dtype=object)
-        if labels.shape != data.shape:
-            raise RecordError(f"groups has {labels.size} labels for {data.size} rows")
-        names = list(dict.fromkeys(labels.tolist()))
-
-        def statistic(idx: np.ndarray) -> float:
-            sub, lab = data[idx], labels[idx]
-            return float(np.mean([sub[lab == g].mean() for g in names]))
-
-    return bootstrap_rows(
-        statistic, data.size, groups=groups, confidence=confidence, resamples=resamples, seed=seed
-    )
-
-
-def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (an accuracy on ``n`` items).
-
-    Args:
-        successes: Items right (0 ≤ successes ≤ n).
-        n: Items in total (> 0).
-        confidence: Coverage of the interval.
-
-    Raises:
-        RecordError: The counts are inconsistent.
-    """
-    if n <= 0 or not 0 <= successes <= n:
-        raise RecordError(
-            f"Wilson interval needs 0 <= successes <= n and n > 0, got {successes}/{n}"
-        )
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
-
-
-def difference_interval(
-    successes_a: int, n_a: int, successes_b: int, n_b: int, *, confidence: float = 0.95
-) -> tuple[float, float, float]:
-    """Difference of two accuracies ``a - b`` with Newcombe's hybrid Wilson interval.
-
-    Newcombe (1998), method 10: the interval combines the two Wilson intervals. It
-    assumes independent samples; for two models scored on the same test items it is
-    conservative (wider than a paired interval).
-
-    Returns:
-        ``(difference, low, high)``.
-    """
-    pa, pb = successes_a / n_a if n_a else 0.0, successes_b / n_b if n_b else 0.0
-    la, ua = wilson_interval(successes_a, n_a, confidence=confidence)
-    lb, ub = wilson_interval(successes_b, n_b, confidence=confidence)
-    diff = pa - pb
-    low = diff - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2)
-    high = diff + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
-    return diff, low, high
-
-
 def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
@@ -771,7 +524,7 @@ def format_record_html(rec: Record) -> str:
 
 def record(
     key: str,
-    value: float | None = None,
+    value: float | Estimate | None = None,
     *,
     samples: Sequence[float] | None = None,
     interval: tuple[float, float] | None = None,
@@ -787,7 +540,9 @@ def record(
 ) -> None:
     """Record a headline number: show it and emit it as a machine-readable output.
 
-    Give either ``value`` or ``samples``. With ``samples`` the value is their median and
+    Give either ``value`` or ``samples``. A value that is an :class:`~hpcnb.stats.Estimate`
+    brings its interval, ``n`` and coverage (``record(key, mape_interval(p, m))``). With
+    ``samples`` the value is their median and
     the record carries ``n``, the exact order-statistic interval of the median and its
     coverage (:func:`median_interval`; 95 % from 6 samples on, so a timed record with a
     target takes at least 7 rounds). A value with an interval computed elsewhere (a Wilson
@@ -803,7 +558,8 @@ def record(
 
     Args:
         key: ``<area>.<metric>`` in snake_case.
-        value: A finite real number (numpy and torch scalars are accepted).
+        value: A finite real number (numpy and torch scalars are accepted), or an
+            :class:`~hpcnb.stats.Estimate`, whose interval, ``n`` and coverage it takes.
         samples: Repeated measurements; the value becomes their median.
         interval: ``(low, high)`` of ``value`` when it was computed elsewhere.
         n: Items or repetitions behind ``value`` (set automatically from ``samples``).
@@ -828,6 +584,13 @@ def record(
     _check_key(key)
     sample_tuple: tuple[float, ...] = ()
     low = high = None
+    if isinstance(value, Estimate):
+        if interval is not None or n is not None or coverage is not None:
+            raise RecordError(
+                f"record {key!r}: an Estimate carries its interval, n and coverage; "
+                "do not give them again"
+            )
+        value, interval, n, coverage = value.value, value.interval, value.n, value.coverage
     if target_from not in TARGET_FROM:
         raise RecordError(
             f"record {key!r}: target_from {target_from!r} is not one of {TARGET_FROM}"
@@ -845,7 +608,8 @@ def record(
         if coverage is not None:
             raise RecordError(f"record {key!r}: the coverage of a median's interval is computed")
         sample_tuple = tuple(_as_float(key, s, "sample") for s in samples)
-        value, low, high = median_interval(sample_tuple)
+        median = median_interval(sample_tuple)
+        value, low, high = median.value, median.low, median.high
         n = len(sample_tuple)
         if n >= 2:
             coverage = median_interval_coverage(n)[1]
@@ -899,8 +663,11 @@ def record_accuracy(key: str, correct: int, total: int, **kwargs: Any) -> None:
         total: Items scored.
         **kwargs: Passed to :func:`record` (``target``, ``paper``, ``source``, ...).
     """
-    low, high = wilson_interval(int(correct), int(total))
-    record(key, correct / total, interval=(low, high), n=int(total), **kwargs)
+    try:
+        proportion = wilson_interval(int(correct), int(total))
+    except ValueError as exc:
+        raise RecordError(f"record {key!r}: {exc}") from None
+    record(key, proportion, **kwargs)
 
 
 def emit(line: str, bundle: dict[str, Any]) -> None:
