@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcnb.codecache import atomic_write
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError
 
 __all__ = [
     "LOCK_TIMEOUT_S",
@@ -299,7 +299,7 @@ def _dumps(data: Any, allow_nan: bool, indent: int | None) -> str:
 
 def _check_finite(data: Any) -> None:
     if isinstance(data, float) and not math.isfinite(data):
-        raise ValueError(f"non-finite number {data!r} in cache data")
+        raise InvalidInputError(f"non-finite number {data!r} in cache data")
     if isinstance(data, dict):
         for value in data.values():
             _check_finite(value)

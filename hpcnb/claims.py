@@ -245,9 +245,13 @@ def claim(
     if paper is not None and not isinstance(paper, str):
         paper = float(paper)
     item = Claim(
-        text=text, records=keys, paper=paper, kind=kind, baseline=baseline,
+        text=text,
+        records=keys,
+        paper=paper,
+        kind=kind,
+        baseline=baseline,
         explanation=explanation,
-    )  # fmt: skip
+    )
     emitted = session_records()
     if all(key in emitted for key in keys):  # judge now, so a bad claim fails where stated
         try:
@@ -351,6 +355,12 @@ def verdict(
     smoke: bool = False,
 ) -> str:
     """Return the verdict that ``records`` imply for a claim of ``kind`` (see :func:`judge`).
+
+    Args:
+        kind: The claim's kind (``"paper"`` or ``"own"``, see :class:`Claim`).
+        records: The records the claim rests on.
+        paper: The paper's figure, when the claim gives one.
+        smoke: The records come from a ``SMOKE=True`` run (judged as not tested).
 
     Raises:
         ClaimError: As :func:`judge`.
@@ -540,8 +550,8 @@ def render_html(rows: Sequence[ClaimRow]) -> str:
     esc = html.escape
     body = [
         [
-            esc(row.claim) + (f"<br><small>baseline: {esc(row.baseline)}</small>"
-                              if row.baseline else ""),
+            esc(row.claim)
+            + (f"<br><small>baseline: {esc(row.baseline)}</small>" if row.baseline else ""),
             esc(row.kind),
             esc(_paper_cell(row).replace("\\|", "|")),
             "<br>".join(esc(part) for part in row.measured.split("; ")),
@@ -549,7 +559,7 @@ def render_html(rows: Sequence[ClaimRow]) -> str:
             esc(row.reading),
         ]
         for row in rows
-    ]  # fmt: skip
+    ]
     header = ["claim", "kind", "paper", "measured here", "verdict", "reading"]
     return html_table(header, body, numeric=set())
 
@@ -599,10 +609,12 @@ def claims_table() -> None:
     summary = _summary(rows)
     emit(
         _plain(rows) + "\n" + summary,
-        {"text/markdown": render_markdown(rows) + "\n\n" + summary,
-         "text/html": render_html(rows) + f"<p>{html.escape(summary)}</p>",
-         CLAIMS_MIME: [row.to_json() for row in rows]},
-    )  # fmt: skip
+        {
+            "text/markdown": render_markdown(rows) + "\n\n" + summary,
+            "text/html": render_html(rows) + f"<p>{html.escape(summary)}</p>",
+            CLAIMS_MIME: [row.to_json() for row in rows],
+        },
+    )
 
 
 def claims_frame() -> pd.DataFrame:
@@ -727,6 +739,10 @@ def audit_claims(rows: Iterable[Mapping[str, Any]], records: Mapping[str, Record
     claim that gives the paper's figure must rest on paper-figure targets only; no record
     with fewer than 3 observations may carry an interval; no row is *reproduced* or *met*
     when one of its records is synthetic or simulated.
+
+    Args:
+        rows: Claims rows as written to ``claims.json`` (one per claim).
+        records: The notebook's records by key.
     """
     problems = []
     for row in rows:
@@ -740,9 +756,12 @@ def audit_claims(rows: Iterable[Mapping[str, Any]], records: Mapping[str, Record
         if row.get("verdict") not in VERDICTS:
             problems.append(f"{text!r}: verdict {row.get('verdict')!r} is not in the vocabulary")
         item = Claim(
-            text=str(text), records=tuple(keys), paper=row.get("paper"),
-            kind=row.get("kind", "paper"), stricter_of=row.get("stricter_of"),
-        )  # fmt: skip
+            text=str(text),
+            records=tuple(keys),
+            paper=row.get("paper"),
+            kind=row.get("kind", "paper"),
+            stricter_of=row.get("stricter_of"),
+        )
         try:
             expected, judged_on = judge(item, recs, smoke=row.get("smoke") is True)
         except ClaimError as exc:

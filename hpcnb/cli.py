@@ -122,10 +122,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     status = 0
     try:
         results = run_notebooks(
-            args.notebooks, overrides, smoke=args.smoke, out=out, timeout=timeout,
-            progress=not args.no_progress, resume=args.resume, force=args.force,
+            args.notebooks,
+            overrides,
+            smoke=args.smoke,
+            out=out,
+            timeout=timeout,
+            progress=not args.no_progress,
+            resume=args.resume,
+            force=args.force,
             on_result=_print_result,
-        )  # fmt: skip
+        )
         status = 0 if all(r.ok for r in results) else 1
     except RunFolderError as exc:
         print(f"hpcnb run: {exc}", file=sys.stderr)
@@ -153,9 +159,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         grid = load_grid(args.grid)
         table = sweep(
-            args.notebook, grid, workers=args.workers, scheduler=args.scheduler, out=args.out,
-            smoke=args.smoke, timeout=args.timeout, max_points=args.max_points,
-        )  # fmt: skip
+            args.notebook,
+            grid,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            out=args.out,
+            smoke=args.smoke,
+            timeout=args.timeout,
+            max_points=args.max_points,
+        )
     except InterruptedRunError as exc:
         print(f"hpcnb sweep: {exc}", file=sys.stderr)
         return 130
@@ -275,6 +287,93 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``hpcnb run``."""
+    p = sub.add_parser("run", help="execute notebooks with papermill")
+    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
+    p.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="set a parameter (repeatable; 'hpcnb list' shows them)",
+    )
+    p.add_argument("--smoke", action="store_true", help="run with SMOKE=True (miniature inputs)")
+    p.add_argument("--out", help="run folder (default: papermill_runs/<UTC timestamp>)")
+    p.add_argument(
+        "--timeout", default=None, help="seconds per notebook, finite and > 0 (default: no limit)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out: skip notebooks already ok there",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="execute even notebooks whose earlier result is unchanged",
+    )
+    p.set_defaults(func=_cmd_run)
+
+
+def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``hpcnb sweep``."""
+    p = sub.add_parser("sweep", help="run a notebook over a parameter grid on Dask")
+    p.add_argument("notebook", help="notebook path or stem")
+    p.add_argument(
+        "--grid", required=True, help="YAML file mapping each parameter NAME to a list of values"
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=2,
+        help="local Dask worker processes (default: %(default)s)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="address of an existing Dask scheduler, tcp://HOST:PORT "
+        "(default: a local cluster of --workers processes)",
+    )
+    p.add_argument(
+        "--out", default=None, help="run folder (default: papermill_runs/<UTC timestamp>)"
+    )
+    p.add_argument("--smoke", action="store_true", help="add SMOKE=True to every grid point")
+    p.add_argument(
+        "--timeout", default=None, help="seconds per grid point, finite and > 0 (default: no limit)"
+    )
+    p.add_argument(
+        "--max-points",
+        type=_positive_int,
+        default=_MAX_POINTS,
+        help="largest number of grid points to run (default: %(default)s)",
+    )
+    p.set_defaults(func=_cmd_sweep)
+
+
+def _add_status_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``hpcnb status``."""
+    p = sub.add_parser(
+        "status", help="which notebooks are stale against their newest run, and what changed"
+    )
+    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
+    p.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="a parameter value a run now would use",
+    )
+    p.add_argument("--smoke", action="store_true", help="compare with SMOKE=True runs")
+    p.add_argument(
+        "--runs", default="papermill_runs", help="folder of run folders (default: %(default)s)"
+    )
+    p.set_defaults(func=_cmd_status)
+
+
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     """Return the argument parser of the ``hpcnb`` command.
 
@@ -294,38 +393,8 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite notebooks already there")
     p.set_defaults(func=_cmd_notebooks)
 
-    p = sub.add_parser("run", help="execute notebooks with papermill")
-    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
-    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="set a parameter (repeatable; 'hpcnb list' shows them)")  # fmt: skip
-    p.add_argument("--smoke", action="store_true", help="run with SMOKE=True (miniature inputs)")
-    p.add_argument("--out", help="run folder (default: papermill_runs/<UTC timestamp>)")
-    p.add_argument("--timeout", default=None,
-                   help="seconds per notebook, finite and > 0 (default: no limit)")  # fmt: skip
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out: skip notebooks already ok there")  # fmt: skip
-    p.add_argument("--force", action="store_true",
-                   help="execute even notebooks whose earlier result is unchanged")  # fmt: skip
-    p.set_defaults(func=_cmd_run)
-
-    p = sub.add_parser("sweep", help="run a notebook over a parameter grid on Dask")
-    p.add_argument("notebook", help="notebook path or stem")
-    p.add_argument("--grid", required=True,
-                   help="YAML file mapping each parameter NAME to a list of values")  # fmt: skip
-    p.add_argument("--workers", type=_positive_int, default=2,
-                   help="local Dask worker processes (default: %(default)s)")  # fmt: skip
-    p.add_argument("--scheduler", default=None,
-                   help="address of an existing Dask scheduler, tcp://HOST:PORT "
-                   "(default: a local cluster of --workers processes)")  # fmt: skip
-    p.add_argument("--out", default=None,
-                   help="run folder (default: papermill_runs/<UTC timestamp>)")  # fmt: skip
-    p.add_argument("--smoke", action="store_true", help="add SMOKE=True to every grid point")
-    p.add_argument("--timeout", default=None,
-                   help="seconds per grid point, finite and > 0 (default: no limit)")  # fmt: skip
-    p.add_argument("--max-points", type=_positive_int, default=_MAX_POINTS,
-                   help="largest number of grid points to run (default: %(default)s)")  # fmt: skip
-    p.set_defaults(func=_cmd_sweep)
+    _add_run_parser(sub)
+    _add_sweep_parser(sub)
 
     p = sub.add_parser("strip", help="clear outputs and execution counts, keep cell tags")
     p.add_argument("notebooks", nargs="*", help="notebook files (default: all)")
@@ -335,16 +404,7 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run folder written by 'hpcnb run' or 'hpcnb sweep'")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser(
-        "status", help="which notebooks are stale against their newest run, and what changed"
-    )
-    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
-    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="a parameter value a run now would use")  # fmt: skip
-    p.add_argument("--smoke", action="store_true", help="compare with SMOKE=True runs")
-    p.add_argument("--runs", default="papermill_runs",
-                   help="folder of run folders (default: %(default)s)")  # fmt: skip
-    p.set_defaults(func=_cmd_status)
+    _add_status_parser(sub)
 
     p = sub.add_parser(
         "diff", help="records that moved beyond their intervals and verdicts that changed"

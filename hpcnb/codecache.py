@@ -60,9 +60,11 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from hpcnb.errors import HpcnbError
 from hpcnb.paths import CACHE_ENV
 
 __all__ = [
+    "CodeCacheError",
     "CodeCacheWarning",
     "atomic_write",
     "deprecated_cache_env",
@@ -78,6 +80,10 @@ _WARNED_ENV: set[str] = set()
 _WARNED_FOLDERS: set[str] = set()
 _PRIVATE_FOLDER: Path | None = None
 _GUARD_MARK = "_hpcnb_guarded"
+
+
+class CodeCacheError(HpcnbError, OSError):
+    """A generated module can be written neither to the cache folder nor to a private one."""
 
 
 class CodeCacheWarning(UserWarning):
@@ -253,7 +259,7 @@ def load_generated(
             fallback = generated_path(_private_folder(), stem, source)
             ensure_source(fallback, source)
         except OSError as second:
-            raise OSError(
+            raise CodeCacheError(
                 f"cannot write the generated module {path.name}: neither the cache folder "
                 f"{path.parent} ({exc}) nor a temporary folder ({second}) can be written"
             ) from second

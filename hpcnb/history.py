@@ -143,7 +143,12 @@ def record_history(runs: Sequence[EarlierRun]) -> dict[str, list[dict[str, Any]]
 
 
 def write_history(path: str | Path, runs: Sequence[EarlierRun]) -> Path:
-    """Write the record history of ``runs`` as JSON to ``path`` (for :data:`HISTORY_ENV`)."""
+    """Write the record history of ``runs`` as JSON to ``path`` (for :data:`HISTORY_ENV`).
+
+    Args:
+        path: The JSON file to write.
+        runs: Earlier runs of the notebook (from :func:`earlier_runs`).
+    """
     path = Path(path)
     path.write_text(json.dumps(record_history(runs), allow_nan=False), encoding="utf-8")
     return path
@@ -163,7 +168,12 @@ def session_history() -> dict[str, list[dict[str, Any]]]:
 
 
 def moved(value: float, earlier: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether any earlier value differs from ``value`` (beyond rounding)."""
+    """Whether any earlier value differs from ``value`` (beyond rounding).
+
+    Args:
+        value: This run's value of a record.
+        earlier: The record's entries in earlier runs (``value``, ``low``, ``high``, ``met``).
+    """
     return any(
         not math.isclose(float(e["value"]), value, rel_tol=1e-9, abs_tol=1e-12)
         for e in earlier
@@ -185,6 +195,10 @@ def history_text(rec: Record, earlier: Sequence[Mapping[str, Any]]) -> str:
 
     Only a record whose value moved between runs gets a text; the states are marked
     ``(flipped)`` when one differs from this run's.
+
+    Args:
+        rec: The record of this run.
+        earlier: Its entries in earlier runs.
     """
     if not earlier or not moved(rec.value, earlier):
         return ""
@@ -199,7 +213,12 @@ def history_text(rec: Record, earlier: Sequence[Mapping[str, Any]]) -> str:
 def verdict_flips(
     rows: Sequence[Mapping[str, Any]], runs: Sequence[EarlierRun]
 ) -> list[tuple[str, str, list[tuple[str, str]]]]:
-    """Return ``(claim, verdict now, [(run, verdict then), ...])`` for claims that changed."""
+    """Return ``(claim, verdict now, [(run, verdict then), ...])`` for claims that changed.
+
+    Args:
+        rows: This run's claims rows.
+        runs: Earlier runs of the notebook, with their claims.
+    """
     flips = []
     for row in rows:
         text = row.get("claim")

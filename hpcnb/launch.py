@@ -56,7 +56,7 @@ from typing import Any
 
 import psutil
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError
 
 __all__ = [
     # process families
@@ -165,11 +165,13 @@ class ProcessTree:
         )
         try:
             self._watchdog = subprocess.Popen(
-                [sys.executable, "-c", _WATCHDOG, str(os.getpid()), self.token,
-                 str(self.grace_s)],
-                stdin=read_end, stdout=subprocess.DEVNULL, env=watch_env,
-                start_new_session=True, pass_fds=tuple(hold_fds),
-            )  # fmt: skip
+                [sys.executable, "-c", _WATCHDOG, str(os.getpid()), self.token, str(self.grace_s)],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                env=watch_env,
+                start_new_session=True,
+                pass_fds=tuple(hold_fds),
+            )
         except BaseException:
             os.close(write_end)
             raise
@@ -274,6 +276,11 @@ def stop_marked(var: str, value: str, *, grace_s: float = 3.0) -> list[int]:
 
     Sends SIGTERM, waits up to ``grace_s`` seconds, SIGKILLs what is left and waits up to
     5 s more; repeats the scan so that processes started meanwhile go too.
+
+    Args:
+        var: The environment variable that carries the mark.
+        value: The mark: a process is stopped when ``var`` lists it.
+        grace_s: Seconds between SIGTERM and SIGKILL.
 
     Returns:
         The pids that were signalled.
@@ -425,7 +432,7 @@ def mpiexec_command(
         MPIRunError: No ``mpiexec`` is available.
     """
     if n_ranks < 1:
-        raise ValueError(f"n_ranks={n_ranks}: an MPI job needs at least one rank")
+        raise InvalidInputError(f"n_ranks={n_ranks}: an MPI job needs at least one rank")
     exe = mpiexec_path()
     cmd = [exe]
     if _is_open_mpi(exe):
@@ -499,15 +506,19 @@ def run_mpi(
             limit passed; the message holds the tail of the job's error output.
     """
     if timeout_s <= 0 or not program:
-        raise ValueError(f"need timeout_s > 0 and a program, got {timeout_s!r}, {program!r}")
+        raise InvalidInputError(f"need timeout_s > 0 and a program, got {timeout_s!r}, {program!r}")
     cmd = [*mpiexec_command(n_ranks, hostfile=hostfile, bind_to=bind_to), *program]
     with tempfile.TemporaryDirectory(prefix="hpcnb_mpi_") as tmp:
         out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             tree = ProcessTree(
-                cmd, env=_mpi_env(env, threads), cwd=cwd, stdout=out, stderr=err,
+                cmd,
+                env=_mpi_env(env, threads),
+                cwd=cwd,
+                stdout=out,
+                stderr=err,
                 stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             timed_out = False
             try:
                 tree.proc.wait(timeout=timeout_s)

@@ -92,9 +92,11 @@ class _BoundedLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(
-                None, None, "YAML anchors and aliases (&name, *name) are not accepted",
+                None,
+                None,
+                "YAML anchors and aliases (&name, *name) are not accepted",
                 event.start_mark,
-            )  # fmt: skip
+            )
         self._nodes += 1
         if self._nodes > MAX_NODES:
             raise yaml.composer.ComposerError(
@@ -169,6 +171,10 @@ class Parameter:
 
 def parameters_cell(nb: dict[str, Any], path: str | Path = "<notebook>") -> tuple[int, str]:
     """Return ``(index, source)`` of the single cell tagged ``parameters``.
+
+    Args:
+        nb: The notebook as a JSON mapping.
+        path: The notebook's path, for messages.
 
     Raises:
         ParameterError: No cell or more than one cell carries the tag.
@@ -248,8 +254,10 @@ def read_notebook(path: str | Path) -> dict[str, Any]:
         raise ParameterError(f"{path}: not a notebook (no list of cells)")
     for i, cell in enumerate(cells):
         src = cell.get("source", "")
-        if not (isinstance(src, str) or (isinstance(src, list) and all(
-                isinstance(line, str) for line in src))):  # fmt: skip
+        if not (
+            isinstance(src, str)
+            or (isinstance(src, list) and all(isinstance(line, str) for line in src))
+        ):
             raise ParameterError(f"{path}: not a notebook (cell {i} has no text source)")
         meta = cell.get("metadata", {})
         if not isinstance(meta, dict) or not isinstance(meta.get("tags", []), list):
@@ -258,7 +266,12 @@ def read_notebook(path: str | Path) -> dict[str, Any]:
 
 
 def parse_parameters(source: str, path: str | Path = "<cell>") -> list[Parameter]:
-    """Parse the source of a parameters cell (see :func:`notebook_parameters`)."""
+    """Parse the source of a parameters cell (see :func:`notebook_parameters`).
+
+    Args:
+        source: The cell's source text.
+        path: The notebook's path, for messages.
+    """
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -331,6 +344,10 @@ def coerce(param: Parameter, value: Any) -> Any:
     ``bool`` from true/false/1/0/yes/no, other annotations as YAML
     (:func:`load_yaml_bounded`). Typed values are checked against the declared type (an
     ``int`` is accepted for a ``float``); container values element by element.
+
+    Args:
+        param: The parameter (its declared type, default and comment).
+        value: A text from the command line or a typed value from a grid.
 
     Raises:
         ParameterError: The value does not fit, naming the parameter and its type

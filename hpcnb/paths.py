@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["CACHE_ENV", "cache_dir", "cache_root", "machine_key"]
 
 CACHE_ENV = "HPCNB_CACHE"
@@ -36,7 +38,9 @@ def cache_dir(name: str) -> Path:
         ValueError: ``name`` is empty or leaves the cache root.
     """
     if not name or Path(name).is_absolute() or ".." in Path(name).parts:
-        raise ValueError(f"cache folder name {name!r} must be a relative path inside the cache")
+        raise InvalidInputError(
+            f"cache folder name {name!r} must be a relative path inside the cache"
+        )
     path = cache_root() / name
     path.mkdir(parents=True, exist_ok=True)
     return path

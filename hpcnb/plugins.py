@@ -118,7 +118,7 @@ class Registry(Generic[T]):
         problem = self._check(obj) if self._check is not None else None
         if problem:
             raise PluginError(f"{self.what} {name!r}: {problem}")
-        return obj  # type: ignore[no-any-return]
+        return obj
 
     def register(self, name: str, obj: T, *, replace: bool = False) -> T:
         """Register ``obj`` under ``name`` and return it.

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["BATCH_EXECUTORS", "QuietProgress", "progress", "show_progress"]
 
 T = TypeVar("T")
@@ -100,7 +102,9 @@ def show_progress(
     if value in _FALSE:
         return False
     if value:
-        raise ValueError(f"HPCNB_PROGRESS={value!r}: expected one of {', '.join(_TRUE + _FALSE)}")
+        raise InvalidInputError(
+            f"HPCNB_PROGRESS={value!r}: expected one of {', '.join(_TRUE + _FALSE)}"
+        )
     if env.get("HPCNB_BATCH", "").strip().lower() in _TRUE:
         return False
     parent = _parent_cmdline() if parent_cmdline is None else parent_cmdline
@@ -143,10 +147,21 @@ class QuietProgress(Iterator[T]):
         return item
 
     def set_postfix(self, *args: Any, **kwargs: Any) -> None:
-        """Accept tqdm's ``set_postfix`` and ignore it."""
+        """Accept tqdm's ``set_postfix`` and ignore it.
+
+        Args:
+            *args: Ignored.
+            **kwargs: Ignored.
+        """
 
     def set_description(self, desc: str = "", *args: Any, **kwargs: Any) -> None:
-        """Accept tqdm's ``set_description``: it becomes the summary's label."""
+        """Accept tqdm's ``set_description``: it becomes the summary's label.
+
+        Args:
+            desc: The label of the summary line.
+            *args: Ignored.
+            **kwargs: Ignored.
+        """
         self.desc = desc
 
     def update(self, n: int = 1) -> None:

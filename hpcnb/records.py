@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcnb.errors import RecordError
+from hpcnb.errors import InvalidTypeError, RecordError
 from hpcnb.stats import (
     NOMINAL_COVERAGE,
     Estimate,
@@ -212,6 +212,10 @@ class Record:
     def from_json(cls, payload: dict[str, Any], where: str = "record") -> Record:
         """Rebuild a record from its mime payload (older payloads lack the new fields).
 
+        Args:
+            payload: The ``application/vnd.hpcnb.record+json`` payload.
+            where: Where the payload came from, for messages.
+
         Raises:
             RecordError: A field is missing or of the wrong type.
         """
@@ -224,7 +228,7 @@ class Record:
             coverage = payload.get("coverage")
             target_from = payload.get("target_from", "ours")
             if target_from not in TARGET_FROM:
-                raise ValueError(f"target_from {target_from!r} is not one of {TARGET_FROM}")
+                raise RecordError(f"target_from {target_from!r} is not one of {TARGET_FROM}")
             return cls(
                 key=key,
                 value=_check_value(key, payload["value"]),
@@ -272,10 +276,10 @@ def _as_float(key: str, value: object, what: str = "value") -> float:
     if not isinstance(value, numbers.Real):
         item = getattr(value, "item", None)  # numpy / torch scalars
         if item is None or getattr(value, "ndim", 0) not in (0, None):
-            raise TypeError(f"record {key!r}: {what} {value!r} is not a real number")
+            raise InvalidTypeError(f"record {key!r}: {what} {value!r} is not a real number")
         value = item()
         if not isinstance(value, numbers.Real):
-            raise TypeError(f"record {key!r}: {what} {value!r} is not a real number")
+            raise InvalidTypeError(f"record {key!r}: {what} {value!r} is not a real number")
     out = float(value)
     if not math.isfinite(out):
         raise RecordError(f"record {key!r}: {what} {out} is not finite")
@@ -453,6 +457,10 @@ def coloured(text: str, colour: str | None = None) -> str:
     """Return ``text`` HTML-escaped in a bold span of ``colour`` (a state's colour by default).
 
     A state or verdict without its own colour (``not tested``, ``simulated only``) is grey.
+
+    Args:
+        text: The text (a state or verdict).
+        colour: A CSS colour; by default the state's own colour.
     """
     colour = colour or STATE_COLOURS.get(text, NEUTRAL_COLOUR)
     return f'<span style="color:{html.escape(colour)};font-weight:bold">{html.escape(text)}</span>'
@@ -522,6 +530,68 @@ def format_record_html(rec: Record) -> str:
     return html_table(header, [row], numeric={1, 2, 3})
 
 
+def _check_origin(key: str, target: object, target_from: str, own_target: object) -> None:
+    """Refuse an unknown ``target_from``, a paper target without a figure, a stray own target."""
+    if target_from not in TARGET_FROM:
+        raise RecordError(
+            f"record {key!r}: target_from {target_from!r} is not one of {TARGET_FROM}"
+        )
+    if target_from == "paper" and target is None:
+        raise RecordError(f"record {key!r}: target_from='paper' needs the paper's figure as target")
+    if own_target is not None and target_from != "paper":
+        raise RecordError(
+            f"record {key!r}: own_target is our own target beside the paper's; give the "
+            "paper's figure as target with target_from='paper', or our target as target"
+        )
+
+
+def _unpack_estimate(
+    key: str, estimate: Estimate, interval: object, n: object, coverage: object
+) -> tuple[float, tuple[float, float] | None, int | None, float | None]:
+    """``(value, interval, n, coverage)`` of an Estimate given as a record's value."""
+    if interval is not None or n is not None or coverage is not None:
+        raise RecordError(
+            f"record {key!r}: an Estimate carries its interval, n and coverage; "
+            "do not give them again"
+        )
+    return estimate.value, estimate.interval, estimate.n, estimate.coverage
+
+
+def _median_parts(
+    samples: tuple[float, ...],
+) -> tuple[float, float | None, float | None, int, float | None]:
+    """``(median, low, high, n, coverage)`` of samples (the order-statistic interval)."""
+    median = median_interval(samples)
+    n = len(samples)
+    coverage = median_interval_coverage(n)[1] if n >= 2 else None
+    return median.value, median.low, median.high, n, coverage
+
+
+def _given_interval(
+    key: str,
+    value: float,
+    interval: tuple[float, float] | None,
+    coverage: float | None,
+) -> tuple[float | None, float | None, float | None]:
+    """``(low, high, coverage)`` of an interval given with a value, checked to hold it."""
+    if interval is None:
+        if coverage is not None:
+            raise RecordError(f"record {key!r}: coverage without an interval")
+        return None, None, None
+    try:
+        low, high = (_as_float(key, b, "interval bound") for b in interval)
+    except ValueError as exc:
+        raise RecordError(f"record {key!r}: interval must be (low, high)") from exc
+    tol = 1e-9 * max(1.0, abs(value))
+    if not low - tol <= value <= high + tol:
+        raise RecordError(f"record {key!r}: interval [{low}, {high}] does not hold {value}")
+    if coverage is None:
+        coverage = NOMINAL_COVERAGE
+    elif not 0 < coverage < 1:
+        raise RecordError(f"record {key!r}: coverage {coverage} is not in (0, 1)")
+    return low, high, coverage
+
+
 def record(
     key: str,
     value: float | Estimate | None = None,
@@ -582,54 +652,22 @@ def record(
         TypeError: The value is not a real number.
     """
     _check_key(key)
-    sample_tuple: tuple[float, ...] = ()
-    low = high = None
+    _check_origin(key, target, target_from, own_target)
     if isinstance(value, Estimate):
-        if interval is not None or n is not None or coverage is not None:
-            raise RecordError(
-                f"record {key!r}: an Estimate carries its interval, n and coverage; "
-                "do not give them again"
-            )
-        value, interval, n, coverage = value.value, value.interval, value.n, value.coverage
-    if target_from not in TARGET_FROM:
-        raise RecordError(
-            f"record {key!r}: target_from {target_from!r} is not one of {TARGET_FROM}"
-        )
-    if target_from == "paper" and target is None:
-        raise RecordError(f"record {key!r}: target_from='paper' needs the paper's figure as target")
-    if own_target is not None and target_from != "paper":
-        raise RecordError(
-            f"record {key!r}: own_target is our own target beside the paper's; give the "
-            "paper's figure as target with target_from='paper', or our target as target"
-        )
+        value, interval, n, coverage = _unpack_estimate(key, value, interval, n, coverage)
     if samples is not None:
         if value is not None or interval is not None:
             raise RecordError(f"record {key!r}: give value (with interval) or samples, not both")
         if coverage is not None:
             raise RecordError(f"record {key!r}: the coverage of a median's interval is computed")
         sample_tuple = tuple(_as_float(key, s, "sample") for s in samples)
-        median = median_interval(sample_tuple)
-        value, low, high = median.value, median.low, median.high
-        n = len(sample_tuple)
-        if n >= 2:
-            coverage = median_interval_coverage(n)[1]
+        value, low, high, n, coverage = _median_parts(sample_tuple)
     elif value is None:
         raise RecordError(f"record {key!r}: give a value or samples")
-    value = _check_value(key, value)
-    if interval is not None:
-        try:
-            low, high = (_as_float(key, b, "interval bound") for b in interval)
-        except ValueError as exc:
-            raise RecordError(f"record {key!r}: interval must be (low, high)") from exc
-        tol = 1e-9 * max(1.0, abs(value))
-        if not low - tol <= value <= high + tol:
-            raise RecordError(f"record {key!r}: interval [{low}, {high}] does not hold {value}")
-        if coverage is None:
-            coverage = NOMINAL_COVERAGE
-        elif not 0 < coverage < 1:
-            raise RecordError(f"record {key!r}: coverage {coverage} is not in (0, 1)")
-    elif coverage is not None and samples is None:
-        raise RecordError(f"record {key!r}: coverage without an interval")
+    else:
+        sample_tuple = ()
+        value = _check_value(key, value)
+        low, high, coverage = _given_interval(key, value, interval, coverage)
     if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
         raise RecordError(f"record {key!r}: n must be a positive integer, got {n!r}")
     if n is not None and n < MIN_INTERVAL_N:
@@ -671,7 +709,12 @@ def record_accuracy(key: str, correct: int, total: int, **kwargs: Any) -> None:
 
 
 def emit(line: str, bundle: dict[str, Any]) -> None:
-    """Display ``bundle`` with ``line`` as its plain text in a kernel; print elsewhere."""
+    """Display ``bundle`` with ``line`` as its plain text in a kernel; print elsewhere.
+
+    Args:
+        line: The plain-text line.
+        bundle: The other mime types of the display output.
+    """
     try:
         from IPython import get_ipython
         from IPython.display import display

@@ -13,6 +13,7 @@ the number of paper claims judged on our targets instead of the paper's figure.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from hpcnb.claims import (
     paper_claims_judged_on_own_targets,
     read_claims,
 )
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, MissingFileError
 from hpcnb.history import earlier_runs, moved, record_history, verdict_flips
 from hpcnb.records import MET, NOT_TESTED, Record, read_record_details
 from hpcnb.runfolder import RunFolderError, read_run_tables
@@ -94,9 +95,13 @@ def _spread(
     except OSError:
         return []
     runs = earlier_runs(
-        run_dir.parent, stem, machine=str(info.get("machine", "")),
-        parameters=info.get("parameters") or {}, exclude=run_dir, before=before,
-    )  # fmt: skip
+        run_dir.parent,
+        stem,
+        machine=str(info.get("machine", "")),
+        parameters=info.get("parameters") or {},
+        exclude=run_dir,
+        before=before,
+    )
     if not runs:
         return []
     history = record_history(runs)
@@ -118,11 +123,17 @@ def _spread(
     flips = verdict_flips(claims, runs)
     out = []
     if lines:
-        out += ["", f"Run-to-run spread over {len(runs)} earlier run(s) of {stem} on this machine:",
-                "", "| record | this run | earlier runs |", "|---|---|---|", *lines]  # fmt: skip
-    for text, now, then in flips:
-        was = ", ".join(f"{v} ({r})" for r, v in then)
-        out.append(f"\nVerdict changed: *{_fmt(text)}* is {now} here, was {was}.")
+        out += [
+            "",
+            f"Run-to-run spread over {len(runs)} earlier run(s) of {stem} on this machine:",
+            "",
+            "| record | this run | earlier runs |",
+            "|---|---|---|",
+            *lines,
+        ]
+    for text, verdict, earlier_verdicts in flips:
+        was = ", ".join(f"{v} ({r})" for r, v in earlier_verdicts)
+        out.append(f"\nVerdict changed: *{_fmt(text)}* is {verdict} here, was {was}.")
     return out
 
 
@@ -155,6 +166,87 @@ def _environments(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+@dataclass
+class _Tally:
+    """Counts gathered over the notebooks of a run for the report's summary lines."""
+
+    met: int = 0
+    targets: int = 0
+    overall: Counter[str] = field(default_factory=Counter)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    per_notebook: dict[str, Counter[str]] = field(default_factory=dict)
+
+
+def _records_table(details: list[Record], tally: _Tally) -> list[str]:
+    """The markdown table of a notebook's records (tested targets counted in ``tally``)."""
+    if not details:
+        return []
+    lines = [
+        "| key | value | interval | n | unit | target | whose | met | source | paper |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in details:
+        met = rec.met
+        if met is not None and met != NOT_TESTED:
+            tally.targets += 1
+            tally.met += int(met == MET)
+        interval = "" if rec.low is None else f"[{_fmt(rec.low)}, {_fmt(rec.high)}]"
+        if rec.interval_note:
+            interval = f"{interval} {rec.interval_note}".strip()
+        mark = "" if met is None else (met if met == MET else f"**{met}**")
+        whose = "" if rec.target is None else rec.target_from
+        target = _fmt(rec.target)
+        if rec.own_target is not None:
+            target += f" (ours: {_fmt(rec.own_target)}, {rec.own_met})"
+        lines.append(
+            f"| {_fmt(rec.key)} | {_fmt(rec.value)} | {_fmt(interval)} | {_fmt(rec.n)} "
+            f"| {_fmt(rec.unit)} | {_fmt(target)} | {_fmt(whose)} | {mark} "
+            f"| {_fmt(rec.source)} | {_fmt(rec.paper)} |"
+        )
+    return lines
+
+
+def _claims_lines(claims: list[dict[str, Any]], counter: Counter[str]) -> list[str]:
+    """The markdown table of a notebook's claims and its verdict counts (into ``counter``)."""
+    if not claims:
+        return []
+    lines = [
+        "",
+        "| claim | kind | paper | measured | verdict | reading |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in claims:
+        counter[row["verdict"]] += 1
+        reading = "" if row["verdict"] in SUCCESS else row.get("explanation")
+        lines.append(
+            f"| {_fmt(row['claim'])} | {_fmt(row.get('kind'))} | {_fmt(row.get('paper'))} "
+            f"| {_fmt(row.get('measured'))} | {_fmt(row['verdict'])} | {_fmt(reading)} |"
+        )
+    return [*lines, "", f"Claims: {_counts(counter)}."]
+
+
+def _notebook_section(run_dir: Path, stem: str, info: dict[str, Any], tally: _Tally) -> list[str]:
+    """The report's section of one notebook: parameters, records, claims and spread."""
+    output = _output_path(run_dir, info)
+    counter: Counter[str] = Counter()
+    tally.per_notebook[stem] = counter
+    if not output.exists():
+        return []
+    try:
+        details = read_record_details(output)
+        claims = read_claims(output)
+    except (HpcnbError, ValueError) as exc:
+        return ["", f"## {_fmt(stem)}", "", f"records unreadable: {_fmt(exc)}"]
+    if not details and not claims:
+        return []
+    lines = ["", f"## {_fmt(stem)}", "", f"Parameters: {parameters_text(info.get('parameters'))}."]
+    lines += ["", *_records_table(details, tally), *_claims_lines(claims, counter)]
+    tally.rows += claims
+    lines += _spread(run_dir, stem, info, details, claims)
+    tally.overall.update(counter)
+    return lines
+
+
 def render_report(run_dir: str | Path) -> str:
     """Return a markdown summary of a run folder.
 
@@ -172,7 +264,7 @@ def render_report(run_dir: str | Path) -> str:
     run_dir = Path(run_dir)
     run_path = run_dir / "run.json"
     if not run_path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no run.json (not a folder written by 'hpcnb run')")
+        raise MissingFileError(f"{run_dir}: no run.json (not a folder written by 'hpcnb run')")
     run = read_run_tables(run_dir)["run.json"]  # every entry validated
     for stem, info in run.items():
         if not {"status", "seconds", "output"} <= set(info):
@@ -182,87 +274,28 @@ def render_report(run_dir: str | Path) -> str:
         "| notebook | status | seconds | claims | error | parameters |",
         "|---|---|---|---|---|---|",
     ]
+    tally = _Tally()
     sections: list[str] = []
-    met_count = total_targets = 0
-    overall: Counter[str] = Counter()
-    all_rows: list[dict[str, Any]] = []
-    per_notebook: dict[str, Counter[str]] = {}
     for stem, info in sorted(run.items()):
-        output = _output_path(run_dir, info)
-        counter: Counter[str] = Counter()
-        per_notebook[stem] = counter
-        if not output.exists():
-            continue
-        try:
-            details = read_record_details(output)
-            claims = read_claims(output)
-        except (HpcnbError, ValueError) as exc:
-            sections += ["", f"## {_fmt(stem)}", "", f"records unreadable: {_fmt(exc)}"]
-            continue
-        if not details and not claims:
-            continue
-        sections += [
-            "",
-            f"## {_fmt(stem)}",
-            "",
-            f"Parameters: {parameters_text(info.get('parameters'))}.",
-            "",
-        ]
-        if details:
-            sections += [
-                "| key | value | interval | n | unit | target | whose | met | source | paper |",
-                "|---|---|---|---|---|---|---|---|---|---|",
-            ]
-        for rec in details:
-            met = rec.met
-            if met is not None and met != NOT_TESTED:
-                total_targets += 1
-                met_count += int(met == MET)
-            interval = "" if rec.low is None else f"[{_fmt(rec.low)}, {_fmt(rec.high)}]"
-            if rec.interval_note:
-                interval = f"{interval} {rec.interval_note}".strip()
-            mark = "" if met is None else (met if met == MET else f"**{met}**")
-            whose = "" if rec.target is None else rec.target_from
-            target = _fmt(rec.target)
-            if rec.own_target is not None:
-                target += f" (ours: {_fmt(rec.own_target)}, {rec.own_met})"
-            sections.append(
-                f"| {_fmt(rec.key)} | {_fmt(rec.value)} | {_fmt(interval)} | {_fmt(rec.n)} "
-                f"| {_fmt(rec.unit)} | {_fmt(target)} | {_fmt(whose)} | {mark} "
-                f"| {_fmt(rec.source)} | {_fmt(rec.paper)} |"
-            )
-        if claims:
-            sections += ["", "| claim | kind | paper | measured | verdict | reading |"]
-            sections.append("|---|---|---|---|---|---|")
-            for row in claims:
-                counter[row["verdict"]] += 1
-                reading = "" if row["verdict"] in SUCCESS else row.get("explanation")
-                sections.append(
-                    f"| {_fmt(row['claim'])} | {_fmt(row.get('kind'))} | {_fmt(row.get('paper'))} "
-                    f"| {_fmt(row.get('measured'))} | {_fmt(row['verdict'])} | {_fmt(reading)} |"
-                )
-            sections += ["", f"Claims: {_counts(counter)}."]
-            all_rows += claims
-        sections += _spread(run_dir, stem, info, details, claims)
-        overall.update(counter)
+        sections += _notebook_section(run_dir, stem, info, tally)
     for stem, info in sorted(run.items()):
         error = info.get("error", "")
         if info.get("cell") is not None:
             error = f"cell {info['cell']}: {error}"
         lines.append(
             f"| {_fmt(stem)} | {info['status']} | {info['seconds']:.1f} "
-            f"| {_counts(per_notebook[stem])} | {_fmt(error)} "
+            f"| {_counts(tally.per_notebook[stem])} | {_fmt(error)} "
             f"| {_fmt(parameters_text(info.get('parameters')))} |"
         )
     lines += _environments(run)
     lines += sections
     ok = sum(info["status"] == "ok" for info in run.values())
-    judged_on_ours = paper_claims_judged_on_own_targets(all_rows)
+    judged_on_ours = paper_claims_judged_on_own_targets(tally.rows)
     lines += [
         "",
-        f"{ok}/{len(run)} notebooks completed; {met_count}/{total_targets} tested targets met "
+        f"{ok}/{len(run)} notebooks completed; {tally.met}/{tally.targets} tested targets met "
         "(synthetic records are not tested).",
-        f"Claims overall ({sum(overall.values())}): {_counts(overall)}.",
+        f"Claims overall ({sum(tally.overall.values())}): {_counts(tally.overall)}.",
         "Paper claims that give the paper's figure but were judged on other targets "
         f"(claims.paper_claims_judged_on_own_targets): {judged_on_ours}.",
     ]

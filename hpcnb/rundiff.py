@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcnb.errors import MissingFileError
 from hpcnb.runfolder import RunFolderError, read_run_tables
 
 __all__ = ["RunDiff", "diff_runs", "moved_beyond", "render_diff"]
@@ -59,6 +60,10 @@ def _inside(value: float, detail: Mapping[str, Any]) -> bool:
 def moved_beyond(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool | None:
     """Whether a record moved beyond its intervals between two runs.
 
+    Args:
+        a: The record's entry in the first run (``value``, ``low``, ``high``).
+        b: Its entry in the second run.
+
     Returns:
         ``True`` when each value lies outside the other run's interval (or, without
         intervals, the values differ beyond rounding), ``False`` when it moved within
@@ -77,6 +82,10 @@ def moved_beyond(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool | None:
 def diff_runs(run_a: str | Path, run_b: str | Path) -> RunDiff:
     """Compare two run folders written by ``hpcnb run``.
 
+    Args:
+        run_a: The earlier run folder.
+        run_b: The later run folder.
+
     Raises:
         FileNotFoundError: A folder has no ``run.json``.
         RunFolderError: A run file is corrupt.
@@ -84,7 +93,7 @@ def diff_runs(run_a: str | Path, run_b: str | Path) -> RunDiff:
     tables = []
     for run in (Path(run_a), Path(run_b)):
         if not (run / "run.json").is_file():
-            raise FileNotFoundError(f"{run}: no run.json (not a folder written by 'hpcnb run')")
+            raise MissingFileError(f"{run}: no run.json (not a folder written by 'hpcnb run')")
         tables.append(read_run_tables(run))
     ta, tb = tables
     out = RunDiff(Path(run_a).name, Path(run_b).name)
@@ -92,8 +101,10 @@ def diff_runs(run_a: str | Path, run_b: str | Path) -> RunDiff:
     out.only_a = sorted(set(runs_a) - set(runs_b))
     out.only_b = sorted(set(runs_b) - set(runs_a))
     for stem in sorted(set(runs_a) & set(runs_b)):
-        sa, sb = (r.get(stem, {}).get("status") if isinstance(r.get(stem), dict) else None
-                  for r in (runs_a, runs_b))  # fmt: skip
+        sa, sb = (
+            r.get(stem, {}).get("status") if isinstance(r.get(stem), dict) else None
+            for r in (runs_a, runs_b)
+        )
         if sa != sb:
             out.status.append((stem, str(sa), str(sb)))
         da = ta["records_detail.json"].get(stem) or {}
@@ -135,8 +146,11 @@ def render_diff(diff: RunDiff) -> str:
     """Return the differences as markdown."""
     lines = [f"# hpcnb diff {diff.a} → {diff.b}", ""]
     if diff.only_a or diff.only_b:
-        lines += [f"- only in {diff.a}: {', '.join(diff.only_a) or 'none'}",
-                  f"- only in {diff.b}: {', '.join(diff.only_b) or 'none'}", ""]  # fmt: skip
+        lines += [
+            f"- only in {diff.a}: {', '.join(diff.only_a) or 'none'}",
+            f"- only in {diff.b}: {', '.join(diff.only_b) or 'none'}",
+            "",
+        ]
     for stem, sa, sb in diff.status:
         lines.append(f"- {stem}: {sa} → {sb}")
     if diff.status:

@@ -151,6 +151,10 @@ class RunFolderError(HpcnbError):
 def locked_run_folder(out: str | Path, *, resume: bool = False) -> Iterator[Path]:
     """Create (or, with ``resume``, reopen) a run folder and hold its lock.
 
+    Args:
+        out: The run folder.
+        resume: Reopen a folder that holds an earlier run instead of refusing it.
+
     Raises:
         RunFolderError: ``out`` is a file, is not empty (without ``resume``), or another
             process holds the lock.
@@ -218,6 +222,10 @@ def unique_run_folder(root: str | Path, stem: str) -> Path:
     The folder is created with an exclusive ``mkdir``, so two runs started in the same
     second get two folders.
 
+    Args:
+        root: The folder of run folders (created if missing).
+        stem: The wanted name, usually a UTC timestamp.
+
     Raises:
         RunFolderError: ``root`` cannot be created or written.
     """
@@ -241,6 +249,12 @@ def write_json_atomic(path: Path, data: Any, *, indent: int = 2, sort_keys: bool
 
     (:func:`hpcnb.cachefile.write_private_atomic`: a unique temporary name, so two writers
     never share one; flushed to disk before the rename.)
+
+    Args:
+        path: The file to write.
+        data: JSON-serialisable data.
+        indent: Indentation of the JSON text.
+        sort_keys: Sort the keys of every mapping.
 
     Raises:
         ValueError: ``data`` holds NaN or infinity.
@@ -296,6 +310,10 @@ _STATUSES = ("ok", "failed", "timeout", "interrupted")
 
 def validate_run_entry(entry: Any, where: str) -> None:
     """Check one ``run.json`` entry: a mapping with a known status and well-typed fields.
+
+    Args:
+        entry: The entry read from ``run.json``.
+        where: The file and entry, for messages.
 
     Raises:
         RunFolderError: Naming ``where`` and the field that is wrong.

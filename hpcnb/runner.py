@@ -53,7 +53,7 @@ from typing import Any
 import yaml
 
 from hpcnb.claims import SMOKE_ENV, read_claims
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError
 from hpcnb.history import HISTORY_ENV, earlier_runs, write_history
 from hpcnb.launch import InterruptedRunError, ProcessTree, sigterm_as_interrupt
 from hpcnb.parameters import (
@@ -158,6 +158,10 @@ class NotebooksNotFoundError(HpcnbError, FileNotFoundError):
     """No folder of notebooks could be found, or ``HPCNB_NOTEBOOKS`` names no folder."""
 
 
+class OutputClashError(HpcnbError, FileExistsError):
+    """An output folder or notebook is in the way (a file, the source folder, an earlier run)."""
+
+
 def packaged_notebooks_dir() -> Path | None:
     """Return the copy of the notebooks shipped inside the installed wheel, if any.
 
@@ -194,9 +198,9 @@ def notebooks_dir() -> Path:
         if not folder.is_dir():
             raise NotebooksNotFoundError(f"{NOTEBOOKS_ENV}={value}: no such folder")
         return folder
-    for folder in (_source_tree_notebooks(), packaged_notebooks_dir()):
-        if folder is not None:
-            return folder
+    for found in (_source_tree_notebooks(), packaged_notebooks_dir()):
+        if found is not None:
+            return found
     raise NotebooksNotFoundError(
         f"no notebooks found: set {NOTEBOOKS_ENV} to a folder of notebooks, "
         "or install hpcnb from its wheel, which ships them"
@@ -228,14 +232,14 @@ def copy_notebooks(target: str | Path, *, force: bool = False) -> list[Path]:
         raise NotebooksNotFoundError(f"{notebooks_dir()}: no notebooks to copy")
     target = Path(target)
     if target.exists() and not target.is_dir():
-        raise FileExistsError(f"{target}: exists and is not a folder")
+        raise OutputClashError(f"{target}: exists and is not a folder")
     if target.resolve() == sources[0].parent.resolve():
-        raise FileExistsError(f"{target}: is the folder the notebooks are read from")
+        raise OutputClashError(f"{target}: is the folder the notebooks are read from")
     if not force:
         clashes = [target / src.name for src in sources if (target / src.name).exists()]
         if clashes:
             more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
-            raise FileExistsError(f"{clashes[0]}: already exists{more}; use --force to overwrite")
+            raise OutputClashError(f"{clashes[0]}: already exists{more}; use --force to overwrite")
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for src in sources:
@@ -276,7 +280,7 @@ def prepare(
     """
     paths = [resolve_notebook(nb) for nb in notebooks] if notebooks else default_notebooks()
     if not paths:
-        raise FileNotFoundError("no notebooks to run")
+        raise NotebooksNotFoundError("no notebooks to run")
     wanted = dict(overrides)
     if smoke:
         wanted["SMOKE"] = True
@@ -293,7 +297,7 @@ def resolve_notebook(notebook: str | Path) -> Path:
     if path.suffix != ".ipynb":
         path = notebooks_dir() / f"{path.name}.ipynb"
     if not path.is_file():
-        raise FileNotFoundError(f"{notebook}: no such notebook")
+        raise NotebooksNotFoundError(f"{notebook}: no such notebook")
     return path.resolve()
 
 
@@ -431,13 +435,21 @@ def execute_notebook(
     with os.fdopen(params_fd, "w", encoding="utf-8") as handle:
         yaml.safe_dump(parameters, handle, default_flow_style=False, allow_unicode=True)
     cmd = [
-        sys.executable, "-c", _PAPERMILL_IPC, str(path), str(output),
-        "-k", "python3",
-        "--cwd", str(Path(cwd) if cwd else path.parent),
-        "-f", params_name,
+        sys.executable,
+        "-c",
+        _PAPERMILL_IPC,
+        str(path),
+        str(output),
+        "-k",
+        "python3",
+        "--cwd",
+        str(Path(cwd) if cwd else path.parent),
+        "-f",
+        params_name,
         "--progress-bar" if progress else "--no-progress-bar",
-        "--log-level", "WARNING",
-    ]  # fmt: skip
+        "--log-level",
+        "WARNING",
+    ]
     if timeout is not None:
         cmd += ["--execution-timeout", str(int(max(1, timeout)))]
     log_fd, log_name = tempfile.mkstemp(prefix="hpcnb-data-", suffix=".log")
@@ -541,6 +553,10 @@ def write_run(out: str | Path, results: Iterable[NotebookResult]) -> None:
     each atomically and as strict JSON (non-finite numbers are refused). ``run.json``
     stores each executed notebook's path relative to the folder.
 
+    Args:
+        out: The run folder.
+        results: Results of the notebooks run (merged by notebook name).
+
     Raises:
         RunFolderError: An existing file of the folder is corrupt, or a file cannot be
             written (a full disk, a read-only folder); files already there stay whole.
@@ -570,6 +586,11 @@ def summary_line(index: int, total: int, result: NotebookResult) -> str:
     """Return the progress line of a finished notebook.
 
     Example: ``[3/9] 02_gnn_rl_pruning ok in 3.4 min (12 records, 9 of 10 targets met)``.
+
+    Args:
+        index: Position of the notebook in the run (1-based).
+        total: Number of notebooks in the run.
+        result: The notebook's result.
     """
     minutes = result.seconds / 60
     took = f"{minutes:.1f} min" if minutes >= 1 else f"{result.seconds:.1f} s"
@@ -600,6 +621,10 @@ def splice_text(executed: dict[str, Any], current: dict[str, Any]) -> dict[str, 
     other cell from ``current``; papermill's injected-parameters cell stays right after the
     cell tagged ``parameters``.
 
+    Args:
+        executed: The executed notebook (outputs kept).
+        current: The notebook as it is now (prose taken).
+
     Raises:
         ValueError: The two notebooks do not have the same code cells.
     """
@@ -608,11 +633,14 @@ def splice_text(executed: dict[str, Any], current: dict[str, Any]) -> dict[str, 
         return set(cell.get("metadata", {}).get("tags", []))
 
     injected = [c for c in executed.get("cells", []) if "injected-parameters" in tags(c)]
-    code = [c for c in executed.get("cells", [])
-            if c.get("cell_type") == "code" and not tags(c) & _PAPERMILL_TAGS]  # fmt: skip
+    code = [
+        c
+        for c in executed.get("cells", [])
+        if c.get("cell_type") == "code" and not tags(c) & _PAPERMILL_TAGS
+    ]
     wanted = [c for c in current.get("cells", []) if c.get("cell_type") == "code"]
     if [_source(c) for c in code] != [_source(c) for c in wanted]:
-        raise ValueError("the executed notebook's code cells differ from the notebook's")
+        raise InvalidInputError("the executed notebook's code cells differ from the notebook's")
     cells: list[dict[str, Any]] = []
     run = iter(code)
     for cell in current.get("cells", []):
@@ -760,7 +788,7 @@ def run_notebooks(
                 result.inputs_key = key
                 result.environment = environment
                 result.inputs = {k: v for k, v in parts.items() if k != "environment"}
-            if cached is not None and cached[0] == folder:  # resumed: kept, not re-used
+            if cached is not None and cached[0] == folder and isinstance(previous, dict):  # resumed
                 result.cached_from = str(previous.get("cached_from", ""))
             results.append(result)
             write_run(folder, [result])

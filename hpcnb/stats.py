@@ -415,4 +415,6 @@ def mape_interval(
         0.0667
     """
     ape = absolute_percentage_errors(predicted, measured)
-    return mean_interval(ape, groups=groups, confidence=confidence, resamples=resamples, seed=seed)
+    return mean_interval(
+        ape.tolist(), groups=groups, confidence=confidence, resamples=resamples, seed=seed
+    )

@@ -60,7 +60,7 @@ def _newest_ok(search_root: Path, stem: str) -> tuple[str, dict[str, Any]] | Non
         except (RunFolderError, OSError):
             continue
         usable = isinstance(info, dict) and info.get("status") == "ok" and info.get("inputs_key")
-        if usable and (best is None or mtime > best[0]):
+        if usable and isinstance(info, dict) and (best is None or mtime > best[0]):
             best = (mtime, run_json.parent.name, info)
     return None if best is None else (best[1], best[2])
 

@@ -139,6 +139,12 @@ def plan_sweep(
     The notebook is parsed once; every name is checked before any point is formed, each
     value is validated once, and the number of points is computed before the product.
 
+    Args:
+        notebook: Notebook path or stem.
+        grid: Parameter name to the list of its values.
+        smoke: Add ``SMOKE=True`` to every point.
+        max_points: Largest number of points accepted.
+
     Raises:
         FileNotFoundError: The notebook does not exist.
         ParameterError: An unknown name, a value that does not fit its parameter, an
@@ -243,9 +249,12 @@ def sweep(
             for i, point in enumerate(points):
                 if rows[i] is None:
                     rows[i] = {
-                        **point, "run": f"{path.stem}__{i:03d}", "status": "interrupted",
-                        "seconds": 0.0, "error": "sweep interrupted (Ctrl-C or SIGTERM)",
-                    }  # fmt: skip
+                        **point,
+                        "run": f"{path.stem}__{i:03d}",
+                        "status": "interrupted",
+                        "seconds": 0.0,
+                        "error": "sweep interrupted (Ctrl-C or SIGTERM)",
+                    }
     table = pd.DataFrame([r for r in rows if r is not None])
     table.to_csv(out_dir / "sweep.csv", index=False)
     if (out_dir / "run.json").is_file():
@@ -276,9 +285,13 @@ def _gather(
         result.notebook = f"{result.notebook}__{i:03d}"
         write_run(folder, [result])
         rows[i] = {
-            **points[i], "run": result.notebook, "status": result.status,
-            "seconds": round(result.seconds, 3), "error": result.error, **result.records,
-        }  # fmt: skip
+            **points[i],
+            "run": result.notebook,
+            "status": result.status,
+            "seconds": round(result.seconds, 3),
+            "error": result.error,
+            **result.records,
+        }
         bar.update(1)
         bar.write(f"{result.notebook}: {result.status} in {result.seconds:.1f} s {points[i]}")
         pd.DataFrame([r for r in rows if r is not None]).to_csv(folder / "sweep.csv", index=False)

@@ -153,7 +153,7 @@ def set_threads(n: int) -> None:
     import torch
 
     torch.set_num_threads(n)
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)
@@ -186,7 +186,7 @@ def pinned_threads(
             import numba as _numba
 
             old_numba = _numba.get_num_threads()
-            _numba.set_num_threads(min(n, _numba.config.NUMBA_NUM_THREADS))
+            _numba.set_num_threads(min(n, _numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
             stack.callback(_numba.set_num_threads, old_numba)
         if blas:
             stack.enter_context(_blas_controller().limit(limits=n, user_api="blas"))
@@ -278,6 +278,13 @@ def compare(
 ) -> tuple[Timing, Timing, float]:
     """Time two callables interleaved and return both timings and the speed-up.
 
+    Args:
+        baseline: The reference callable (no arguments).
+        candidate: The callable compared with it.
+        repeats: Timed rounds of each, interleaved.
+        warmup: Untimed calls of each before the rounds.
+            clock: Which clock times the rounds (see :data:`Clock`).
+
     Returns:
         ``(baseline timing, candidate timing, baseline median / candidate median)``.
 
@@ -293,6 +300,10 @@ def ratios(baseline: Timing, candidate: Timing) -> tuple[float, ...]:
 
     Pass them as ``samples`` to :func:`hpcnb.records.record` to get their median with an
     interval.
+
+    Args:
+        baseline: Timing of the reference.
+        candidate: Timing of the candidate, from the same interleaved rounds.
 
     Raises:
         TimingError: The timings have different numbers of samples, or a candidate sample

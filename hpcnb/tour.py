@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["smooth_numba", "smooth_numba_parallel", "smooth_numpy"]
 
 
@@ -48,7 +50,12 @@ def _smooth_kernel(x: np.ndarray, steps: int) -> np.ndarray:  # pragma: no cover
 
 
 def smooth_numba(x: np.ndarray, steps: int) -> np.ndarray:
-    """Numba version of :func:`smooth_numpy` (same arguments, same result)."""
+    """Numba version of :func:`smooth_numpy` (same arguments, same result).
+
+    Args:
+        x: The 2-D grid (copied to a contiguous float64 array).
+        steps: Number of smoothing sweeps (>= 0).
+    """
     _check(x, steps)
     return _smooth_kernel(np.ascontiguousarray(x, dtype=np.float64), steps)
 
@@ -104,13 +111,13 @@ def smooth_numba_parallel(x: np.ndarray, steps: int, chunks: int | None = None) 
     if chunks is None:
         chunks = 4 * numba.get_num_threads()
     if chunks < 1:
-        raise ValueError(f"chunks must be >= 1, got {chunks}")
+        raise InvalidInputError(f"chunks must be >= 1, got {chunks}")
     chunks = min(int(chunks), x.shape[0] - 2)
     return _smooth_parallel_kernel(np.ascontiguousarray(x, dtype=np.float64), steps, chunks)
 
 
 def _check(x: np.ndarray, steps: int) -> None:
     if x.ndim != 1 or x.shape[0] < 3:
-        raise ValueError(f"x must be 1-D with at least 3 elements, got shape {x.shape}")
+        raise InvalidInputError(f"x must be 1-D with at least 3 elements, got shape {x.shape}")
     if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+        raise InvalidInputError(f"steps must be >= 0, got {steps}")
