@@ -283,7 +283,7 @@ def compare(
         candidate: The callable compared with it.
         repeats: Timed rounds of each, interleaved.
         warmup: Untimed calls of each before the rounds.
-            clock: Which clock times the rounds (see :data:`Clock`).
+        clock: Which clock times the rounds (see :data:`Clock`).
 
     Returns:
         ``(baseline timing, candidate timing, baseline median / candidate median)``.
