@@ -113,6 +113,7 @@ class Registry(Generic[T]):
         self.what = what
         self._check = check
         self._entries: dict[str, T] = {}
+        self._modules: dict[str, str] = {}  # "package.module:" -> the name it registered
 
     def _validate(self, name: str, obj: Any) -> T:
         problem = self._check(obj) if self._check is not None else None
@@ -164,6 +165,8 @@ class Registry(Generic[T]):
         """
         if name in self._entries:
             return self._entries[name]
+        if self._modules.get(name) in self._entries:
+            return self._entries[self._modules[name]]
         if is_reference(name):
             before = set(self._entries)
             obj = load(name, what=self.what)
@@ -175,6 +178,7 @@ class Registry(Generic[T]):
                         f"{len(added)} {self.what}s ({', '.join(added) or 'none'}); name one "
                         "as 'package.module:attr'"
                     )
+                self._modules[name] = added[0]
                 return self._entries[added[0]]
             return self._validate(name, obj)
         known = ", ".join(self.names()) or "none"

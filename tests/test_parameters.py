@@ -5,6 +5,7 @@ from conftest import NOTEBOOKS
 from hpcnb.parameters import (
     Parameter,
     ParameterError,
+    choices,
     coerce,
     notebook_parameters,
     parse_parameters,
@@ -101,7 +102,9 @@ def _papermill_view(path):
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)
 def test_papermill_agrees_on_project_notebooks(path):
-    ours = {p.name: (p.type, p.default, p.comment) for p in notebook_parameters(path)}
+    params = notebook_parameters(path)
+    # papermill's line pattern drops a Literal[...] annotation without a word
+    ours = {p.name: (p.type, p.default, p.comment) for p in params if choices(p) is None}
     theirs = _papermill_view(path)
     assert list(theirs) == list(ours)
     for name, (kind, default, comment) in ours.items():
@@ -111,10 +114,13 @@ def test_papermill_agrees_on_project_notebooks(path):
 
 @pytest.mark.parametrize(
     ("line", "expected"),
-    [('TAG: str = "a#b"  # a tag', ("str", "a#b", "a tag")),
-     ("SIZES: tuple[int, ...] = (1, 2)  # sizes", ("tuple[int, ...]", (1, 2), "sizes")),
-     ("OUT: str | None = None  # output", ("str | None", None, "output"))],
-)  # fmt: skip
+    [
+        ('TAG: str = "a#b"  # a tag', ("str", "a#b", "a tag")),
+        ("SIZES: tuple[int, ...] = (1, 2)  # sizes", ("tuple[int, ...]", (1, 2), "sizes")),
+        ("OUT: str | None = None  # output", ("str | None", None, "output")),
+        ('DATA: Literal["a", "b"] = "a"  # data', ("Literal['a', 'b']", "a", "data")),
+    ],
+)
 def test_project_parser_reads_what_papermill_misreads(tmp_path, line, expected):
     """The lines that the module docstring gives as the reason to keep the ast parser."""
     nb = nbformat.v4.new_notebook()
@@ -134,3 +140,77 @@ def test_project_parser_reads_what_papermill_misreads(tmp_path, line, expected):
             repr(param.default),
             param.comment,
         )
+
+
+def _literal_notebook(tmp_path, body):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "P"}
+    nb.cells = [
+        nbformat.v4.new_code_cell(body, metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("print(DATASET)"),
+    ]
+    path = tmp_path / "lit.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_literal_choices_are_checked_and_listed(tmp_path):
+    body = (
+        "from typing import Literal\n\n"
+        'DATASET: Literal["digits", "cifar10"] = "digits"  # data set\n'
+        "K: Literal[1, 2, 4] = 2  # width\n"
+    )
+    params = notebook_parameters(_literal_notebook(tmp_path, body))
+    assert [choices(p) for p in params] == [("digits", "cifar10"), (1, 2, 4)]
+    assert validate_overrides(params, {"DATASET": "cifar10", "K": "4"}) == {
+        "DATASET": "cifar10",
+        "K": 4,
+    }
+    with pytest.raises(ParameterError, match="not one of the choices 'digits', 'cifar10'"):
+        validate_overrides(params, {"DATASET": "cifar"})
+    with pytest.raises(ParameterError, match="choices 1, 2, 4"):
+        validate_overrides(params, {"K": "3"})
+    with pytest.raises(ParameterError, match="choices"):
+        validate_overrides(params, {"K": True})  # a bool is not the int 1
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ('from typing import Literal\nD: Literal["a", "b"] = "c"  # d', "not one of its choices"),
+        ("import os\nA: int = 1  # a", "expected 'NAME: type = literal"),
+        ("from typing import Any\nA: int = 1  # a", "expected 'NAME: type = literal"),
+    ],
+)
+def test_parameters_cell_allows_only_the_literal_import(body, match):
+    with pytest.raises(ParameterError, match=match):
+        parse_parameters(body, "nb.ipynb")
+
+
+def test_run_refuses_a_choice_before_a_kernel_starts(tmp_path):
+    import subprocess
+    import sys
+
+    body = 'from typing import Literal\n\nDATASET: Literal["digits", "cifar10"] = "digits"  # d\n'
+    path = _literal_notebook(tmp_path, body)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcnb",
+            "run",
+            str(path),
+            "-p",
+            "DATASET",
+            "cifar",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "'digits', 'cifar10'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(out.glob("*.ipynb"))  # nothing was executed

@@ -13,20 +13,17 @@ from hpcnb.records import (
     NOT_TESTED,
     Record,
     clear_session,
-    difference_interval,
     evaluate_target,
     format_record,
     format_record_html,
-    median_interval,
-    median_interval_coverage,
     read_record_details,
     read_records,
     record,
     record_accuracy,
     session_records,
     target_met,
-    wilson_interval,
 )
+from hpcnb.stats import Estimate, wilson_interval
 
 
 @pytest.fixture(autouse=True)
@@ -146,72 +143,6 @@ def test_record_emits_mime_bundle_in_a_kernel(tmp_path):
 # --- uncertainty and provenance -------------------------------------------------------
 
 
-def test_median_interval_is_the_exact_order_statistic_interval():
-    samples = [1.0, 1.4, 1.1, 1.3, 1.2, 1.25, 1.15]
-    median, low, high = median_interval(samples)
-    assert (median, low, high) == (1.2, 1.0, 1.4)  # n = 7: k = 1, coverage 1 - 2/128
-    twelve = [float(i) for i in range(12, 0, -1)]
-    assert median_interval(twelve) == (6.5, 3.0, 10.0)  # n = 12: k = 3, 1 - 2 P(B <= 2)
-
-
-@pytest.mark.parametrize(
-    ("n", "k", "coverage"),
-    [(2, 1, 0.5), (3, 1, 0.75), (5, 1, 0.9375), (6, 1, 0.96875), (9, 2, 1 - 2 * 10 / 512),
-     (20, 6, 1 - 2 * sum(math.comb(20, j) for j in range(6)) / 2**20)],
-)  # fmt: skip
-def test_median_interval_coverage_is_binomial(n, k, coverage):
-    got_k, got = median_interval_coverage(n)
-    assert got_k == k and got == pytest.approx(coverage, abs=1e-12)
-    if got >= 0.95:  # the next rank in would fall below 95 %
-        nxt = 1 - 2 * sum(math.comb(n, j) for j in range(k + 1)) / 2**n
-        assert nxt < 0.95
-
-
-def test_median_interval_covers_the_median_as_often_as_it_says():
-    import numpy as np
-
-    rng = np.random.default_rng(1)
-    for n in (5, 7, 15):
-        _, coverage = median_interval_coverage(n)
-        data = rng.exponential(1.0, size=(4000, n))  # skewed: median log 2
-        hits = 0
-        for row in data:
-            _, low, high = median_interval(row)
-            hits += low <= math.log(2) <= high
-        assert abs(hits / 4000 - coverage) < 0.02
-
-
-def test_median_interval_narrows_with_more_samples():
-    rng = __import__("numpy").random.default_rng(0)
-    small = rng.normal(1.0, 0.1, 8)
-    large = rng.normal(1.0, 0.1, 800)
-    _, lo_s, hi_s = median_interval(small)
-    _, lo_l, hi_l = median_interval(large)
-    assert hi_l - lo_l < (hi_s - lo_s) / 3
-
-
-@pytest.mark.parametrize("bad", [[], [1.0, math.nan]])
-def test_median_interval_rejects_bad_samples(bad):
-    with pytest.raises(RecordError):
-        median_interval(bad)
-
-
-def test_wilson_interval_matches_a_hand_computed_value():
-    # 8 of 10, z = 1.959964: centre 0.7212, half-width 0.2114 (Wilson 1927 formula)
-    low, high = wilson_interval(8, 10)
-    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
-    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
-    with pytest.raises(RecordError):
-        wilson_interval(6, 5)
-
-
-def test_difference_interval_holds_the_difference_and_is_wider_than_either():
-    diff, low, high = difference_interval(90, 100, 80, 100)
-    assert diff == pytest.approx(0.1) and low < diff < high
-    la, ha = wilson_interval(90, 100)
-    assert high - low > ha - la
-
-
 @pytest.mark.parametrize(
     ("value", "target", "low", "high", "source", "state"),
     [(1.29, ">= 1.3", 1.21, 1.37, "real", INCONCLUSIVE),
@@ -288,17 +219,21 @@ def test_record_with_samples_carries_median_interval_and_line(capsys):
 def test_record_accuracy_uses_wilson_and_synthetic_is_not_tested(capsys):
     record_accuracy("p.accuracy", 45, 50, target=">= 0.5", source="synthetic")
     rec = session_records()["p.accuracy"]
-    assert rec.n == 50 and (rec.low, rec.high) == wilson_interval(45, 50)
+    assert rec.n == 50 and (rec.low, rec.high) == wilson_interval(45, 50).bounds
     assert rec.met == NOT_TESTED and "synthetic" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"value": 1.0, "samples": [1.0, 2.0]}, "not both"), ({}, "value or samples"),
-     ({"value": 1.0, "interval": (1.5, 2.0)}, "does not hold"),
-     ({"value": 1.0, "source": "measured"}, "source"), ({"value": 1.0, "n": 0}, "positive"),
-     ({"samples": [1.0, math.inf]}, "not finite")],
-)  # fmt: skip
+    [
+        ({"value": 1.0, "samples": [1.0, 2.0]}, "not both"),
+        ({}, "value or samples"),
+        ({"value": 1.0, "interval": (1.5, 2.0)}, "does not hold"),
+        ({"value": 1.0, "source": "measured"}, "source"),
+        ({"value": 1.0, "n": 0}, "positive"),
+        ({"samples": [1.0, math.inf]}, "not finite"),
+    ],
+)
 def test_record_rejects_inconsistent_uncertainty(kwargs, match):
     with pytest.raises(RecordError, match=match):
         record("a.bad", **kwargs)
@@ -321,20 +256,6 @@ def test_malformed_payload_names_the_cell(tmp_path):
     path = _notebook_with([{"key": "a.x", "value": "fast"}], tmp_path)
     with pytest.raises(RecordError, match="cell 0"):
         read_record_details(path)
-
-
-def test_mean_interval_plain_and_grouped():
-    from hpcnb.records import mean_interval
-
-    value, low, high = mean_interval([0.1, 0.1, 0.1, 0.0, 0.1, 0.25], seed=3)
-    assert value == pytest.approx(0.65 / 6) and 0.0 <= low <= value <= high <= 0.25
-    assert mean_interval([0.1, 0.1, 0.1, 0.0, 0.1, 0.25], seed=3) == (value, low, high)
-    value, low, high = mean_interval([0.1, 0.3, 0.5, 0.5, 0.5], groups=list("aabbb"))
-    assert value == pytest.approx(0.35) and 0.3 <= low <= value <= high <= 0.4
-    with pytest.raises(RecordError):
-        mean_interval([])
-    with pytest.raises(RecordError, match="labels"):
-        mean_interval([1.0, 2.0], groups=["a"])
 
 
 # --- HTML rendering --------------------------------------------------------------------
@@ -366,3 +287,14 @@ def test_record_displays_html_beside_the_line(monkeypatch):
     (bundle,) = shown
     assert bundle["text/plain"].startswith("a.x = 2") and "&lt;b&gt;" in bundle["text/html"]
     assert bundle[MIME_TYPE]["key"] == "a.x"
+
+
+def test_record_takes_an_estimate_with_its_interval_and_n(capsys):
+    record("e.gap", Estimate(0.02, 0.01, 0.04, 120), target="> 0")
+    rec = session_records()["e.gap"]
+    assert (rec.value, rec.low, rec.high, rec.n, rec.met) == (0.02, 0.01, 0.04, 120, MET)
+    assert "e.gap = 0.02 [0.01, 0.04] (n=120)" in capsys.readouterr().out
+    with pytest.raises(RecordError, match="carries its interval"):
+        record("e.gap", Estimate(0.02, 0.01, 0.04, 120), n=5)
+    record("e.few", Estimate(0.5, 0.1, 0.9, 2))  # too few observations: no interval kept
+    assert session_records()["e.few"].low is None
