@@ -1,8 +1,12 @@
 """Architecture rules of the package (ARCHITECTURE.md), checked on the source.
 
 * no import cycle between the modules of ``hpcnb``, counting imports inside functions;
-* dependencies point one way: the foundation knows no technique, ``ir`` knows no technique;
+* dependencies point one way: the foundation (``hpcnb.data`` included) knows no technique and
+  nothing of the centre; the centre (``hpcnb.ir``, ``hpcnb.models``) knows no technique and
+  no edge module;
 * every sub-package shows a narrow face (``__all__`` under 20 names);
+* every error raised on purpose is an ``HpcnbError`` (no raise of a built-in exception);
+* no function is longer than 100 lines;
 * ``import hpcnb.batchsim`` does not load matplotlib.
 """
 
@@ -30,7 +34,12 @@ FOUNDATION = {
     "hpcnb.launch",
     "hpcnb.codecache",
     "hpcnb.parameters",
+    "hpcnb.stats",
+    "hpcnb.plugins",
+    "hpcnb.cachefile",
 }
+CENTRE = ("hpcnb.ir", "hpcnb.models")
+EDGE = ("hpcnb.runner", "hpcnb.cli", "hpcnb.sweep", "hpcnb.report", "hpcnb.status", "hpcnb.site")
 
 
 def _module_names() -> dict[str, Path]:
@@ -89,15 +98,28 @@ def _technique(module: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[1] in TECHNIQUES else None
 
 
+def _foundation(module: str) -> bool:
+    return module in FOUNDATION or module == "hpcnb.data" or module.startswith("hpcnb.data.")
+
+
 def test_dependencies_point_one_way():
     graph = _graph()
     wrong = []
     for source, target in graph.edges:
-        if (source in FOUNDATION or source.startswith("hpcnb.ir")) and _technique(target):
+        lower = _foundation(source) or source.startswith(CENTRE)
+        if lower and _technique(target):
             wrong.append(f"{source} -> {target}")
-        if source.startswith("hpcnb.ir") and target.startswith(("hpcnb.runner", "hpcnb.cli")):
+        if lower and target.startswith(EDGE):
             wrong.append(f"{source} -> {target}")
-    assert not wrong, "lower layers import techniques: " + ", ".join(sorted(wrong))
+        if _foundation(source) and target.startswith(CENTRE):
+            wrong.append(f"{source} -> {target}")
+    assert not wrong, "lower layers import upwards: " + ", ".join(sorted(wrong))
+
+
+def test_data_and_models_are_checked_as_lower_layers():
+    assert any(_foundation(m) for m in MODULES if m.startswith("hpcnb.data."))
+    assert [m for m in MODULES if m.startswith("hpcnb.models.")]
+    assert _technique("hpcnb.models.zoo") is None and _foundation("hpcnb.data.registry")
 
 
 def test_import_graph_sees_lazy_imports(tmp_path):
@@ -139,3 +161,61 @@ def test_every_module_says_what_it_is_for():
         if not doc or not doc.splitlines()[0].strip().endswith("."):
             missing.append(name)
     assert not missing, f"modules without a one-line docstring summary: {missing}"
+
+
+#: Built-in exceptions a module may raise itself: control flow, not errors of hpcnb.
+ALLOWED_BUILTIN_RAISES = {"NotImplementedError", "SystemExit", "KeyboardInterrupt", "StopIteration"}
+
+
+def _builtin_raises(path: Path) -> list[tuple[int, str]]:
+    """``(line, name)`` of each raise of a built-in exception class in ``path``."""
+    import builtins
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Raise) or node.exc is None:
+            continue
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        cls = getattr(builtins, exc.id, None) if isinstance(exc, ast.Name) else None
+        builtin = isinstance(cls, type) and issubclass(cls, BaseException)
+        if builtin and isinstance(exc, ast.Name) and exc.id not in ALLOWED_BUILTIN_RAISES:
+            found.append((node.lineno, exc.id))
+    return found
+
+
+def test_errors_raised_on_purpose_derive_from_the_base():
+    sites = [
+        f"{path.relative_to(ROOT.parent)}:{line} raise {name}"
+        for path in MODULES.values()
+        for line, name in _builtin_raises(path)
+    ]
+    assert not sites, f"{len(sites)} raise sites of built-in exceptions: " + "; ".join(sites[:20])
+
+
+def test_raise_site_check_sees_built_ins(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from hpcnb.errors import InvalidInputError\n"
+        "def f(x):\n"
+        "    if x == 1:\n        raise ValueError('bad')\n"
+        "    if x == 2:\n        raise InvalidInputError('bad')\n"
+        "    try:\n        pass\n    except OSError:\n        raise\n"
+        "    raise NotImplementedError\n"
+    )
+    assert _builtin_raises(source) == [(4, "ValueError")]
+
+
+MAX_FUNCTION_LINES = 100
+
+
+def test_no_function_is_longer_than_a_screenful_or_two():
+    long = []
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(
+                        f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} {lines}"
+                    )
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(long)
