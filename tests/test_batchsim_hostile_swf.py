@@ -145,8 +145,9 @@ def test_machine_size_of_traces_built_in_memory():
     trace = trace_from_arrays(np.zeros(1), np.ones(1), np.ones(1), header={"MaxNodes": "1e30"})
     with pytest.raises(SWFFormatError, match="MAX_NODES"):
         trace.machine_size()
-    trace = trace_from_arrays(np.zeros(1), np.ones(1), np.ones(1),
-                              header={"MaxProcs": "-1", "MaxNodes": "8"})  # fmt: skip
+    trace = trace_from_arrays(
+        np.zeros(1), np.ones(1), np.ones(1), header={"MaxProcs": "-1", "MaxNodes": "8"}
+    )
     assert trace.machine_size() == 8  # -1 is unknown: fall back to MaxNodes
 
 
@@ -245,11 +246,31 @@ def test_real_traces_read_the_same_by_both_parsers(shared_data):
 def write_big_trace(path: Path, megabytes: int) -> int:
     """Write a ``.swf.gz`` of about ``megabytes`` MB of text with unique ids; return rows."""
     rng = np.random.default_rng(0)
-    tails = [" ".join(str(v) for v in [int(rng.integers(0, 10**6)), int(rng.integers(0, 9999)),
-                                       int(rng.integers(1, 86400)), int(rng.integers(1, 256)),
-                                       -1, -1, int(rng.integers(1, 256)), 86400, -1, 1,
-                                       int(rng.integers(1, 500)), 1, -1, 1, 1, -1, -1])
-             for _ in range(997)]  # fmt: skip
+    tails = [
+        " ".join(
+            str(v)
+            for v in [
+                int(rng.integers(0, 10**6)),
+                int(rng.integers(0, 9999)),
+                int(rng.integers(1, 86400)),
+                int(rng.integers(1, 256)),
+                -1,
+                -1,
+                int(rng.integers(1, 256)),
+                86400,
+                -1,
+                1,
+                int(rng.integers(1, 500)),
+                1,
+                -1,
+                1,
+                1,
+                -1,
+                -1,
+            ]
+        )
+        for _ in range(997)
+    ]
     rows = 0
     size = 0
     with gzip.open(path, "wb", compresslevel=1) as handle:
@@ -286,8 +307,9 @@ def run_cli(argv: list[str]) -> int:
 
 
 def simulate_cli(path: Path, out: Path, *extra: str) -> int:
-    return run_cli(["batchsim", "simulate", str(path), "--scheduler", "easy", "--out",
-                    str(out), *extra])  # fmt: skip
+    return run_cli(
+        ["batchsim", "simulate", str(path), "--scheduler", "easy", "--out", str(out), *extra]
+    )
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -323,9 +345,12 @@ def test_cli_hostile_swf_inputs_exit_2_with_one_line(tmp_path, capsys):
 
 def test_cli_nodes_bounds(tmp_path, capsys):
     path = write(tmp_path, "ok.swf", GOOD)
-    for value, message in (("0", "--nodes must be >= 1"), ("-5", "--nodes must be >= 1"),
-                           ("99999999999999999999999", f"--nodes must be <= {MAX_NODES}"),
-                           ("many", "expected an integer")):  # fmt: skip
+    for value, message in (
+        ("0", "--nodes must be >= 1"),
+        ("-5", "--nodes must be >= 1"),
+        ("99999999999999999999999", f"--nodes must be <= {MAX_NODES}"),
+        ("many", "expected an integer"),
+    ):
         with pytest.raises(SystemExit) as stop:
             simulate_cli(path, tmp_path / "out", "--nodes", value)
         assert stop.value.code == 2 and message in capsys.readouterr().err

@@ -162,11 +162,22 @@ def test_platform_xml_units(tmp_path):
 def test_elastisim_model_timing_and_evolving(tmp_path):
     args = {"iterations": 3, "work": 8e9, "init": 5, "out": 2e9}
     jobs = [
-        {"type": "rigid", "submit_time": 0, "num_nodes": 2, "application_model": "app.json",
-         "arguments": args},
-        {"type": "evolving", "submit_time": 0, "num_nodes_min": 1, "num_nodes_max": 2,
-         "application_model": "app.json", "arguments": args},
-    ]  # fmt: skip
+        {
+            "type": "rigid",
+            "submit_time": 0,
+            "num_nodes": 2,
+            "application_model": "app.json",
+            "arguments": args,
+        },
+        {
+            "type": "evolving",
+            "submit_time": 0,
+            "num_nodes_min": 1,
+            "num_nodes_max": 2,
+            "application_model": "app.json",
+            "arguments": args,
+        },
+    ]
     data = read_elastisim(write_project(tmp_path, jobs))
     assert data.platform.num_nodes == 5 and len(data.jobs) == 2
     result = simulate(data.jobs, data.platform, FCFS())
@@ -184,8 +195,17 @@ def test_elastisim_model_timing_and_evolving(tmp_path):
 
 def test_evolving_request_granted(tmp_path):
     args = {"iterations": 3, "work": 8e9, "init": 0, "out": 0}
-    jobs = [{"type": "evolving", "submit_time": 0, "num_nodes": 2, "num_nodes_min": 1,
-             "num_nodes_max": 4, "application_model": "app.json", "arguments": args}]  # fmt: skip
+    jobs = [
+        {
+            "type": "evolving",
+            "submit_time": 0,
+            "num_nodes": 2,
+            "num_nodes_min": 1,
+            "num_nodes_max": 4,
+            "application_model": "app.json",
+            "arguments": args,
+        }
+    ]
     data = read_elastisim(write_project(tmp_path, jobs))
     result = simulate(data.jobs, data.platform, FCFS())
     check_invariants(result, data.jobs)
@@ -202,9 +222,21 @@ def test_elastisim_rejects_unsafe_expression(tmp_path):
     model["phases"][0]["iterations"] = "__import__('os')"
     write_project(tmp_path, [])
     (tmp_path / "app.json").write_text(json.dumps(model))
-    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [
-        {"type": "rigid", "submit_time": 0, "num_nodes": 1, "application_model": "app.json",
-         "arguments": {}}]}))  # fmt: skip
+    (tmp_path / "jobs.json").write_text(
+        json.dumps(
+            {
+                "jobs": [
+                    {
+                        "type": "rigid",
+                        "submit_time": 0,
+                        "num_nodes": 1,
+                        "application_model": "app.json",
+                        "arguments": {},
+                    }
+                ]
+            }
+        )
+    )
     with pytest.raises(
         ValueError, match=r"jobs\[0\].*app\.json: phases\[0\]\.iterations.*position 12"
     ):
@@ -255,29 +287,58 @@ def run_cli(argv):
 def test_cli_simulate_swf(tmp_path, capsys):
     trace = write_swf(lublin_feitelson(120, 16, seed=2), tmp_path / "w.swf.gz")
     out = tmp_path / "out"
-    assert run_cli(["batchsim", "simulate", str(trace), "--scheduler", "easy", "--out",
-                    str(out)]) == 0  # fmt: skip
+    assert (
+        run_cli(["batchsim", "simulate", str(trace), "--scheduler", "easy", "--out", str(out)]) == 0
+    )
     stats = pd.read_csv(out / "job_statistics.csv")
     assert tuple(stats.columns) == JOB_STATISTICS_COLUMNS and len(stats) == 120
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["nodes"] == 16 and metrics["jobs"] == 120
-    assert run_cli(["batchsim", "simulate", str(trace), "--scheduler", "malleable", "--nodes",
-                    "32", "--malleable-fraction", "0.5", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        run_cli(
+            [
+                "batchsim",
+                "simulate",
+                str(trace),
+                "--scheduler",
+                "malleable",
+                "--nodes",
+                "32",
+                "--malleable-fraction",
+                "0.5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "metrics.json").read_text())["nodes"] == 32
 
 
 def test_cli_errors(tmp_path, capsys):
     bad = tmp_path / "bad.swf"
     bad.write_text(SWF_TEXT + "oops\n")
-    code = run_cli(["batchsim", "simulate", str(bad), "--scheduler", "fcfs", "--out",
-                    str(tmp_path / "o")])  # fmt: skip
+    code = run_cli(
+        ["batchsim", "simulate", str(bad), "--scheduler", "fcfs", "--out", str(tmp_path / "o")]
+    )
     assert code == 2 and "bad.swf:8" in capsys.readouterr().err
-    code = run_cli(["batchsim", "simulate", str(bad), "--scheduler", "fcfs", "--on-error",
-                    "skip", "--out", str(tmp_path / "o")])  # fmt: skip
+    code = run_cli(
+        [
+            "batchsim",
+            "simulate",
+            str(bad),
+            "--scheduler",
+            "fcfs",
+            "--on-error",
+            "skip",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0 and "bad.swf:8" in err and "job 4" in err
-    with pytest.raises(SystemExit):
-        run_cli(["batchsim", "simulate", str(bad), "--scheduler", "nope", "--out", "x"])
+    code = run_cli(["batchsim", "simulate", str(bad), "--scheduler", "nope", "--out", "x"])
+    assert code == 2 and "unknown scheduler 'nope'" in capsys.readouterr().err
     assert run_cli(["batchsim", "generate", str(tmp_path / "g.swf"), "--jobs", "10"]) == 0
     assert len(read_swf(tmp_path / "g.swf")) == 10
 
@@ -299,11 +360,23 @@ def test_cli_schedulers_and_validate_dl(tmp_path, capsys):
 
 def test_cli_elastisim_json(tmp_path):
     args = {"iterations": 2, "work": 4e9, "init": 1, "out": 1e9}
-    jobs = [{"type": "malleable", "submit_time": 0, "num_nodes_min": 1, "num_nodes_max": 4,
-             "application_model": "app.json", "arguments": args}]  # fmt: skip
+    jobs = [
+        {
+            "type": "malleable",
+            "submit_time": 0,
+            "num_nodes_min": 1,
+            "num_nodes_max": 4,
+            "application_model": "app.json",
+            "arguments": args,
+        }
+    ]
     path = write_project(tmp_path, jobs)
-    assert run_cli(["batchsim", "simulate", str(path), "--scheduler", "srtf", "--out",
-                    str(tmp_path / "o")]) == 0  # fmt: skip
+    assert (
+        run_cli(
+            ["batchsim", "simulate", str(path), "--scheduler", "srtf", "--out", str(tmp_path / "o")]
+        )
+        == 0
+    )
     stats = pd.read_csv(tmp_path / "o" / "job_statistics.csv")
     assert list(stats["Type"]) == ["malleable"] and stats["Status"][0] == "completed"
 
@@ -341,8 +414,15 @@ def test_experiment_helpers_without_data(tmp_path, monkeypatch):
     result = simulate(data.jobs, data.platform, MalleableEasy())
     check_invariants(result, data.jobs)
     model = StepTimeModel.fit(synthetic_dl_table(seed=0))
-    workload = pd.DataFrame({"name": ["a", "b"], "time": [0, 10], "application": ["m", "m"],
-                             "num_replicas": [8, 2], "batch_size": [512, 256]})  # fmt: skip
+    workload = pd.DataFrame(
+        {
+            "name": ["a", "b"],
+            "time": [0, 10],
+            "application": ["m", "m"],
+            "num_replicas": [8, 2],
+            "batch_size": [512, 256],
+        }
+    )
     jobs = dl_jobs(workload, {"m": model}, np.array([600.0]), max_nodes=4)
     assert [j.num_nodes for j in jobs] == [2, 1]
     platform = Platform(4, gpus_per_node=4)
@@ -363,8 +443,9 @@ def test_predictor_adapter_for_convmeter_style_models():
         def predict(self, num_nodes, num_replicas, local_bsz):
             return 0.01 * np.asarray(local_bsz) + 0.002 * np.asarray(num_replicas)
 
-    work = DLWork(PredictorStepTime(Linear()), steps=1000, global_batch=256, gpus_per_node=4,
-                  units=4)  # fmt: skip
+    work = DLWork(
+        PredictorStepTime(Linear()), steps=1000, global_batch=256, gpus_per_node=4, units=4
+    )
     ctx = RunContext(Platform(8, gpus_per_node=4))
     assert work.unit_time(0, 2, ctx) == pytest.approx(250 * (0.01 * 32 + 0.002 * 8))
 
@@ -428,18 +509,26 @@ def test_malleability_gains_per_scheduler_and_seed():
     assert again["gain"].iloc[0] == gains["gain"].iloc[0]  # deterministic per seed
 
 
-def test_mape_interval_stratified_bootstrap():
-    from hpcnb.batchsim.dl import mape_interval
+def test_step_time_mape_stratified_bootstrap():
+    from hpcnb.batchsim.dl import step_time_mape
+    from hpcnb.stats import Estimate, mape_interval
 
     a = pd.DataFrame({"step_time": [1.0, 1.0, 1.0, 1.0], "predicted": [1.1, 0.9, 1.2, 1.0]})
     b = pd.DataFrame({"step_time": [2.0, 2.0], "predicted": [2.0, 2.0]})
-    value, low, high, n = mape_interval({"a": a, "b": b}, seed=1)
-    assert value == pytest.approx((0.1 + 0.1 + 0.2 + 0.0) / 4 / 2) and n == 6
-    assert 0.0 <= low <= value <= high <= 0.1
-    assert mape_interval({"a": a, "b": b}, seed=1) == (value, low, high, n)
-    assert mape_interval({"b": b}) == (0.0, 0.0, 0.0, 2)
+    e = step_time_mape({"a": a, "b": b}, seed=1)
+    assert e.value == pytest.approx((0.1 + 0.1 + 0.2 + 0.0) / 4 / 2) and e.n == 6
+    assert 0.0 <= e.low <= e.value <= e.high <= 0.1
+    assert step_time_mape({"a": a, "b": b}, seed=1) == e
+    both = pd.concat([a, b])
+    same = mape_interval(both["predicted"], both["step_time"], groups=["a"] * 4 + ["b"] * 2, seed=1)
+    assert same.n == e.n and same.bounds == pytest.approx(e.bounds)
+    assert step_time_mape({"b": b}) == Estimate(0.0, 0.0, 0.0, 2)
     with pytest.raises(ValueError, match="no tested"):
-        mape_interval({})
+        step_time_mape({})
+    with pytest.raises(ValueError, match="no rows"):
+        step_time_mape({"a": a, "empty": a.head(0)})
+    with pytest.raises(ValueError, match="finite and positive"):
+        step_time_mape({"a": a.assign(step_time=[1.0, 0.0, 1.0, 1.0])})
 
 
 def test_a_model_trace_is_a_generated_input_and_a_stand_in_is_synthetic(monkeypatch, tmp_path):

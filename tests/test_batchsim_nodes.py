@@ -61,8 +61,9 @@ def _owners_never_overlap(rows) -> None:
             assert node in held, f"{node} freed while free"
             del held[node]
         else:
-            assert held.get(node, job) == job, f"{node} given to job {job} while job " \
-                                               f"{held.get(node)} holds it"  # fmt: skip
+            assert held.get(node, job) == job, (
+                f"{node} given to job {job} while job {held.get(node)} holds it"
+            )
             held[node] = job
     assert not held, f"nodes still held at the end: {sorted(held)[:5]}"
 
@@ -96,14 +97,20 @@ def test_rigid_results_unchanged_by_node_identity_first_fit_on_a_crossbar():
 
 def test_node_utilization_csv_has_elastisim_columns(tmp_path):
     jobs = [Job(1, 0, JobType.RIGID, 2, FixedWork(5)), Job(2, 1, JobType.RIGID, 1, FixedWork(1))]
-    result = simulate(jobs, Platform(3, hosts=("a", "b", "c")), make_scheduler("fcfs"),
-                      allocation="first-fit")  # fmt: skip
+    result = simulate(
+        jobs, Platform(3, hosts=("a", "b", "c")), make_scheduler("fcfs"), allocation="first-fit"
+    )
     path = result.write(tmp_path)["node_utilization"]
     rows = list(csv.reader(path.open()))
     assert tuple(rows[0]) == NODE_UTILIZATION_COLUMNS
-    assert rows[1:] == [["0.0", "a", "allocated", "1", ""], ["0.0", "b", "allocated", "1", ""],
-                        ["1.0", "c", "allocated", "2", ""], ["2.0", "c", "free", "", ""],
-                        ["5.0", "a", "free", "", ""], ["5.0", "b", "free", "", ""]]  # fmt: skip
+    assert rows[1:] == [
+        ["0.0", "a", "allocated", "1", ""],
+        ["0.0", "b", "allocated", "1", ""],
+        ["1.0", "c", "allocated", "2", ""],
+        ["2.0", "c", "free", "", ""],
+        ["5.0", "a", "free", "", ""],
+        ["5.0", "b", "free", "", ""],
+    ]
 
 
 def test_simgrid_fat_tree_and_dragonfly_clusters_are_read(tmp_path):
@@ -133,11 +140,14 @@ def _allreduce_case(allocation: str, network: str = "shared") -> dict[int, float
 
     topo = Topology.fat_tree(num_nodes=6, leaf_size=2, uplinks=1, link_bandwidth=1e9)
     platform = Platform(6, link_bandwidth=1e9, link_latency=0.0, topology=topo)
-    jobs = [Job(0, 0, JobType.RIGID, 1, FixedWork(100)),
-            Job(1, 0, JobType.RIGID, 2, TrainingWork(1, 0.0, 1e9)),
-            Job(2, 0, JobType.RIGID, 2, TrainingWork(1, 0.0, 1e9))]  # fmt: skip
-    result = simulate(jobs, platform, make_scheduler("fcfs"), allocation=allocation,
-                      network=network)  # fmt: skip
+    jobs = [
+        Job(0, 0, JobType.RIGID, 1, FixedWork(100)),
+        Job(1, 0, JobType.RIGID, 2, TrainingWork(1, 0.0, 1e9)),
+        Job(2, 0, JobType.RIGID, 2, TrainingWork(1, 0.0, 1e9)),
+    ]
+    result = simulate(
+        jobs, platform, make_scheduler("fcfs"), allocation=allocation, network=network
+    )
     check_invariants(result, jobs)
     return dict(zip(result.jobs["id"], result.jobs["end"], strict=True))
 
@@ -169,8 +179,10 @@ def test_group_traffic_of_each_pattern_by_hand():
 
 
 def _bb_platform(tmp_path, striping: bool) -> Platform:
-    props = ("<prop id='node_local_bb' value='True'/><prop id='bb_read_bw' value='2GBps'/>"
-             "<prop id='bb_write_bw' value='1GBps'/>")  # fmt: skip
+    props = (
+        "<prop id='node_local_bb' value='True'/><prop id='bb_read_bw' value='2GBps'/>"
+        "<prop id='bb_write_bw' value='1GBps'/>"
+    )
     if striping:
         props += "<prop id='wide_striping' value='True'/><prop id='flops_per_byte' value='0'/>"
     path = tmp_path / f"bb{striping}.xml"
@@ -205,12 +217,25 @@ def test_burst_buffer_tasks_run_in_a_simulation(tmp_path):
     platform = _bb_platform(tmp_path, False)
     (tmp_path / "platform.xml").write_text((tmp_path / "bbFalse.xml").read_text())
     (tmp_path / "configuration.json").write_text(json.dumps({"platform_file": "platform.xml"}))
-    model = {"phases": [{"iterations": 2, "tasks": [
-        {"type": "bb_write", "bytes": "size", "pattern": "all_ranks"},
-        {"type": "bb_read", "bytes": "size", "pattern": "root_only"}]}]}  # fmt: skip
+    model = {
+        "phases": [
+            {
+                "iterations": 2,
+                "tasks": [
+                    {"type": "bb_write", "bytes": "size", "pattern": "all_ranks"},
+                    {"type": "bb_read", "bytes": "size", "pattern": "root_only"},
+                ],
+            }
+        ]
+    }
     (tmp_path / "app.json").write_text(json.dumps(model))
-    job = {"type": "rigid", "submit_time": 0, "num_nodes": 4, "application_model": "app.json",
-           "arguments": {"size": 8e9}}  # fmt: skip
+    job = {
+        "type": "rigid",
+        "submit_time": 0,
+        "num_nodes": 4,
+        "application_model": "app.json",
+        "arguments": {"size": 8e9},
+    }
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [job]}))
     data = read_elastisim(tmp_path / "jobs.json")
     assert data.platform == platform
@@ -225,8 +250,22 @@ def test_cli_allocation_writes_per_node_utilization(tmp_path):
     trace = write_swf(lublin_feitelson(50, 16, 1), tmp_path / "t.swf")
     from hpcnb.cli import main
 
-    assert main(["batchsim", "simulate", str(trace), "--allocation", "contiguous",
-                 "--network", "isolated", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "batchsim",
+                "simulate",
+                str(trace),
+                "--allocation",
+                "contiguous",
+                "--network",
+                "isolated",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     header = (tmp_path / "out" / "node_utilization.csv").read_text().splitlines()[0]
     assert tuple(header.split(",")) == NODE_UTILIZATION_COLUMNS
 
@@ -243,8 +282,9 @@ def test_oversubscription_in_a_configuration_is_refused_by_name(tmp_path):
     )
     config = {"platform_file": "p.xml", "allow_oversubscription": True}
     (tmp_path / "configuration.json").write_text(json.dumps(config))
-    (tmp_path / "app.json").write_text(json.dumps({"phases": [{"tasks": [
-        {"type": "idle", "delay": 1}]}]}))  # fmt: skip
+    (tmp_path / "app.json").write_text(
+        json.dumps({"phases": [{"tasks": [{"type": "idle", "delay": 1}]}]})
+    )
     job = {"type": "rigid", "submit_time": 0, "num_nodes": 1, "application_model": "app.json"}
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [job]}))
     with pytest.raises(WorkloadError, match="allow_oversubscription: several jobs per node"):

@@ -81,13 +81,27 @@ from hpcnb.batchsim.platform import (
     merge_segments,
     nominal_duration,
 )
+from hpcnb.errors import HpcnbError
 
-__all__ = ["ApplicationModel", "ApplicationWork", "read_application_model"]
+__all__ = ["ApplicationModel", "ApplicationWork", "UnitIndexError", "read_application_model"]
 
-_TASK_TYPES = ("cpu", "gpu", "pfs_read", "pfs_write", "bb_read", "bb_write", "idle", "busy_wait",
-               "sequence")  # fmt: skip
+_TASK_TYPES = (
+    "cpu",
+    "gpu",
+    "pfs_read",
+    "pfs_write",
+    "bb_read",
+    "bb_write",
+    "idle",
+    "busy_wait",
+    "sequence",
+)
 _SPREAD = {"uniform": "uniform", "total": "total", "all_ranks": "total", "root_only": "root"}
 _DEFAULT_LIMITS = ElastiSimLimits()
+
+
+class UnitIndexError(HpcnbError, IndexError):
+    """A unit number outside ``0..num_units - 1`` of the job's work."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +146,10 @@ class _ModelReader:
             raise self.error(path, f"expected a task object, found {describe(raw)}")
         kind = raw.get("type")
         if not isinstance(kind, str) or kind not in _TASK_TYPES:
-            raise self.error(child_path(path, "type"), f"task type {describe(kind)} is not "
-                             f"supported; expected one of {_TASK_TYPES}")  # fmt: skip
+            raise self.error(
+                child_path(path, "type"),
+                f"task type {describe(kind)} is not supported; expected one of {_TASK_TYPES}",
+            )
         iterations = self.expr(raw.get("iterations"), child_path(path, "iterations"))
         if kind == "sequence":
             if "tasks" not in raw:
@@ -147,8 +163,10 @@ class _ModelReader:
         pattern_key = "pattern" if io else "computation_pattern"
         spread_name = raw.get(pattern_key, "uniform" if kind in ("cpu", "gpu") else "total")
         if not isinstance(spread_name, str) or spread_name not in _SPREAD:
-            raise self.error(child_path(path, pattern_key), f"{describe(spread_name)} is not "
-                             f"supported; expected one of {sorted(_SPREAD)}")  # fmt: skip
+            raise self.error(
+                child_path(path, pattern_key),
+                f"{describe(spread_name)} is not supported; expected one of {sorted(_SPREAD)}",
+            )
         if io:
             if "bytes" not in raw:
                 raise self.error(path, "an I/O task needs 'bytes'")
@@ -156,17 +174,28 @@ class _ModelReader:
             return _Task(kind, path, size, _SPREAD[spread_name], iterations=iterations)
         has_bytes = raw.get("bytes") is not None
         pattern = raw.get("communication_pattern", "" if has_bytes else "none")
-        if (not isinstance(pattern, str) or pattern not in COMMUNICATION_PATTERNS
-                or (has_bytes and pattern in ("", "none"))):  # fmt: skip
-            raise self.error(child_path(path, "communication_pattern"),
-                             f"{describe(pattern)}: expected one of "
-                             f"{COMMUNICATION_PATTERNS[:-2]}")  # fmt: skip
+        if (
+            not isinstance(pattern, str)
+            or pattern not in COMMUNICATION_PATTERNS
+            or (has_bytes and pattern in ("", "none"))
+        ):
+            raise self.error(
+                child_path(path, "communication_pattern"),
+                f"{describe(pattern)}: expected one of {COMMUNICATION_PATTERNS[:-2]}",
+            )
         if raw.get("flops") is None and not has_bytes:
             raise self.error(path, "a compute task needs 'flops' or 'bytes'")
         coupled = boolean(raw.get("coupled", False), self.file, child_path(path, "coupled"))
-        return _Task(kind, path, self.expr(raw.get("flops"), child_path(path, "flops")),
-                     _SPREAD[spread_name], self.expr(raw.get("bytes"), child_path(path, "bytes")),
-                     pattern, coupled, iterations)  # fmt: skip
+        return _Task(
+            kind,
+            path,
+            self.expr(raw.get("flops"), child_path(path, "flops")),
+            _SPREAD[spread_name],
+            self.expr(raw.get("bytes"), child_path(path, "bytes")),
+            pattern,
+            coupled,
+            iterations,
+        )
 
     def tasks(self, items: Any, path: str) -> tuple[_Task, ...]:
         if items is None:
@@ -261,12 +290,21 @@ def read_application_model(
         if not isinstance(ph, dict):
             raise reader.error(where, f"expected a phase object, found {describe(ph)}")
         iterations = reader.required(ph.get("iterations", 1), f"{where}.iterations")
-        phases.append(_Phase(iterations, reader.tasks(ph.get("tasks"), f"{where}.tasks"),
-                             reader.expr(ph.get("evolving_request"),
-                                         f"{where}.evolving_request")))  # fmt: skip
-    return ApplicationModel(str(path), tuple(phases), reader.hook(raw, "on_init"),
-                            reader.hook(raw, "on_reconfiguration"),
-                            reader.hook(raw, "on_expansion"), limits)  # fmt: skip
+        phases.append(
+            _Phase(
+                iterations,
+                reader.tasks(ph.get("tasks"), f"{where}.tasks"),
+                reader.expr(ph.get("evolving_request"), f"{where}.evolving_request"),
+            )
+        )
+    return ApplicationModel(
+        str(path),
+        tuple(phases),
+        reader.hook(raw, "on_init"),
+        reader.hook(raw, "on_reconfiguration"),
+        reader.hook(raw, "on_expansion"),
+        limits,
+    )
 
 
 def _aggregate(segments: list[Segment], count: int | float) -> list[Segment]:
@@ -332,11 +370,18 @@ class ApplicationWork(WorkModel):
                 unit += 1
         if unit > limits.max_units:
             k = max((r for r in self._runs if r[3] == 1), key=lambda r: r[2])[0]
-            why = ("a resizable job has a scheduling point after every iteration"
-                   if self.scheduling_points else "the phase uses phase_iteration")  # fmt: skip
-            raise WorkloadError(source, f"phases[{k}].iterations", f"{counts[k]:,} iterations: "
-                                f"{why}, and at most {limits.max_units:,} iterations are "
-                                "simulated one by one (ElastiSimLimits.max_units)")  # fmt: skip
+            why = (
+                "a resizable job has a scheduling point after every iteration"
+                if self.scheduling_points
+                else "the phase uses phase_iteration"
+            )
+            raise WorkloadError(
+                source,
+                f"phases[{k}].iterations",
+                f"{counts[k]:,} iterations: "
+                f"{why}, and at most {limits.max_units:,} iterations are "
+                "simulated one by one (ElastiSimLimits.max_units)",
+            )
         self.num_units = unit
         self.uses_pfs = any(self._has_io(t) for ph in self.model.phases for t in ph.tasks)
         # dry run: every expression must evaluate with the job's arguments
@@ -366,15 +411,21 @@ class ApplicationWork(WorkModel):
             raise WorkloadError(self.model.source, path, str(exc).splitlines()[0]) from None
 
     def _count(
-        self, expr: Expression, env: Mapping[str, float], path: str,
+        self,
+        expr: Expression,
+        env: Mapping[str, float],
+        path: str,
         to_int: Callable[[float], int] = math.trunc,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Evaluate an iteration count: finite, at most ``max_iterations``; < 0 means 0."""
         value = self._eval(expr, env, path)
         limit = self.model.limits.max_iterations
         if not math.isfinite(value) or value > limit:
-            raise WorkloadError(self.model.source, path, f"{value:g} iterations; at most "
-                                f"{limit:,} (ElastiSimLimits.max_iterations)")  # fmt: skip
+            raise WorkloadError(
+                self.model.source,
+                path,
+                f"{value:g} iterations; at most {limit:,} (ElastiSimLimits.max_iterations)",
+            )
         return max(0, to_int(value))
 
     def _merge(self, segments: list[Segment], path: str) -> list[Segment]:
@@ -404,8 +455,13 @@ class ApplicationWork(WorkModel):
 
     def _env(self, nodes: int, ctx: RunContext, iteration: int) -> dict[str, float]:
         gpn = ctx.platform.gpus_per_node
-        return {**self.arguments, "num_nodes": nodes, "num_gpus": nodes * gpn,
-                "num_gpus_per_node": gpn, "phase_iteration": iteration}  # fmt: skip
+        return {
+            **self.arguments,
+            "num_nodes": nodes,
+            "num_gpus": nodes * gpn,
+            "num_gpus_per_node": gpn,
+            "phase_iteration": iteration,
+        }
 
     def _task_segments(
         self, task: _Task, n: int, ctx: RunContext, env: dict[str, float]
@@ -442,8 +498,9 @@ class ApplicationWork(WorkModel):
                 per_node = flops / n if task.spread == "total" else flops
                 if task.type == "gpu":
                     if p.gpus_per_node == 0 or p.gpu_flops <= 0:
-                        raise WorkloadError(self.model.source, path,
-                                            "a gpu task on a platform without GPUs")  # fmt: skip
+                        raise WorkloadError(
+                            self.model.source, path, "a gpu task on a platform without GPUs"
+                        )
                     compute = per_node / (p.gpus_per_node * p.gpu_flops)
                 else:
                     compute = per_node / p.node_flops
@@ -453,8 +510,12 @@ class ApplicationWork(WorkModel):
                 size = self._eval(task.comm_bytes, env, f"{path}.bytes")
                 comm = p.communication_time(task.comm_pattern, size, n)
             topology = p.topology
-            if (comm > 0 and topology is not None and topology.kind != "crossbar"
-                    and task.comm_pattern not in ("", "none")):  # fmt: skip
+            if (
+                comm > 0
+                and topology is not None
+                and topology.kind != "crossbar"
+                and task.comm_pattern not in ("", "none")
+            ):
                 # the engine runs both as one flow over the job's links
                 one = [("compute", compute), (f"comm_{task.comm_pattern}", size)]
             else:
@@ -471,12 +532,13 @@ class ApplicationWork(WorkModel):
 
     def _nominal(self, segments: list[Segment], ctx: RunContext) -> float:
         p = ctx.platform
-        return nominal_duration(segments, p.pfs_read_bandwidth, p.pfs_write_bandwidth,
-                                ctx.pfs_sharers)  # fmt: skip
+        return nominal_duration(
+            segments, p.pfs_read_bandwidth, p.pfs_write_bandwidth, ctx.pfs_sharers
+        )
 
     def _run(self, unit: int) -> tuple[int, int, int, int]:
         if not 0 <= unit < self.num_units:
-            raise IndexError(f"unit {unit} of a job with {self.num_units} units")
+            raise UnitIndexError(f"unit {unit} of a job with {self.num_units} units")
         return self._runs[bisect.bisect_right(self._starts, unit) - 1]
 
     def _context(self, ctx: RunContext | None) -> RunContext:
@@ -486,7 +548,17 @@ class ApplicationWork(WorkModel):
         return RunContext(self.platform or Platform(max(1, self.nodes)))
 
     def unit_segments(self, unit: int, nodes: int, ctx: RunContext | None) -> list[Segment]:
-        """Return one phase iteration (or block of iterations) as segments (memoised)."""
+        """Return one phase iteration (or block of iterations) as segments (memoised).
+
+        Args:
+            unit: The unit, ``0 <= unit < num_units``.
+            nodes: Nodes the job runs on.
+            ctx: The machine and its PFS sharers; ``None``: the platform the work was bound with.
+
+        Raises:
+            UnitIndexError: ``unit`` is not a unit of the job.
+            WorkloadError: A task's expression fails or a limit is exceeded.
+        """
         ctx = self._context(ctx)
         phase, first, _, per_unit = self._run(unit)
         iteration = unit - first
@@ -502,17 +574,34 @@ class ApplicationWork(WorkModel):
         return list(value)
 
     def unit_time(self, unit: int, nodes: int, ctx: RunContext | None) -> float:
-        """Return the time of one unit with the PFS shared by ``ctx.pfs_sharers``."""
+        """Return the time of one unit with the PFS shared by ``ctx.pfs_sharers``.
+
+        Args:
+            unit: The unit, ``0 <= unit < num_units``.
+            nodes: Nodes the job runs on.
+            ctx: The machine and its PFS sharers; ``None``: the platform the work was bound with.
+        """
         ctx = self._context(ctx)
         return self._nominal(self.unit_segments(unit, nodes, ctx), ctx)
 
     def init_segments(self, nodes: int, ctx: RunContext | None) -> list[Segment]:
-        """Return the ``on_init`` tasks as segments."""
+        """Return the ``on_init`` tasks as segments.
+
+        Args:
+            nodes: Nodes the job starts on.
+            ctx: The machine and its PFS sharers; ``None``: the platform the work was bound with.
+        """
         ctx = self._context(ctx)
         return self._segments(self.model.on_init, nodes, ctx, 0, "on_init.tasks")
 
     def reconfiguration_segments(self, old: int, new: int, ctx: RunContext | None) -> list[Segment]:
-        """Return ``on_reconfiguration`` (+ ``on_expansion`` on growth) at ``new`` nodes."""
+        """Return ``on_reconfiguration`` (+ ``on_expansion`` on growth) at ``new`` nodes.
+
+        Args:
+            old: Nodes before the resize.
+            new: Nodes after it (the tasks run at this size).
+            ctx: The machine and its PFS sharers; ``None``: the platform the work was bound with.
+        """
         ctx = self._context(ctx)
         tasks = self.model.on_reconfiguration
         segments = self._segments(tasks, new, ctx, 0, "on_reconfiguration.tasks")
@@ -524,6 +613,11 @@ class ApplicationWork(WorkModel):
         """Return the time of units ``from_unit..``.
 
         Runs of phases whose tasks do not use ``phase_iteration`` are summed in closed form.
+
+        Args:
+            nodes: Nodes the job runs on.
+            ctx: The machine and its PFS sharers; ``None``: the platform the work was bound with.
+            from_unit: First unit still to run (``0`` adds the ``on_init`` time).
         """
         ctx = self._context(ctx)
         total = self.init_time(nodes, ctx) if from_unit == 0 else 0.0
@@ -541,17 +635,36 @@ class ApplicationWork(WorkModel):
         return total
 
     def init_time(self, nodes: int, ctx: RunContext | None) -> float:
-        """Return the ``on_init`` time."""
+        """Return the ``on_init`` time.
+
+        Args:
+            nodes: Nodes the job starts on.
+            ctx: The machine and its PFS sharers; ``None``: the platform the work was bound with.
+        """
         ctx = self._context(ctx)
         return self._nominal(self.init_segments(nodes, ctx), ctx)
 
     def reconfiguration_time(self, old: int, new: int, ctx: RunContext | None) -> float:
-        """Return the ``on_reconfiguration`` (+ ``on_expansion`` on growth) time at ``new``."""
+        """Return the ``on_reconfiguration`` (+ ``on_expansion`` on growth) time at ``new``.
+
+        Args:
+            old: Nodes before the resize.
+            new: Nodes after it.
+            ctx: The machine and its PFS sharers; ``None``: the platform the work was bound with.
+        """
         ctx = self._context(ctx)
         return self._nominal(self.reconfiguration_segments(old, new, ctx), ctx)
 
     def evolving_request(self, unit_done: int, nodes: int) -> int | None:
-        """Evaluate the finished phase's ``evolving_request`` (``None`` if it has none)."""
+        """Evaluate the finished phase's ``evolving_request`` (``None`` if it has none).
+
+        Args:
+            unit_done: Units finished so far (the request of the last one is evaluated).
+            nodes: Nodes the job runs on.
+
+        Raises:
+            WorkloadError: The expression fails or asks for a size that is not finite.
+        """
         phase, first, _, per_unit = self._run(unit_done - 1)
         expr = self.model.phases[phase].evolving_request
         if expr is None:

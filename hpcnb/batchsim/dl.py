@@ -17,7 +17,7 @@ evaluated with the safe evaluator:
 The five parameters are fitted by least squares on the relative error.
 :func:`scaling_validation` reports the mean absolute percentage error (MAPE) of
 predictions on runs left out of the fit: by cross-validation over all runs, or by
-extrapolation from small to large node counts; :func:`mape_interval` gives the mean of
+extrapolation from small to large node counts; :func:`step_time_mape` gives the mean of
 several models' MAPEs a bootstrap interval.
 
 :class:`DLWork` uses a fitted model as a job's work: a fixed number of steps with a
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
@@ -37,17 +37,22 @@ from scipy.optimize import least_squares
 
 from hpcnb.batchsim.expressions import parse_expression
 from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
-from hpcnb.records import mean_interval
+from hpcnb.errors import InvalidInputError, MissingFileError
+from hpcnb.stats import Estimate, mape_interval
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = [
     "DLWork",
     "PredictorStepTime",
     "StepTimeFunction",
     "StepTimeModel",
+    "StepTimePredictor",
     "dl_jobs",
-    "mape_interval",
     "read_dl_tables",
     "scaling_validation",
+    "step_time_mape",
 ]
 
 STEP_EXPRESSION = (
@@ -69,26 +74,26 @@ def read_dl_tables(model_dir: str | Path, placements: bool = False) -> pd.DataFr
         ``num_nodes = len(placement)`` and ``num_replicas = sum of its digits``).
 
     Raises:
-        FileNotFoundError: ``scalability.csv`` is missing.
-        ValueError: A required column is missing (the message names the file).
+        MissingFileError: ``scalability.csv`` is missing.
+        InvalidInputError: A required column is missing (the message names the file).
     """
     model_dir = Path(model_dir)
     path = model_dir / "scalability.csv"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: measured scalability table not found")
+        raise MissingFileError(f"{path}: measured scalability table not found")
     frames = [pd.read_csv(path)]
     extra = model_dir / "placements.csv"
     if placements and extra.exists():
         p = pd.read_csv(extra, dtype={"placement": str})
         if "placement" not in p.columns:
-            raise ValueError(f"{extra}: missing column 'placement'")
+            raise InvalidInputError(f"{extra}: missing column 'placement'")
         p["num_nodes"] = p["placement"].str.len()
         p["num_replicas"] = p["placement"].map(lambda s: sum(int(c) for c in s))
         frames.append(p)
     out = pd.concat(frames, ignore_index=True)
     for column in ("num_nodes", "num_replicas", "local_bsz", "step_time"):
         if column not in out.columns:
-            raise ValueError(f"{path}: missing column {column!r}")
+            raise InvalidInputError(f"{path}: missing column {column!r}")
     return out[["num_nodes", "num_replicas", "local_bsz", "step_time"]].astype(float)
 
 
@@ -105,15 +110,32 @@ class StepTimeModel:
     expression: str = STEP_EXPRESSION
 
     def step_time(self, num_nodes: float, num_replicas: float, local_bsz: float) -> float:
-        """Evaluate the model for one configuration."""
-        env = {**self.params, "num_nodes": num_nodes, "num_replicas": num_replicas,
-               "local_bsz": local_bsz}  # fmt: skip
+        """Evaluate the model for one configuration.
+
+        Args:
+            num_nodes: Nodes the replicas run on.
+            num_replicas: Data-parallel replicas (GPUs) in all.
+            local_bsz: Samples per replica per step.
+
+        Returns:
+            Seconds per training step.
+        """
+        env = {
+            **self.params,
+            "num_nodes": num_nodes,
+            "num_replicas": num_replicas,
+            "local_bsz": local_bsz,
+        }
         return parse_expression(self.expression).evaluate(env)
 
     def predict(self, table: pd.DataFrame) -> np.ndarray:
         """Evaluate the model on every row of a table."""
-        return np.array([self.step_time(r.num_nodes, r.num_replicas, r.local_bsz)
-                         for r in table.itertuples(index=False)])  # fmt: skip
+        return np.array(
+            [
+                self.step_time(r.num_nodes, r.num_replicas, r.local_bsz)
+                for r in table.itertuples(index=False)
+            ]
+        )
 
     @staticmethod
     def _vector(x: np.ndarray, t: pd.DataFrame) -> np.ndarray:
@@ -128,10 +150,10 @@ class StepTimeModel:
         """Fit the five parameters on a table (relative least squares).
 
         Raises:
-            ValueError: Fewer than five rows.
+            InvalidInputError: Fewer than five rows.
         """
         if len(table) < 5:
-            raise ValueError(f"need at least 5 measurements to fit, got {len(table)}")
+            raise InvalidInputError(f"need at least 5 measurements to fit, got {len(table)}")
         y = table["step_time"].to_numpy()
 
         def residual(x: np.ndarray) -> np.ndarray:
@@ -163,13 +185,18 @@ def scaling_validation(
 
     Returns:
         ``(model fitted on all rows, tested rows with a 'predicted' column, MAPE)``.
+
+    Raises:
+        MissingFileError: The folder has no ``scalability.csv``.
+        InvalidInputError: A fit with fewer than five rows, or no run above
+            ``train_max_nodes``.
     """
     table = model_dir if isinstance(model_dir, pd.DataFrame) else read_dl_tables(model_dir)
     if train_max_nodes is not None:
         train = table[table["num_nodes"] <= train_max_nodes]
         test = table[table["num_nodes"] > train_max_nodes].copy()
         if test.empty:
-            raise ValueError(f"{model_dir}: no runs with more than {train_max_nodes} nodes")
+            raise InvalidInputError(f"{model_dir}: no runs with more than {train_max_nodes} nodes")
         test["predicted"] = StepTimeModel.fit(train).predict(test)
     else:
         test = table.copy()
@@ -183,47 +210,95 @@ def scaling_validation(
     return StepTimeModel.fit(table), test, mape
 
 
-def mape_interval(
+def step_time_mape(
     tests: Mapping[str, pd.DataFrame],
     resamples: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
-) -> tuple[float, float, float, int]:
-    """Mean over models of each model's MAPE, with a stratified bootstrap interval.
+) -> Estimate:
+    """Mean over models of each model's MAPE of step times, with a stratified bootstrap.
 
     Each table holds ``step_time`` and ``predicted`` (as returned by
-    :func:`scaling_validation`). A bootstrap replicate resamples every model's rows with
-    replacement (each model keeps its size) and takes the mean of the per-model MAPEs;
-    the interval is the percentile interval of the replicates (seeded, reproducible;
-    :func:`hpcnb.records.mean_interval`).
+    :func:`scaling_validation`). The ratios ``predicted / step_time`` of all tables,
+    labelled by model, go to :func:`hpcnb.stats.mape_interval` against 1, so each row's
+    error is ``|predicted / step_time - 1|`` as in :func:`scaling_validation`. A bootstrap
+    replicate resamples every model's rows with replacement (each model keeps its size)
+    and takes the mean of the per-model MAPEs; the interval is the percentile interval of
+    the replicates (seeded, reproducible).
+
+    Args:
+        tests: Tested table of each model, by model name.
+        resamples: Bootstrap resamples.
+        seed: Seed of the resampling generator.
+        confidence: Coverage of the interval, in (0, 1).
 
     Returns:
-        ``(value, low, high, n)`` with ``n`` the number of predicted runs in all.
+        The :class:`~hpcnb.stats.Estimate` of the MAPE (a fraction) with ``n`` the number
+        of predicted runs in all.
 
     Raises:
-        ValueError: No tables, or a table without rows.
+        InvalidInputError: No tables, a table without rows, or a measured step time that
+            is not finite and positive.
+        StatisticsError: A predicted step time that is not finite.
+
+    Example:
+        >>> table = pd.DataFrame({"step_time": [1.0, 2.0], "predicted": [1.1, 2.0]})
+        >>> e = step_time_mape({"m": table}, resamples=100)
+        >>> round(e.value, 3), e.n
+        (0.05, 2)
     """
     if not tests:
-        raise ValueError("mape_interval: no tested tables")
-    errors, labels = [], []
+        raise InvalidInputError("step_time_mape: no tested tables")
+    ratios, labels = [], []
     for name, test in tests.items():
         if len(test) == 0:
-            raise ValueError(f"mape_interval: table {name!r} has no rows")
-        error = np.abs(test["predicted"].to_numpy(float) / test["step_time"].to_numpy(float) - 1.0)
-        errors.append(error)
-        labels += [name] * len(error)
-    value, low, high = mean_interval(
-        np.concatenate(errors), groups=labels, confidence=confidence, resamples=resamples,
+            raise InvalidInputError(f"step_time_mape: table {name!r} has no rows")
+        measured = test["step_time"].to_numpy(float)
+        if not np.all(np.isfinite(measured) & (measured > 0)):
+            raise InvalidInputError(
+                f"step_time_mape: table {name!r} has a step time that is not finite and positive"
+            )
+        ratios.append(test["predicted"].to_numpy(float) / measured)
+        labels += [name] * len(test)
+    ratio = np.concatenate(ratios)
+    # predicted / measured against 1: the errors |p/m - 1| of scaling_validation's MAPE
+    return mape_interval(
+        ratio,
+        np.ones_like(ratio),
+        groups=labels,
+        confidence=confidence,
+        resamples=resamples,
         seed=seed,
-    )  # fmt: skip
-    return value, low, high, len(labels)
+    )
 
 
 class StepTimeFunction(Protocol):
     """Anything that gives seconds per step for (nodes, replicas, per-GPU batch)."""
 
     def step_time(self, num_nodes: float, num_replicas: float, local_bsz: float) -> float:
-        """Return seconds per training step."""
+        """Return seconds per training step.
+
+        Args:
+            num_nodes: Nodes the replicas run on.
+            num_replicas: Data-parallel replicas (GPUs) in all.
+            local_bsz: Samples per replica per step.
+        """
+        ...
+
+
+class StepTimePredictor(Protocol):
+    """A fitted model that predicts seconds per step for arrays of configurations."""
+
+    def predict(
+        self, num_nodes: ArrayLike, num_replicas: ArrayLike, local_bsz: ArrayLike
+    ) -> ArrayLike:
+        """Return seconds per step of each configuration.
+
+        Args:
+            num_nodes: Nodes of each configuration.
+            num_replicas: Data-parallel replicas of each configuration.
+            local_bsz: Samples per replica per step of each configuration.
+        """
         ...
 
 
@@ -238,10 +313,16 @@ class PredictorStepTime:
         predictor: The fitted model (array in, array of seconds per step out).
     """
 
-    predictor: Any
+    predictor: StepTimePredictor
 
     def step_time(self, num_nodes: float, num_replicas: float, local_bsz: float) -> float:
-        """Return the predictor's seconds per step for one configuration."""
+        """Return the predictor's seconds per step for one configuration.
+
+        Args:
+            num_nodes: Nodes the replicas run on.
+            num_replicas: Data-parallel replicas (GPUs) in all.
+            local_bsz: Samples per replica per step.
+        """
         out = self.predictor.predict([num_nodes], [num_replicas], [local_bsz])
         return float(np.asarray(out, dtype=float).reshape(-1)[0])
 
@@ -271,18 +352,36 @@ class DLWork(WorkModel):
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_units", self.units)
 
-    def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
-        """Return ``steps / units`` steps on ``nodes × gpus_per_node`` replicas."""
+    def unit_time(self, unit: int, nodes: int, ctx: RunContext | None) -> float:
+        """Return ``steps / units`` steps on ``nodes × gpus_per_node`` replicas.
+
+        Args:
+            unit: The iteration (all take the same time).
+            nodes: Nodes the job runs on.
+            ctx: The machine's state (not used: the step time depends on the size alone).
+        """
         replicas = nodes * self.gpus_per_node
         step = self.model.step_time(nodes, replicas, max(1.0, self.global_batch / replicas))
         return self.steps / self.units * step
 
-    def reconfiguration_time(self, old: int, new: int, ctx: RunContext) -> float:
-        """Return the fixed checkpoint–restart cost."""
+    def reconfiguration_time(self, old: int, new: int, ctx: RunContext | None) -> float:
+        """Return the fixed checkpoint–restart cost.
+
+        Args:
+            old: Nodes before the resize.
+            new: Nodes after it.
+            ctx: The machine's state (not used).
+        """
         return self.reconfiguration_cost
 
-    def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
-        """Return the remaining time in closed form."""
+    def estimate(self, nodes: int, ctx: RunContext | None, from_unit: int = 0) -> float:
+        """Return the remaining time in closed form.
+
+        Args:
+            nodes: Nodes the job runs on.
+            ctx: The machine's state (not used; ``None`` is accepted).
+            from_unit: First iteration still to run.
+        """
         return max(0, self.units - from_unit) * self.unit_time(0, nodes, ctx)
 
 
@@ -303,22 +402,43 @@ def dl_jobs(
     from ``durations`` (e.g. Philly job durations); at other sizes the fitted model
     scales it. Jobs are malleable in ``[1, max_nodes]`` nodes, or rigid.
 
+    Args:
+        workload: One row per job: ``name, time, application, num_replicas, batch_size``.
+        models: Fitted step-time model of each application.
+        durations: Run times (s) at the preferred size to draw from.
+        seed: Seed of the draw of durations.
+        gpus_per_node: GPUs (replicas) per node.
+        max_nodes: Largest size of a job (and its preferred size at most).
+        malleable: Make the jobs malleable (``True``) or rigid.
+
+    Returns:
+        The jobs, numbered from 0 in the order of the rows.
+
     Raises:
-        ValueError: An application has no fitted model.
+        InvalidInputError: An application has no fitted model.
     """
     rng = np.random.default_rng(seed)
-    ctx = None
     jobs: list[Job] = []
     for k, row in enumerate(workload.itertuples(index=False)):
         if row.application not in models:
-            raise ValueError(f"workload row {k}: no measured model for {row.application!r}")
+            raise InvalidInputError(f"workload row {k}: no measured model for {row.application!r}")
         nodes = int(min(max_nodes, max(1, -(-int(row.num_replicas) // gpus_per_node))))
         target = float(rng.choice(durations))
         probe = DLWork(models[row.application], 1.0, float(row.batch_size), gpus_per_node)
-        steps = target / probe.estimate(nodes, ctx)  # type: ignore[arg-type]
+        steps = target / probe.estimate(nodes, None)
         work = DLWork(models[row.application], steps, float(row.batch_size), gpus_per_node)
         kind = JobType.MALLEABLE if malleable else JobType.RIGID
-        jobs.append(Job(k, float(row.time), kind, nodes, work, 1 if malleable else nodes,
-                        max_nodes if malleable else nodes, gpus_per_node=gpus_per_node,
-                        user=k))  # fmt: skip
+        jobs.append(
+            Job(
+                k,
+                float(row.time),
+                kind,
+                nodes,
+                work,
+                1 if malleable else nodes,
+                max_nodes if malleable else nodes,
+                gpus_per_node=gpus_per_node,
+                user=k,
+            )
+        )
     return jobs

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -57,8 +57,11 @@ __all__ = [
 ]
 
 
+T = TypeVar("T")
+
+
 @dataclass
-class LoadedData:
+class LoadedData(Generic[T]):
     """A loaded input and where it came from.
 
     Attributes:
@@ -73,7 +76,7 @@ class LoadedData:
             it are ``source="generated"`` whether it was read or generated here.
     """
 
-    value: object
+    value: T
     real: bool
     message: str
     label: str = ""
@@ -99,9 +102,13 @@ def _stand_in_label(what: str, name: str) -> str:
 
 
 def load_trace(
-    relative: str, fallback_nodes: int, fallback_jobs: int, seed: int, name: str | None = None,
+    relative: str,
+    fallback_nodes: int,
+    fallback_jobs: int,
+    seed: int,
+    name: str | None = None,
     generated: bool = False,
-) -> LoadedData:  # fmt: skip
+) -> LoadedData[SWFTrace]:
     """Read an SWF trace from ``HPCNB_DATA`` or generate a Lublin–Feitelson workload.
 
     Args:
@@ -124,18 +131,30 @@ def load_trace(
         path = data_path(relative)
     except DataNotFoundError as exc:
         trace = lublin_feitelson(fallback_jobs, fallback_nodes, seed)
-        label = (f"generated (Lublin model, in place of {name})" if generated
-                 else _stand_in_label("Lublin model", name))  # fmt: skip
-        return LoadedData(trace, False, f"{exc}\n-> using a Lublin-Feitelson workload "
-                          f"({fallback_jobs} jobs, {fallback_nodes} nodes) instead: {label}",
-                          label, generated)  # fmt: skip
+        label = (
+            f"generated (Lublin model, in place of {name})"
+            if generated
+            else _stand_in_label("Lublin model", name)
+        )
+        return LoadedData(
+            trace,
+            False,
+            f"{exc}\n-> using a Lublin-Feitelson workload "
+            f"({fallback_jobs} jobs, {fallback_nodes} nodes) instead: {label}",
+            label,
+            generated,
+        )
     trace = read_swf(path)
-    return LoadedData(trace, True, f"read {len(trace)} jobs from {relative} ({name})", name,
-                      generated)  # fmt: skip
+    return LoadedData(
+        trace, True, f"read {len(trace)} jobs from {relative} ({name})", name, generated
+    )
 
 
-def load_dl_tables(seed: int = 0) -> LoadedData:
+def load_dl_tables(seed: int = 0) -> LoadedData[dict[str, pd.DataFrame]]:
     """Read the measured step-time tables of every model in ``dl/``, or a synthetic one.
+
+    Args:
+        seed: Seed of the noise of the synthetic table.
 
     Returns:
         ``{model name: table}`` (see :func:`~hpcnb.batchsim.dl.read_dl_tables`); without
@@ -148,14 +167,25 @@ def load_dl_tables(seed: int = 0) -> LoadedData:
         label = _stand_in_label("known step-time model", name)
         tables = {"synthetic": synthetic_dl_table(seed)}
         return LoadedData(tables, False, f"{exc}\n-> using {label}", label)
-    tables = {p.name: read_dl_tables(p) for p in sorted(root.iterdir())
-              if (p / "scalability.csv").exists()}  # fmt: skip
-    return LoadedData(tables, True, f"read the tables of {len(tables)} models: {sorted(tables)}",
-                      name)  # fmt: skip
+    tables = {
+        p.name: read_dl_tables(p)
+        for p in sorted(root.iterdir())
+        if (p / "scalability.csv").exists()
+    }
+    return LoadedData(
+        tables, True, f"read the tables of {len(tables)} models: {sorted(tables)}", name
+    )
 
 
-def load_dl_workload(number: int = 1, seed: int = 0, synthetic_jobs: int = 60) -> LoadedData:
+def load_dl_workload(
+    number: int = 1, seed: int = 0, synthetic_jobs: int = 60
+) -> LoadedData[tuple[pd.DataFrame, np.ndarray]]:
     """Read a Pollux DL-job workload and Philly job durations, or generate both.
+
+    Args:
+        number: Pollux workload number (``dl/workloads/workload-<number>.csv``).
+        seed: Seed of the generated workload and durations.
+        synthetic_jobs: Jobs of the generated workload.
 
     Returns:
         ``(workload, durations)``: the workload table (``name, time, application,
@@ -169,25 +199,34 @@ def load_dl_workload(number: int = 1, seed: int = 0, synthetic_jobs: int = 60) -
     except DataNotFoundError as exc:
         rng = np.random.default_rng(seed)
         n = synthetic_jobs
-        workload = pd.DataFrame({
-            "name": [f"job-{i}" for i in range(n)],
-            "time": np.sort(rng.uniform(0, 8 * 3600, n)).round(),
-            "application": "synthetic",
-            "num_replicas": rng.integers(1, 17, n),
-            "batch_size": rng.choice([256, 512, 1024], n),
-        })  # fmt: skip
+        workload = pd.DataFrame(
+            {
+                "name": [f"job-{i}" for i in range(n)],
+                "time": np.sort(rng.uniform(0, 8 * 3600, n)).round(),
+                "application": "synthetic",
+                "num_replicas": rng.integers(1, 17, n),
+                "batch_size": rng.choice([256, 512, 1024], n),
+            }
+        )
         label = _stand_in_label("random DL jobs, log-normal durations", name)
-        return LoadedData((workload, rng.lognormal(7, 1.2, 5000)), False,
-                          f"{exc}\n-> using {label}", label)  # fmt: skip
+        return LoadedData(
+            (workload, rng.lognormal(7, 1.2, 5000)), False, f"{exc}\n-> using {label}", label
+        )
     return LoadedData((workload, durations), True, f"read {len(workload)} jobs of {name}", name)
 
 
-def load_elastisim_example(fallback_folder: str | Path, num_jobs: int = 500,
-                           seed: int = 0) -> LoadedData:  # fmt: skip
+def load_elastisim_example(
+    fallback_folder: str | Path, num_jobs: int = 500, seed: int = 0
+) -> LoadedData[Path]:
     """Return the path of the ElastiSim example's ``jobs.json``, or of a synthetic project.
 
     Without the data, :func:`write_synthetic_elastisim_project` writes a project of the
     same shape into ``fallback_folder``.
+
+    Args:
+        fallback_folder: Folder for the generated project.
+        num_jobs: Jobs of the generated project.
+        seed: Seed of the generated project.
     """
     name = "ElastiSim example project"
     try:
@@ -200,28 +239,56 @@ def load_elastisim_example(fallback_folder: str | Path, num_jobs: int = 500,
 
 
 def jobs_per_second(
-    jobs: Sequence[Job], platform: Platform, scheduler: Scheduler, repeats: int = 5,
+    jobs: Sequence[Job],
+    platform: Platform,
+    scheduler: Scheduler,
+    repeats: int = 5,
     compiled: bool = True,
-) -> tuple[float, list[float]]:  # fmt: skip
+) -> tuple[float, list[float]]:
     """Return the median simulated jobs per second after one warm-up run, and all times.
 
     Each time is the simulator's own wall-clock (:attr:`SimulationResult.wall_seconds`,
     which leaves out building the result table), gathered as a :class:`hpcnb.timing.Timing`.
+
+    Args:
+        jobs: The workload.
+        platform: The machine.
+        scheduler: The scheduler (used for every run).
+        repeats: Timed runs after the warm-up (at least 1).
+        compiled: Use the compiled kernel where it applies (rigid FCFS / EASY).
+
+    Returns:
+        ``(median jobs per second, wall-clock seconds of each timed run)``.
     """
     simulate(jobs, platform, scheduler, compiled=compiled)  # warm-up (JIT, caches)
     runs = range(max(1, repeats))
-    timing = Timing.of([simulate(jobs, platform, scheduler, compiled=compiled).wall_seconds
-                        for _ in runs])  # fmt: skip
+    timing = Timing.of(
+        [simulate(jobs, platform, scheduler, compiled=compiled).wall_seconds for _ in runs]
+    )
     return len(jobs) / timing.median, list(timing.samples)
 
 
 def speed_vs_jobs(
-    trace: SWFTrace, counts: Iterable[int], num_nodes: int, repeats: int = 3,
+    trace: SWFTrace,
+    counts: Iterable[int],
+    num_nodes: int,
+    repeats: int = 3,
     engine_max_jobs: int = 3000,
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     """Time rigid EASY on the first ``n`` jobs, compiled kernel and general engine.
 
     The general engine is only run up to ``engine_max_jobs`` jobs.
+
+    Args:
+        trace: The trace whose leading jobs are simulated.
+        counts: Numbers of leading jobs to time.
+        num_nodes: Nodes of the machine.
+        repeats: Timed runs of the compiled kernel per count (the engine runs once).
+        engine_max_jobs: Largest count the general engine is timed on.
+
+    Returns:
+        Columns ``jobs, compiled_jobs_per_s, engine_jobs_per_s`` (NaN above
+        ``engine_max_jobs``).
     """
     rows = []
     platform = Platform(num_nodes)
@@ -231,8 +298,7 @@ def speed_vs_jobs(
         engine = np.nan
         if n <= engine_max_jobs:
             engine, _ = jobs_per_second(jobs, platform, make_scheduler("easy"), 1, False)
-        rows.append({"jobs": len(jobs), "compiled_jobs_per_s": kernel,
-                     "engine_jobs_per_s": engine})  # fmt: skip
+        rows.append({"jobs": len(jobs), "compiled_jobs_per_s": kernel, "engine_jobs_per_s": engine})
     return pd.DataFrame(rows)
 
 
@@ -247,6 +313,15 @@ def policy_sweep(
 ) -> tuple[pd.DataFrame, dict[tuple[str, float], SimulationResult]]:
     """Simulate every (scheduler, malleable fraction) pair; check invariants on each.
 
+    Args:
+        trace: The trace.
+        num_nodes: Nodes of the machine.
+        schedulers: Names of the schedulers (see :func:`~hpcnb.batchsim.make_scheduler`).
+        fractions: Shares of the multi-node jobs made malleable.
+        seed: Seed of the choice of malleable jobs.
+        reconfiguration_cost: Seconds each resize of a converted job costs.
+        label: Name of the workload, in the table and the progress bar.
+
     Returns:
         A table with one row per simulation (``workload, scheduler,
         malleable_fraction`` and the metrics) and the results by pair.
@@ -260,8 +335,15 @@ def policy_sweep(
         result = simulate(jobs, Platform(num_nodes), make_scheduler(name))
         check_invariants(result, jobs)
         results[(name, fraction)] = result
-        rows.append({"workload": label, "scheduler": name, "malleable_fraction": fraction,
-                     **result.metrics(), "wall_s": result.wall_seconds})  # fmt: skip
+        rows.append(
+            {
+                "workload": label,
+                "scheduler": name,
+                "malleable_fraction": fraction,
+                **result.metrics(),
+                "wall_s": result.wall_seconds,
+            }
+        )
     return pd.DataFrame(rows), results
 
 
@@ -283,6 +365,15 @@ def malleability_gains(
     The seeds are the repetitions behind an interval of the gain (which jobs are
     malleable changes the schedule); every simulation passes the invariant check.
 
+    Args:
+        trace: The trace.
+        num_nodes: Nodes of the machine.
+        schedulers: Names of the schedulers.
+        fraction: Share of the multi-node jobs made malleable.
+        seeds: Seeds of the choice of malleable jobs, one simulation each.
+        reconfiguration_cost: Seconds each resize of a converted job costs.
+        label: Name of the workload, in the table and the progress bar.
+
     Returns:
         Columns ``workload, scheduler, seed, rigid_turnaround, malleable_turnaround,
         gain``.
@@ -295,15 +386,21 @@ def malleability_gains(
         check_invariants(rigid, rigid_jobs)
         base = rigid.metrics()["mean_turnaround"]
         for seed in seeds:
-            policy = MalleablePolicy(fraction, seed=seed,
-                                     reconfiguration_cost=reconfiguration_cost)  # fmt: skip
+            policy = MalleablePolicy(fraction, seed=seed, reconfiguration_cost=reconfiguration_cost)
             jobs = jobs_from_swf(trace, num_nodes, policy).jobs
             result = simulate(jobs, platform, make_scheduler(name))
             check_invariants(result, jobs)
             mall = result.metrics()["mean_turnaround"]
-            rows.append({"workload": label, "scheduler": name, "seed": seed,
-                         "rigid_turnaround": base, "malleable_turnaround": mall,
-                         "gain": base / mall})  # fmt: skip
+            rows.append(
+                {
+                    "workload": label,
+                    "scheduler": name,
+                    "seed": seed,
+                    "rigid_turnaround": base,
+                    "malleable_turnaround": mall,
+                    "gain": base / mall,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -312,9 +409,14 @@ def synthetic_dl_table(seed: int = 0, noise: float = 0.05) -> pd.DataFrame:
 
     Used when the measured tables are absent: a ResNet-like parameter set with
     multiplicative log-normal noise.
+
+    Args:
+        seed: Seed of the noise.
+        noise: Standard deviation of the log of the noise factor.
     """
-    truth = StepTimeModel({"c0": 0.01, "c1": 8e-4, "lat": 1e-3, "bytes_over_bw": 0.08, "g": 2.5},
-                          STEP_EXPRESSION)  # fmt: skip
+    truth = StepTimeModel(
+        {"c0": 0.01, "c1": 8e-4, "lat": 1e-3, "bytes_over_bw": 0.08, "g": 2.5}, STEP_EXPRESSION
+    )
     rng = np.random.default_rng(seed)
     rows = []
     for nodes in (6, 8, 12, 16):
@@ -322,54 +424,83 @@ def synthetic_dl_table(seed: int = 0, noise: float = 0.05) -> pd.DataFrame:
             for bsz in (32, 64, 128, 256, 512):
                 t = truth.step_time(nodes, replicas, bsz) * float(rng.lognormal(0, noise))
                 rows.append((nodes, replicas, bsz, t, 0.0))
-    return pd.DataFrame(rows, columns=["num_nodes", "num_replicas", "local_bsz", "step_time",
-                                       "sync_time"])  # fmt: skip
+    return pd.DataFrame(
+        rows, columns=["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"]
+    )
 
 
 _SYNTHETIC_MODEL = {
     "on_init": {"tasks": [{"type": "pfs_read", "bytes": "model_size", "pattern": "root_only"}]},
-    "on_reconfiguration": {"tasks": [
-        {"type": "pfs_read", "bytes": "model_size", "pattern": "root_only"},
-        {"type": "cpu", "bytes": "model_size", "communication_pattern": "scatter"}]},
-    "phases": [{
-        "iterations": "iterations",
-        "evolving_request": "phase_iteration % 2 == 0 ? num_nodes - 4 : num_nodes + 4",
+    "on_reconfiguration": {
         "tasks": [
-            {"type": "cpu", "flops": "flops/num_nodes^alpha", "computation_pattern": "uniform",
-             "bytes": "communication_size", "communication_pattern": "all_to_all",
-             "coupled": True},
-            {"type": "pfs_write", "bytes": "checkpoint_size", "pattern": "all_ranks"}]}],
-}  # fmt: skip
+            {"type": "pfs_read", "bytes": "model_size", "pattern": "root_only"},
+            {"type": "cpu", "bytes": "model_size", "communication_pattern": "scatter"},
+        ]
+    },
+    "phases": [
+        {
+            "iterations": "iterations",
+            "evolving_request": "phase_iteration % 2 == 0 ? num_nodes - 4 : num_nodes + 4",
+            "tasks": [
+                {
+                    "type": "cpu",
+                    "flops": "flops/num_nodes^alpha",
+                    "computation_pattern": "uniform",
+                    "bytes": "communication_size",
+                    "communication_pattern": "all_to_all",
+                    "coupled": True,
+                },
+                {"type": "pfs_write", "bytes": "checkpoint_size", "pattern": "all_ranks"},
+            ],
+        }
+    ],
+}
 
 
-def write_synthetic_elastisim_project(folder: str | Path, num_jobs: int = 500,
-                                      seed: int = 0) -> Path:  # fmt: skip
+def write_synthetic_elastisim_project(
+    folder: str | Path, num_jobs: int = 500, seed: int = 0
+) -> Path:
     """Write an ElastiSim-format project shaped like the example (jobs, model, platform).
 
     Job types, sizes and argument ranges mimic the example's; values are drawn from a
-    seeded generator. Returns the path of ``jobs.json``.
+    seeded generator.
+
+    Args:
+        folder: Folder to write the project into (created if needed).
+        num_jobs: Jobs of the project.
+        seed: Seed of the generator.
+
+    Returns:
+        The path of ``jobs.json``.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    types = rng.choice(["rigid", "moldable", "malleable", "evolving", "adaptive"], num_jobs,
-                       p=[0.476, 0.326, 0.148, 0.038, 0.012])  # fmt: skip
+    types = rng.choice(
+        ["rigid", "moldable", "malleable", "evolving", "adaptive"],
+        num_jobs,
+        p=[0.476, 0.326, 0.148, 0.038, 0.012],
+    )
     submit = np.cumsum(rng.exponential(90.0, num_jobs)).round()
     jobs = []
     for kind, t in zip(types, submit, strict=True):
-        job: dict[str, object] = {"type": str(kind), "submit_time": float(t),
-                                  "application_model": "application_model.json"}  # fmt: skip
+        job: dict[str, object] = {
+            "type": str(kind),
+            "submit_time": float(t),
+            "application_model": "application_model.json",
+        }
         if kind == "rigid":
             job["num_nodes"] = int(rng.integers(2, 17))
         else:
             job["num_nodes_min"], job["num_nodes_max"] = 2, 16
         job["arguments"] = {
-            "iterations": int(rng.integers(10, 25)), "flops": float(rng.uniform(2e13, 2e14)),
+            "iterations": int(rng.integers(10, 25)),
+            "flops": float(rng.uniform(2e13, 2e14)),
             "model_size": float(rng.uniform(1e11, 4e11)),
             "checkpoint_size": float(rng.uniform(1e11, 4.5e11)),
             "communication_size": float(rng.uniform(2e10, 3e11)),
             "alpha": float(rng.uniform(0.75, 0.9)),
-        }  # fmt: skip
+        }
         jobs.append(job)
     (folder / "jobs.json").write_text(json.dumps({"jobs": jobs}, indent=1), encoding="utf-8")
     (folder / "application_model.json").write_text(json.dumps(_SYNTHETIC_MODEL, indent=1))
@@ -386,12 +517,17 @@ def write_synthetic_elastisim_project(folder: str | Path, num_jobs: int = 500,
 #: example scheduling algorithm (peer figures reported by ElastiSim's authors, not
 #: measured here), and the overall figures of the same run.
 ELASTISIM_EXAMPLE_TURNAROUND: dict[str, float] = {
-    "adaptive": 28908.0, "rigid": 28152.0, "malleable": 26609.0, "moldable": 28307.0,
+    "adaptive": 28908.0,
+    "rigid": 28152.0,
+    "malleable": 26609.0,
+    "moldable": 28307.0,
     "evolving": 34521.0,
-}  # fmt: skip
+}
 ELASTISIM_EXAMPLE_OVERALL: dict[str, float] = {
-    "mean_wait": 24554.0, "mean_turnaround": 28225.0, "makespan": 113903.0,
-}  # fmt: skip
+    "mean_wait": 24554.0,
+    "mean_turnaround": 28225.0,
+    "makespan": 113903.0,
+}
 
 
 def turnaround_by_type(
@@ -424,6 +560,11 @@ def command_seconds(args: Sequence[str], repeats: int = 5, timeout: float = 120.
     :func:`hpcnb.launch.run_bounded`, timed by :func:`hpcnb.timing.median_time` (wall
     clock) after one untimed run.
 
+    Args:
+        args: Arguments of ``hpcnb`` (``["batchsim", "simulate", ...]``).
+        repeats: Timed runs.
+        timeout: Seconds one run may take.
+
     Raises:
         hpcnb.launch.LaunchError: The command failed (its stderr is in the message).
     """
@@ -450,6 +591,14 @@ def speed_vs_scale(
     ``job_counts`` jobs on ``fixed_nodes`` nodes, then ``fixed_jobs`` jobs on each of
     ``node_counts`` nodes. Each point is one run of the compiled kernel after a warm-up.
 
+    Args:
+        job_counts: Trace lengths of the first sweep.
+        node_counts: Machine sizes of the second sweep.
+        fixed_nodes: Machine size of the first sweep.
+        fixed_jobs: Trace length of the second sweep.
+        seed: Seed of the generated workloads.
+        scheduler: Name of the scheduler.
+
     Returns:
         Rows ``sweep, jobs, nodes, seconds`` (the simulator's wall-clock),
         ``jobs_per_s`` and ``realtime_ratio`` (simulated span / wall seconds).
@@ -463,9 +612,16 @@ def speed_vs_scale(
         jobs = jobs_from_swf(lublin_feitelson(n, m, seed), m).jobs
         result = simulate(jobs, Platform(m), make_scheduler(scheduler))
         span = result.metrics()["makespan"]
-        rows.append({"sweep": sweep, "jobs": len(jobs), "nodes": m,
-                     "seconds": result.wall_seconds, "jobs_per_s": result.jobs_per_second,
-                     "realtime_ratio": span / result.wall_seconds})  # fmt: skip
+        rows.append(
+            {
+                "sweep": sweep,
+                "jobs": len(jobs),
+                "nodes": m,
+                "seconds": result.wall_seconds,
+                "jobs_per_s": result.jobs_per_second,
+                "realtime_ratio": span / result.wall_seconds,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -488,17 +644,35 @@ class TrainingWork(WorkModel):
         object.__setattr__(self, "num_units", self.units)
 
     def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
-        """Return one iteration alone on the network."""
+        """Return one iteration alone on the network.
+
+        Args:
+            unit: The iteration (all take the same time).
+            nodes: Nodes the job runs on.
+            ctx: The machine (its link latency and bandwidth).
+        """
         comm = ctx.platform.communication_time("allreduce", self.gradient_bytes, nodes)
         return max(self.compute_seconds / nodes, comm)
 
     def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
-        """Return the iteration as a parallel task (with a topology) or a timed segment."""
+        """Return the iteration as a parallel task (with a topology) or a timed segment.
+
+        Args:
+            unit: The iteration.
+            nodes: Nodes the job runs on.
+            ctx: The machine (its topology decides the form).
+        """
         topology = ctx.platform.topology
-        if nodes > 1 and self.gradient_bytes > 0 and topology is not None \
-                and topology.kind != "crossbar":  # fmt: skip
-            return [("compute", self.compute_seconds / nodes),
-                    ("comm_allreduce", self.gradient_bytes)]  # fmt: skip
+        if (
+            nodes > 1
+            and self.gradient_bytes > 0
+            and topology is not None
+            and topology.kind != "crossbar"
+        ):
+            return [
+                ("compute", self.compute_seconds / nodes),
+                ("comm_allreduce", self.gradient_bytes),
+            ]
         return [("time", self.unit_time(unit, nodes, ctx))]
 
 
@@ -520,6 +694,19 @@ def dl_network_jobs(
     gradients are sized so that one all-reduce takes ``comm_share`` of an iteration's
     compute there (hidden behind it), so contention that slows the all-reduce by more
     than ``1 / comm_share`` lengthens the job.
+
+    Args:
+        workload: One row per job with ``time`` and ``num_replicas``.
+        durations: Run times (s) to draw from.
+        platform: The machine (its link latency and bandwidth size the gradients).
+        seed: Seed of the draw of durations.
+        gpus_per_node: GPUs (replicas) per node.
+        max_nodes: Largest size of a job.
+        comm_share: All-reduce time as a share of an iteration's compute, alone.
+        units: Iterations of each job.
+
+    Returns:
+        The jobs, numbered from 0 in the order of the rows.
     """
     rng = np.random.default_rng(seed)
     lat, bw = platform.link_latency, platform.link_bandwidth
@@ -553,14 +740,22 @@ def network_comparison(
 ) -> tuple[pd.DataFrame, dict[str, SimulationResult]]:
     """Simulate one workload under :data:`NETWORK_VARIANTS`; check invariants on each.
 
+    Args:
+        jobs: The workload.
+        platform: The machine (with the topology whose links are shared).
+        scheduler: Makes a fresh scheduler for each run (a scheduler class, for instance).
+        label: Name of the workload, in the table.
+        **options: More keyword arguments of :func:`~hpcnb.batchsim.simulate`.
+
     Returns:
         A table (``workload, variant, mean_wait, mean_turnaround, makespan``) and the
         results by variant.
     """
     rows, results = [], {}
     for variant, (allocation, network) in NETWORK_VARIANTS.items():
-        result = simulate(jobs, platform, scheduler(), allocation=allocation,
-                          **{**options, "network": network})  # fmt: skip
+        result = simulate(
+            jobs, platform, scheduler(), allocation=allocation, **{**options, "network": network}
+        )
         check_invariants(result, jobs)
         results[variant] = result
         m = result.metrics()
@@ -578,12 +773,22 @@ def replicate_workload(
     multiplied by ``copies``, so the load per node and per byte of PFS bandwidth stays
     that of the original (a job mix scaled up, for speed runs). Copy ``k`` offsets the job
     ids by ``k`` times the largest id plus one.
+
+    Args:
+        jobs: The workload.
+        platform: Its machine.
+        copies: Number of copies (>= 1).
+
+    Returns:
+        ``(jobs of all copies, the larger machine)``.
     """
     step = max((j.id for j in jobs), default=0) + 1
     scaled = [dataclasses.replace(j, id=j.id + k * step) for k in range(copies) for j in jobs]
     machine = dataclasses.replace(
-        platform, num_nodes=platform.num_nodes * copies, hosts=(),
+        platform,
+        num_nodes=platform.num_nodes * copies,
+        hosts=(),
         pfs_read_bandwidth=platform.pfs_read_bandwidth * copies,
         pfs_write_bandwidth=platform.pfs_write_bandwidth * copies,
-    )  # fmt: skip
+    )
     return scaled, machine

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from hpcnb.batchsim.expressions import ExpressionLimits
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError, InvalidTypeError
 
 __all__ = ["ElastiSimLimits", "WorkloadError", "child_path", "load_json"]
 
@@ -72,14 +72,23 @@ class ElastiSimLimits:
     expression: ExpressionLimits = field(default_factory=ExpressionLimits)
 
     def __post_init__(self) -> None:
-        for name in ("max_file_bytes", "max_platform_bytes", "max_json_depth",
-                     "max_iterations", "max_units", "max_segments"):  # fmt: skip
+        for name in (
+            "max_file_bytes",
+            "max_platform_bytes",
+            "max_json_depth",
+            "max_iterations",
+            "max_units",
+            "max_segments",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ElastiSimLimits.{name}={value!r}: expected an integer >= 1")
+                raise InvalidInputError(
+                    f"ElastiSimLimits.{name}={value!r}: expected an integer >= 1"
+                )
         if not isinstance(self.expression, ExpressionLimits):
-            raise TypeError(f"ElastiSimLimits.expression={self.expression!r}: "
-                            "expected an ExpressionLimits")  # fmt: skip
+            raise InvalidTypeError(
+                f"ElastiSimLimits.expression={self.expression!r}: expected an ExpressionLimits"
+            )
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -104,6 +113,13 @@ def json_depth(text: str) -> int:
 def load_json(path: str | Path, limits: ElastiSimLimits) -> Any:
     """Read a JSON file within the byte and nesting limits.
 
+    Args:
+        path: The JSON file.
+        limits: Its largest size (``max_file_bytes``) and nesting (``max_json_depth``).
+
+    Returns:
+        The parsed JSON value.
+
     Raises:
         WorkloadError: Missing or unreadable file, too large, not UTF-8, nested too
             deeply or not valid JSON (with line and column).
@@ -112,8 +128,12 @@ def load_json(path: str | Path, limits: ElastiSimLimits) -> Any:
     try:
         size = path.stat().st_size
         if size > limits.max_file_bytes:
-            raise WorkloadError(path, "", f"{size:,} bytes; at most {limits.max_file_bytes:,} "
-                                "are read (ElastiSimLimits.max_file_bytes)")  # fmt: skip
+            raise WorkloadError(
+                path,
+                "",
+                f"{size:,} bytes; at most {limits.max_file_bytes:,} "
+                "are read (ElastiSimLimits.max_file_bytes)",
+            )
         with path.open("rb") as handle:
             raw = handle.read(size)
             grew = handle.read(1)
@@ -144,7 +164,12 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 
 
 def child_path(path: str, key: str | int) -> str:
-    """Return the JSON path of ``key`` under ``path`` (``jobs[3]``, ``arguments.alpha``)."""
+    """Return the JSON path of ``key`` under ``path`` (``jobs[3]``, ``arguments.alpha``).
+
+    Args:
+        path: JSON path of the parent (empty for the document).
+        key: A list index or an object key (quoted unless it is an identifier).
+    """
     if isinstance(key, int):
         return f"{path}[{key}]"
     if _IDENTIFIER.match(key):
@@ -163,6 +188,12 @@ def describe(value: Any) -> str:
 def number(value: Any, file: str | Path, path: str, *, minimum: float | None = None) -> float:
     """Return a JSON value as a finite float.
 
+    Args:
+        value: The parsed JSON value.
+        file: The file it comes from, for the message.
+        path: Its JSON path, for the message.
+        minimum: Smallest value accepted, if any.
+
     Raises:
         WorkloadError: Not a number (booleans, strings and lists are not), not finite,
             above 1.8e308 or below ``minimum``.
@@ -174,16 +205,24 @@ def number(value: Any, file: str | Path, path: str, *, minimum: float | None = N
     except OverflowError:
         result = math.inf
     if not math.isfinite(result):
-        raise WorkloadError(file, path, f"expected a finite number (below 1.8e308), found "
-                            f"{describe(value)}")  # fmt: skip
+        raise WorkloadError(
+            file, path, f"expected a finite number (below 1.8e308), found {describe(value)}"
+        )
     if minimum is not None and result < minimum:
-        raise WorkloadError(file, path, f"expected a number >= {minimum:g}, found "
-                            f"{describe(value)}")  # fmt: skip
+        raise WorkloadError(
+            file, path, f"expected a number >= {minimum:g}, found {describe(value)}"
+        )
     return result
 
 
 def integer(value: Any, file: str | Path, path: str, *, minimum: int = 0) -> int:
     """Return a JSON value as an integer (``4`` or ``4.0``, not ``4.5``) >= ``minimum``.
+
+    Args:
+        value: The parsed JSON value.
+        file: The file it comes from, for the message.
+        path: Its JSON path, for the message.
+        minimum: Smallest value accepted.
 
     Raises:
         WorkloadError: Not an integral finite number, or below ``minimum``.
@@ -192,13 +231,19 @@ def integer(value: Any, file: str | Path, path: str, *, minimum: int = 0) -> int
     if result != math.floor(result):
         raise WorkloadError(file, path, f"expected an integer, found {describe(value)}")
     if result < minimum:
-        raise WorkloadError(file, path, f"expected an integer >= {minimum}, found "
-                            f"{describe(value)}")  # fmt: skip
+        raise WorkloadError(
+            file, path, f"expected an integer >= {minimum}, found {describe(value)}"
+        )
     return value if isinstance(value, int) else int(result)
 
 
 def boolean(value: Any, file: str | Path, path: str) -> bool:
     """Return a JSON ``true`` / ``false`` (``0`` / ``1`` accepted).
+
+    Args:
+        value: The parsed JSON value.
+        file: The file it comes from, for the message.
+        path: Its JSON path, for the message.
 
     Raises:
         WorkloadError: Anything else.

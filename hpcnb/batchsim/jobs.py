@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hpcnb.batchsim.platform import Platform
+from hpcnb.errors import InvalidInputError
 
 __all__ = ["FixedWork", "Job", "JobType", "RunContext", "ScaledWork", "WorkModel"]
 
@@ -53,7 +54,7 @@ class RunContext:
         platform: The machine.
         pfs_sharers: Number of running jobs that do PFS I/O. Used for *estimates*
             (:meth:`WorkModel.unit_time`, backfilling, remaining times); the engine itself
-            shares the PFS links dynamically (:class:`~hpcnb.batchsim.platform.SharedLink`).
+            shares the PFS links dynamically (:class:`~hpcnb.batchsim.network.FlowNetwork`).
     """
 
     platform: Platform
@@ -72,42 +73,86 @@ class WorkModel:
     uses_pfs: bool = False
 
     def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
-        """Return the duration (s) of unit ``unit`` (0-based) on ``nodes`` nodes."""
+        """Return the duration (s) of unit ``unit`` (0-based) on ``nodes`` nodes.
+
+        Args:
+            unit: The unit (0-based).
+            nodes: Nodes the job runs on.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         raise NotImplementedError
 
     def init_time(self, nodes: int, ctx: RunContext) -> float:
-        """Return the start-up cost (s) paid before the first unit."""
+        """Return the start-up cost (s) paid before the first unit.
+
+        Args:
+            nodes: Nodes the job starts on.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         return 0.0
 
     def reconfiguration_time(self, old: int, new: int, ctx: RunContext) -> float:
-        """Return the cost (s) of resizing from ``old`` to ``new`` nodes."""
+        """Return the cost (s) of resizing from ``old`` to ``new`` nodes.
+
+        Args:
+            old: Nodes before the resize.
+            new: Nodes after it.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         return 0.0
 
     def evolving_request(self, unit_done: int, nodes: int) -> int | None:
-        """Return the size an evolving job asks for after ``unit_done`` units, or ``None``."""
+        """Return the size an evolving job asks for after ``unit_done`` units, or ``None``.
+
+        Args:
+            unit_done: Units finished so far.
+            nodes: Nodes the job runs on.
+        """
         return None
 
     def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
         """Return unit ``unit`` as segments: ``("time", s)``, ``("pfs_read" | "pfs_write", B)``.
 
         The engine runs ``time`` segments as they are and PFS segments on the shared PFS
-        links (see :class:`~hpcnb.batchsim.platform.SharedLink`). Default: one ``time`` segment of
-        :meth:`unit_time`.
+        links (see :class:`~hpcnb.batchsim.network.FlowNetwork`). Default: one ``time``
+        segment of :meth:`unit_time`.
+
+        Args:
+            unit: The unit (0-based).
+            nodes: Nodes the job runs on.
+            ctx: The machine and the number of jobs sharing the PFS.
         """
         return [("time", self.unit_time(unit, nodes, ctx))]
 
     def init_segments(self, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
-        """Return the start-up cost as segments (default: :meth:`init_time`)."""
+        """Return the start-up cost as segments (default: :meth:`init_time`).
+
+        Args:
+            nodes: Nodes the job starts on.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         return [("time", self.init_time(nodes, ctx))]
 
     def reconfiguration_segments(
         self, old: int, new: int, ctx: RunContext
     ) -> list[tuple[str, float]]:
-        """Return the resize cost as segments (default: :meth:`reconfiguration_time`)."""
+        """Return the resize cost as segments (default: :meth:`reconfiguration_time`).
+
+        Args:
+            old: Nodes before the resize.
+            new: Nodes after it.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         return [("time", self.reconfiguration_time(old, new, ctx))]
 
     def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
-        """Return the time (s) to run units ``from_unit..`` on ``nodes`` nodes."""
+        """Return the time (s) to run units ``from_unit..`` on ``nodes`` nodes.
+
+        Args:
+            nodes: Nodes the job runs on.
+            ctx: The machine and the number of jobs sharing the PFS.
+            from_unit: First unit still to run (``0`` includes the start-up cost).
+        """
         total = self.init_time(nodes, ctx) if from_unit == 0 else 0.0
         return total + sum(self.unit_time(u, nodes, ctx) for u in range(from_unit, self.num_units))
 
@@ -124,14 +169,28 @@ class FixedWork(WorkModel):
 
     def __post_init__(self) -> None:
         if not (self.runtime >= 0 and math.isfinite(self.runtime)):
-            raise ValueError(f"FixedWork.runtime={self.runtime}: expected a finite value >= 0")
+            raise InvalidInputError(
+                f"FixedWork.runtime={self.runtime}: expected a finite value >= 0"
+            )
 
     def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
-        """Return the fixed run time."""
+        """Return the fixed run time.
+
+        Args:
+            unit: The unit (there is one).
+            nodes: Nodes the job runs on (the time does not depend on it).
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         return self.runtime
 
     def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
-        """Return the fixed run time (0 once done)."""
+        """Return the fixed run time (0 once done).
+
+        Args:
+            nodes: Nodes the job runs on (the time does not depend on it).
+            ctx: The machine and the number of jobs sharing the PFS.
+            from_unit: ``0`` before the job ran, ``1`` once done.
+        """
         return self.runtime if from_unit == 0 else 0.0
 
 
@@ -163,12 +222,14 @@ class ScaledWork(WorkModel):
 
     def __post_init__(self) -> None:
         if self.runtime < 0 or self.base_nodes < 1 or self.units < 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"ScaledWork(runtime={self.runtime}, base_nodes={self.base_nodes}, "
                 f"units={self.units}): expected runtime >= 0, base_nodes >= 1, units >= 1"
             )
         if not 0.0 <= self.serial_fraction <= 1.0:
-            raise ValueError(f"ScaledWork.serial_fraction={self.serial_fraction}: not in [0, 1]")
+            raise InvalidInputError(
+                f"ScaledWork.serial_fraction={self.serial_fraction}: not in [0, 1]"
+            )
         object.__setattr__(self, "num_units", self.units)
         object.__setattr__(self, "uses_pfs", self.data_bytes > 0)
 
@@ -178,11 +239,23 @@ class ScaledWork(WorkModel):
         return s + (1.0 - s) * self.base_nodes / nodes
 
     def unit_time(self, unit: int, nodes: int, ctx: RunContext) -> float:
-        """Return ``runtime / units`` scaled to ``nodes`` nodes."""
+        """Return ``runtime / units`` scaled to ``nodes`` nodes.
+
+        Args:
+            unit: The unit (all take the same time).
+            nodes: Nodes the job runs on.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         return self.runtime / self.units * self.scale(nodes)
 
     def reconfiguration_time(self, old: int, new: int, ctx: RunContext) -> float:
-        """Return the fixed cost plus the state re-read from the PFS."""
+        """Return the fixed cost plus the state re-read from the PFS.
+
+        Args:
+            old: Nodes before the resize.
+            new: Nodes after it.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         io = (
             ctx.platform.pfs_time(self.data_bytes, False, ctx.pfs_sharers) if self.data_bytes else 0
         )
@@ -191,14 +264,26 @@ class ScaledWork(WorkModel):
     def reconfiguration_segments(
         self, old: int, new: int, ctx: RunContext
     ) -> list[tuple[str, float]]:
-        """Return the fixed cost, the PFS latency and the state read as segments."""
+        """Return the fixed cost, the PFS latency and the state read as segments.
+
+        Args:
+            old: Nodes before the resize.
+            new: Nodes after it.
+            ctx: The machine and the number of jobs sharing the PFS.
+        """
         if not self.data_bytes:
             return [("time", self.reconfiguration_cost)]
         fixed = self.reconfiguration_cost + ctx.platform.pfs_latency
         return [("time", fixed), ("pfs_read", self.data_bytes)]
 
     def estimate(self, nodes: int, ctx: RunContext, from_unit: int = 0) -> float:
-        """Return the remaining time in closed form."""
+        """Return the remaining time in closed form.
+
+        Args:
+            nodes: Nodes the job runs on.
+            ctx: The machine and the number of jobs sharing the PFS.
+            from_unit: First unit still to run (``0`` includes the start-up cost).
+        """
         return max(0, self.units - from_unit) * self.runtime / self.units * self.scale(nodes)
 
 
@@ -237,14 +322,16 @@ class Job:
         if self.type == JobType.RIGID or self.num_nodes_max <= 0:
             object.__setattr__(self, "num_nodes_max", self.num_nodes)
         if not 1 <= self.num_nodes_min <= self.num_nodes <= self.num_nodes_max:
-            raise ValueError(
+            raise InvalidInputError(
                 f"job {self.id}: sizes min={self.num_nodes_min} <= num_nodes={self.num_nodes}"
                 f" <= max={self.num_nodes_max} must hold with min >= 1"
             )
         if not (math.isfinite(self.submit_time) and self.submit_time >= 0):
-            raise ValueError(f"job {self.id}: submit_time={self.submit_time}, expected >= 0")
+            raise InvalidInputError(f"job {self.id}: submit_time={self.submit_time}, expected >= 0")
         if self.walltime is not None and not self.walltime > 0:
-            raise ValueError(f"job {self.id}: walltime={self.walltime}, expected > 0 or None")
+            raise InvalidInputError(
+                f"job {self.id}: walltime={self.walltime}, expected > 0 or None"
+            )
 
     def requested_time(self, ctx: RunContext) -> float:
         """Return the time backfilling reserves: the walltime, else the model estimate."""

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Literal
+
+from hpcnb.errors import InvalidInputError, UnknownNameError
 
 __all__ = ["FlowNetwork", "max_min_rates"]
 
@@ -72,7 +75,8 @@ def max_min_rates(flows: Sequence[FlowSpec], capacity: Mapping[Hashable, float])
             for j, u in usage.items():
                 if u > 0:
                     load[j] = load.get(j, 0.0) + count * u
-        step, first = math.inf, None
+        step = math.inf
+        first: tuple[Literal["resource"], Hashable] | tuple[Literal["flow"], int] | None = None
         for j, total in load.items():
             if max(0.0, remaining[j]) / total < step:
                 step, first = max(0.0, remaining[j]) / total, ("resource", j)
@@ -85,9 +89,12 @@ def max_min_rates(flows: Sequence[FlowSpec], capacity: Mapping[Hashable, float])
         saturated = {j for j in load if remaining[j] <= 1e-12 * capacity[j]}
         if first is not None and first[0] == "resource":
             saturated.add(first[1])
-        frozen = {i for i in active
-                  if flows[i][2] - level <= 1e-12 * max(1.0, abs(level))
-                  or any(j in saturated for j, u in flows[i][0].items() if u > 0)}  # fmt: skip
+        frozen = {
+            i
+            for i in active
+            if flows[i][2] - level <= 1e-12 * max(1.0, abs(level))
+            or any(j in saturated for j, u in flows[i][0].items() if u > 0)
+        }
         if first is not None and first[0] == "flow":
             frozen.add(first[1])
         for i in frozen:
@@ -149,7 +156,7 @@ class FlowNetwork:
     def __init__(self, capacity: Mapping[Hashable, float]) -> None:
         for name, value in capacity.items():
             if not value > 0:
-                raise ValueError(f"resource {name!r}: capacity {value} must be > 0")
+                raise InvalidInputError(f"resource {name!r}: capacity {value} must be > 0")
         self.capacity = dict(capacity)
         self.flows: dict[Hashable, _Flow] = {}
         self._users: dict[Hashable, dict[Hashable, None]] = {}  # resource -> flow keys
@@ -158,10 +165,18 @@ class FlowNetwork:
         self.token = 0
 
     def add_resource(self, name: Hashable, capacity: float) -> None:
-        """Declare a shared resource (a no-op if it exists)."""
+        """Declare a shared resource (a no-op if it exists).
+
+        Args:
+            name: Key of the resource (a link, the PFS read or write side).
+            capacity: Its capacity (units per second, > 0).
+
+        Raises:
+            InvalidInputError: A new resource with a capacity that is not positive.
+        """
         if name not in self.capacity:
             if not capacity > 0:
-                raise ValueError(f"resource {name!r}: capacity {capacity} must be > 0")
+                raise InvalidInputError(f"resource {name!r}: capacity {capacity} must be > 0")
             self.capacity[name] = float(capacity)
 
     def _advance(self, now: float) -> None:
@@ -215,12 +230,25 @@ class FlowNetwork:
         bound: float = math.inf,
         count: int = 1,
     ) -> None:
-        """Start a flow of ``work`` units at ``now`` (see the module docstring)."""
+        """Start a flow of ``work`` units at ``now`` (see the module docstring).
+
+        Args:
+            key: Key of the flow, unique among the active ones.
+            work: Units to move (bytes, or seconds of a parallel task).
+            usage: Capacity used per unit of rate on each resource it crosses.
+            now: Current time (s); the other flows progress up to it first.
+            bound: Largest rate of the flow.
+            count: Identical flows it stands for (each with this usage and bound).
+
+        Raises:
+            InvalidInputError: A flow with this key is already active.
+            UnknownNameError: The usage names a resource without a capacity.
+        """
         if key in self.flows:
-            raise ValueError(f"flow {key!r} is already active")
+            raise InvalidInputError(f"flow {key!r} is already active")
         for name in usage:
             if name not in self.capacity:
-                raise KeyError(f"flow {key!r}: unknown resource {name!r}")
+                raise UnknownNameError(f"flow {key!r}: unknown resource {name!r}")
         self._advance(now)
         flow = self.flows[key] = _Flow(float(work), dict(usage), float(bound), int(count))
         for name in flow.usage:
@@ -240,7 +268,12 @@ class FlowNetwork:
         return set(flow.usage)
 
     def remove(self, key: Hashable, now: float) -> None:
-        """Abort a flow (a killed job); a no-op if it is not active."""
+        """Abort a flow (a killed job); a no-op if it is not active.
+
+        Args:
+            key: Key of the flow.
+            now: Current time (s); the flows progress up to it first.
+        """
         self._advance(now)
         if key in self.flows:
             self._solve(self._drop(key))

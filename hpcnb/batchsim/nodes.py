@@ -36,6 +36,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = [
     "ALLOCATION_POLICIES",
     "NODE_UTILIZATION_COLUMNS",
@@ -65,11 +67,14 @@ class Topology:
 
     def __post_init__(self) -> None:
         if self.kind not in ("crossbar", "fat-tree", "dragonfly"):
-            raise ValueError(f"Topology.kind={self.kind!r}: expected crossbar, fat-tree or "
-                             "dragonfly")  # fmt: skip
+            raise InvalidInputError(
+                f"Topology.kind={self.kind!r}: expected crossbar, fat-tree or dragonfly"
+            )
         if self.kind != "crossbar" and (self.group_size < 1 or not self.uplink_bandwidth > 0):
-            raise ValueError(f"{self.kind}: group_size={self.group_size} and uplink_bandwidth="
-                             f"{self.uplink_bandwidth} must be positive")  # fmt: skip
+            raise InvalidInputError(
+                f"{self.kind}: group_size={self.group_size} and uplink_bandwidth="
+                f"{self.uplink_bandwidth} must be positive"
+            )
 
     @classmethod
     def crossbar(cls) -> Topology:
@@ -83,18 +88,40 @@ class Topology:
         """A two-level fat-tree: leaves of ``leaf_size`` nodes with ``uplinks`` spine links.
 
         ``uplinks < leaf_size`` makes the tree oversubscribed (``leaf_size / uplinks``).
+
+        Args:
+            num_nodes: Nodes of the machine.
+            leaf_size: Nodes per leaf switch, in ``[1, num_nodes]``.
+            uplinks: Links from each leaf to the spines (>= 1).
+            link_bandwidth: Bandwidth of one link (bytes/s).
+
+        Raises:
+            InvalidInputError: A leaf size or uplink count out of range.
         """
         if not 1 <= leaf_size <= num_nodes or uplinks < 1:
-            raise ValueError(f"fat_tree(leaf_size={leaf_size}, uplinks={uplinks}): expected "
-                             f"1 <= leaf_size <= {num_nodes} and uplinks >= 1")  # fmt: skip
+            raise InvalidInputError(
+                f"fat_tree(leaf_size={leaf_size}, uplinks={uplinks}): expected "
+                f"1 <= leaf_size <= {num_nodes} and uplinks >= 1"
+            )
         return cls("fat-tree", leaf_size, uplinks * link_bandwidth)
 
     @classmethod
     def dragonfly(cls, group_size: int, global_links: int, link_bandwidth: float) -> Topology:
-        """Dragonfly groups of ``group_size`` nodes joined by ``global_links`` links each."""
+        """Dragonfly groups of ``group_size`` nodes joined by ``global_links`` links each.
+
+        Args:
+            group_size: Nodes per group (>= 1).
+            global_links: Links from each group to the other groups (>= 1).
+            link_bandwidth: Bandwidth of one link (bytes/s).
+
+        Raises:
+            InvalidInputError: A group size or link count below 1.
+        """
         if group_size < 1 or global_links < 1:
-            raise ValueError(f"dragonfly(group_size={group_size}, global_links={global_links}): "
-                             "both must be >= 1")  # fmt: skip
+            raise InvalidInputError(
+                f"dragonfly(group_size={group_size}, global_links={global_links}): "
+                "both must be >= 1"
+            )
         return cls("dragonfly", group_size, global_links * link_bandwidth)
 
     def group(self, node: int) -> int:
@@ -126,13 +153,15 @@ class NodePool:
         log: bool = True,
     ) -> None:
         if policy not in ALLOCATION_POLICIES:
-            raise ValueError(f"allocation policy {policy!r}: expected one of "
-                             f"{ALLOCATION_POLICIES}")  # fmt: skip
+            raise InvalidInputError(
+                f"allocation policy {policy!r}: expected one of {ALLOCATION_POLICIES}"
+            )
         self.num_nodes = num_nodes
         self.topology = topology or Topology.crossbar()
         self.policy = policy
-        self.names = list(names) if len(names) == num_nodes else [f"node{i}" for i in
-                                                                   range(num_nodes)]  # fmt: skip
+        self.names = (
+            list(names) if len(names) == num_nodes else [f"node{i}" for i in range(num_nodes)]
+        )
         self.owner = [-1] * num_nodes  # job id holding the node, -1 when free
         self.reserved = [False] * num_nodes
         self._heap = list(range(num_nodes))  # free ids (first-fit), lazily cleaned
@@ -166,8 +195,9 @@ class NodePool:
             if fits:
                 return sorted(self._group_free[min(fits)[1]])[:n]
             chosen: list[int] = []
-            order = sorted(range(len(self._group_free)),
-                           key=lambda g: (-len(self._group_free[g]), g))  # fmt: skip
+            order = sorted(
+                range(len(self._group_free)), key=lambda g: (-len(self._group_free[g]), g)
+            )
             for g in order:
                 chosen += sorted(self._group_free[g])[: n - len(chosen)]
                 if len(chosen) == n:
@@ -182,11 +212,20 @@ class NodePool:
     def take(self, n: int, job: int, time: float, reserved: bool = False) -> list[int]:
         """Give ``n`` free nodes to ``job`` (reserved until it uses them, if ``reserved``).
 
+        Args:
+            n: Nodes wanted.
+            job: Id of the job that takes them.
+            time: Current time (s), for the state log.
+            reserved: Hold the nodes for the job without running on them yet.
+
+        Returns:
+            The ids of the nodes, chosen by the allocation policy.
+
         Raises:
-            ValueError: Fewer than ``n`` nodes are free.
+            InvalidInputError: Fewer than ``n`` nodes are free.
         """
         if n > self.free_count:
-            raise ValueError(f"job {job}: {n} nodes asked, {self.free_count} free")
+            raise InvalidInputError(f"job {job}: {n} nodes asked, {self.free_count} free")
         chosen = self._choose(n) if n > 0 else []
         for node in chosen:
             self.owner[node] = job
@@ -197,17 +236,30 @@ class NodePool:
         return chosen
 
     def activate(self, nodes: Sequence[int], time: float) -> None:
-        """Mark reserved nodes as allocated (the job grew onto them)."""
+        """Mark reserved nodes as allocated (the job grew onto them).
+
+        Args:
+            nodes: Ids of the nodes; those not reserved are left as they are.
+            time: Current time (s), for the state log.
+        """
         for node in nodes:
             if self.reserved[node]:
                 self.reserved[node] = False
                 self._log(time, node)
 
     def release(self, nodes: Sequence[int], time: float) -> None:
-        """Free nodes."""
+        """Free nodes.
+
+        Args:
+            nodes: Ids of the nodes, each held by a job.
+            time: Current time (s), for the state log.
+
+        Raises:
+            InvalidInputError: A node is already free.
+        """
         for node in nodes:
             if self.owner[node] < 0:
-                raise ValueError(f"node {node} is already free")
+                raise InvalidInputError(f"node {node} is already free")
             self.owner[node] = -1
             self.reserved[node] = False
             self._group_free[self.topology.group(node)].add(node)
@@ -231,6 +283,17 @@ def group_traffic(
     ``gather``: ``B / n`` from / to the root; ``master_worker``: ``2B / (n-1)`` both ways
     between the root and each worker) and ours for ``allreduce`` (ring all-reduce:
     ``2(n-1)/n · B`` to the next rank). Only traffic between different groups counts.
+
+    Args:
+        pattern: A communication pattern of :data:`~hpcnb.batchsim.platform.COMMUNICATION_PATTERNS`.
+        nbytes: Total payload of the collective (bytes).
+        groups: Group of each rank's node, in rank order.
+
+    Returns:
+        ``(bytes sent out, bytes received)`` by group; groups without traffic are absent.
+
+    Raises:
+        InvalidInputError: A pattern without a traffic model.
 
     Example:
         >>> group_traffic("all_to_all", 12.0, [0, 0, 1, 1])  # 4 pairs cross, 1 B each way
@@ -274,5 +337,5 @@ def group_traffic(
             send(0, i, nbytes / ((n - 1) / 2))
             send(i, 0, nbytes / ((n - 1) / 2))
     else:
-        raise ValueError(f"communication pattern {pattern!r} has no traffic model")
+        raise InvalidInputError(f"communication pattern {pattern!r} has no traffic model")
     return out, inn

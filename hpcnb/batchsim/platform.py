@@ -30,8 +30,10 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hpcnb.batchsim.nodes import Topology
+from hpcnb.errors import InvalidInputError
 
 __all__ = [
     "COMMUNICATION_PATTERNS",
@@ -47,8 +49,15 @@ __all__ = [
 ]
 
 COMMUNICATION_PATTERNS = (
-    "all_to_all", "ring", "allreduce", "scatter", "gather", "master_worker", "none", "",
-)  # fmt: skip
+    "all_to_all",
+    "ring",
+    "allreduce",
+    "scatter",
+    "gather",
+    "master_worker",
+    "none",
+    "",
+)
 
 
 @dataclass(frozen=True)
@@ -92,15 +101,17 @@ class Platform:
 
     def __post_init__(self) -> None:
         if int(self.num_nodes) != self.num_nodes or self.num_nodes < 1:
-            raise ValueError(f"Platform.num_nodes={self.num_nodes}: expected an integer >= 1")
+            raise InvalidInputError(
+                f"Platform.num_nodes={self.num_nodes}: expected an integer >= 1"
+            )
         for name in ("node_flops", "link_bandwidth", "pfs_read_bandwidth", "pfs_write_bandwidth"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"Platform.{name}={getattr(self, name)}: expected > 0")
+                raise InvalidInputError(f"Platform.{name}={getattr(self, name)}: expected > 0")
         for name in ("bb_read_bandwidth", "bb_write_bandwidth", "bb_flops_per_byte"):
             if not getattr(self, name) >= 0:
-                raise ValueError(f"Platform.{name}={getattr(self, name)}: expected >= 0")
+                raise InvalidInputError(f"Platform.{name}={getattr(self, name)}: expected >= 0")
         if self.gpus_per_node < 0:
-            raise ValueError(f"Platform.gpus_per_node={self.gpus_per_node}: expected >= 0")
+            raise InvalidInputError(f"Platform.gpus_per_node={self.gpus_per_node}: expected >= 0")
 
     @property
     def has_burst_buffers(self) -> bool:
@@ -116,12 +127,19 @@ class Platform:
         buffers (an all-to-all), paying ``bb_flops_per_byte`` of CPU per byte striped;
         the slowest of the three sets the time.
 
+        Args:
+            nbytes: Bytes each rank moves.
+            write: A write (``True``) or a read.
+            nodes: Ranks (nodes) of the job.
+
         Raises:
-            ValueError: The platform has no burst buffers.
+            InvalidInputError: The platform has no burst buffers.
         """
         if not self.has_burst_buffers:
-            raise ValueError("a burst-buffer task on a platform without burst buffers "
-                             "(node_local_bb, bb_read_bw, bb_write_bw)")  # fmt: skip
+            raise InvalidInputError(
+                "a burst-buffer task on a platform without burst buffers "
+                "(node_local_bb, bb_read_bw, bb_write_bw)"
+            )
         bandwidth = self.bb_write_bandwidth if write else self.bb_read_bandwidth
         if not self.bb_wide_striping or nodes <= 1:
             return nbytes / bandwidth
@@ -137,11 +155,16 @@ class Platform:
     def communication_time(self, pattern: str, total_bytes: float, nodes: int) -> float:
         """Return the time (s) of one collective among ``nodes`` nodes.
 
+        Args:
+            pattern: One of :data:`COMMUNICATION_PATTERNS` (see the module docstring).
+            total_bytes: Total payload of the collective (bytes).
+            nodes: Nodes taking part.
+
         Raises:
-            ValueError: Unknown pattern.
+            InvalidInputError: Unknown pattern.
         """
         if pattern not in COMMUNICATION_PATTERNS:
-            raise ValueError(
+            raise InvalidInputError(
                 f"communication pattern {pattern!r}: expected one of {COMMUNICATION_PATTERNS}"
             )
         if nodes <= 1 or total_bytes <= 0 or pattern in ("none", ""):
@@ -159,6 +182,11 @@ class Platform:
         """Return the time (s) to move ``total_bytes`` through the PFS.
 
         The aggregate bandwidth is divided equally among ``sharers`` jobs doing I/O.
+
+        Args:
+            total_bytes: Bytes moved.
+            write: A write (``True``) or a read.
+            sharers: Jobs doing PFS I/O at the same time (at least 1 counts).
         """
         bandwidth = self.pfs_write_bandwidth if write else self.pfs_read_bandwidth
         return self.pfs_latency + total_bytes * max(1, sharers) / bandwidth
@@ -179,11 +207,11 @@ def parse_quantity(text: str, kind: str, where: str = "") -> float:
         where: Context for the error message (file and element).
 
     Raises:
-        ValueError: The value or its unit is not understood.
+        InvalidInputError: The value or its unit is not understood.
     """
     match = _QUANTITY.match(text)
     if match is None:
-        raise ValueError(f"{where}: {kind} {text!r} is not a number with a unit")
+        raise InvalidInputError(f"{where}: {kind} {text!r} is not a number with a unit")
     value, unit = float(match.group(1)), match.group(2)
     if kind == "time":
         if unit == "":
@@ -205,7 +233,7 @@ def parse_quantity(text: str, kind: str, where: str = "") -> float:
                     return value * factor * scale
         if unit == "":
             return value
-    raise ValueError(f"{where}: {kind} {text!r} has an unknown unit {unit!r}")
+    raise InvalidInputError(f"{where}: {kind} {text!r} has an unknown unit {unit!r}")
 
 
 def _radical_count(radical: str, where: str) -> int:
@@ -215,7 +243,7 @@ def _radical_count(radical: str, where: str) -> int:
         try:
             total += (int(hi) - int(lo) + 1) if sep else 1
         except ValueError:
-            raise ValueError(f"{where}: radical {radical!r} is not like '0-127'") from None
+            raise InvalidInputError(f"{where}: radical {radical!r} is not like '0-127'") from None
     return total
 
 
@@ -251,9 +279,10 @@ def _cluster_topology(cluster: ET.Element, n: int, bw: float, where: str) -> Top
             (g, gl), (c, _), (r, _), (nodes,) = parts
             return Topology.dragonfly(c * r * nodes, max(1, (g - 1) * gl), bw)
     except (ValueError, IndexError):
-        raise ValueError(f"{where}: topo_parameters {params!r} not understood for "
-                         f"{kind}") from None  # fmt: skip
-    raise ValueError(f"{where}: topology {kind!r}: expected FLAT, FAT_TREE or DRAGONFLY")
+        raise InvalidInputError(
+            f"{where}: topo_parameters {params!r} not understood for {kind}"
+        ) from None
+    raise InvalidInputError(f"{where}: topology {kind!r}: expected FLAT, FAT_TREE or DRAGONFLY")
 
 
 def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
@@ -265,24 +294,28 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
     whose ids are named as PFS read / write links (``PFS_read`` / ``PFS_write``, matched
     case-insensitively on ``read`` / ``write``).
 
+    Args:
+        path: The platform XML file.
+        gpus_per_node: GPUs of each node (the file does not describe them).
+
     Raises:
-        ValueError: No cluster, or an attribute with an unknown unit; the message names
+        InvalidInputError: No cluster, or an attribute with an unknown unit; the message names
             the file and element.
     """
     path = Path(path)
     try:
         root = ET.parse(path).getroot()
     except ET.ParseError as exc:
-        raise ValueError(f"{path}: not a valid platform XML ({exc})") from exc
+        raise InvalidInputError(f"{path}: not a valid platform XML ({exc})") from exc
     clusters = list(root.iter("cluster"))
     if not clusters:
-        raise ValueError(f"{path}: no <cluster> element (expected the compute nodes)")
+        raise InvalidInputError(f"{path}: no <cluster> element (expected the compute nodes)")
     cluster = clusters[0]
     where = f"{path}: <cluster id={cluster.get('id')!r}>"
     for attribute in ("radical", "speed"):
         if cluster.get(attribute) is None:
-            raise ValueError(f"{where}: missing attribute {attribute!r}")
-    kwargs: dict[str, float | int] = {
+            raise InvalidInputError(f"{where}: missing attribute {attribute!r}")
+    kwargs: dict[str, Any] = {
         "num_nodes": _radical_count(cluster.get("radical", ""), where),
         "node_flops": parse_quantity(cluster.get("speed", ""), "speed", where),
         "gpus_per_node": gpus_per_node,
@@ -295,7 +328,7 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
     if n <= MAX_NAMED_HOSTS:
         prefix, suffix = cluster.get("prefix", ""), cluster.get("suffix", "")
         ids = _radical_ids(cluster.get("radical", ""))
-        kwargs["hosts"] = tuple(f"{prefix}{i}{suffix}" for i in ids)  # type: ignore[assignment]
+        kwargs["hosts"] = tuple(f"{prefix}{i}{suffix}" for i in ids)
     props = {p.get("id", ""): p.get("value", "") for p in cluster.iter("prop")}
     if props.get("node_local_bb", "").lower() == "true":
         for key, attr in (
@@ -303,7 +336,9 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
             ("bb_write_bw", "bb_write_bandwidth"),
         ):
             if key not in props:
-                raise ValueError(f"{where}: node_local_bb is true but prop {key!r} is missing")
+                raise InvalidInputError(
+                    f"{where}: node_local_bb is true but prop {key!r} is missing"
+                )
             kwargs[attr] = parse_quantity(props[key], "bandwidth", f"{where} prop {key}")
         kwargs["bb_wide_striping"] = props.get("wide_striping", "").lower() == "true"
         if kwargs["bb_wide_striping"]:
@@ -312,9 +347,9 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
             except ValueError:
                 value = props.get("flops_per_byte")
                 reason = f"prop flops_per_byte {value!r} is not a number"
-                raise ValueError(f"{where}: {reason}") from None
+                raise InvalidInputError(f"{where}: {reason}") from None
     bw = float(kwargs.get("link_bandwidth", Platform.link_bandwidth))
-    kwargs["topology"] = _cluster_topology(cluster, n, bw, where)  # type: ignore[assignment]
+    kwargs["topology"] = _cluster_topology(cluster, n, bw, where)
     for link in root.iter("link"):
         name = (link.get("id") or "").lower()
         if "pfs" not in name:
@@ -327,7 +362,7 @@ def read_platform_xml(path: str | Path, gpus_per_node: int = 0) -> Platform:
             kwargs["pfs_write_bandwidth"] = bandwidth
         if link.get("latency"):
             kwargs["pfs_latency"] = parse_quantity(link.get("latency", ""), "time", lwhere)
-    return Platform(**kwargs)  # type: ignore[arg-type]
+    return Platform(**kwargs)
 
 
 def simgrid_platform_xml(
@@ -378,8 +413,15 @@ def simgrid_platform_xml(
 
 Segment = tuple[str, float]
 COMM_KINDS = tuple(f"comm_{p}" for p in COMMUNICATION_PATTERNS if p not in ("", "none"))
-SEGMENT_KINDS = ("time", "pfs_read", "pfs_write", "pfs_read_root", "pfs_write_root", "compute",
-                 *COMM_KINDS)  # fmt: skip
+SEGMENT_KINDS = (
+    "time",
+    "pfs_read",
+    "pfs_write",
+    "pfs_read_root",
+    "pfs_write_root",
+    "compute",
+    *COMM_KINDS,
+)
 """``time`` (seconds), PFS transfers by every node of the job (``pfs_read`` / ``pfs_write``:
 one flow per node, bytes in total) or by its root node only (``..._root``: one flow), and
 on a platform with a topology a parallel task: ``compute`` (seconds) followed by
@@ -390,15 +432,24 @@ over the links of the job's nodes."""
 def merge_segments(segments: list[Segment], where: str = "") -> list[Segment]:
     """Validate segments, drop empty ones and merge consecutive ``time`` segments.
 
+    Args:
+        segments: ``(kind, amount)`` pairs, kinds of :data:`SEGMENT_KINDS`.
+        where: Context for the error message (job and unit).
+
+    Returns:
+        The non-empty segments, amounts as floats.
+
     Raises:
-        ValueError: Unknown kind or an amount that is negative or not finite.
+        InvalidInputError: Unknown kind or an amount that is negative or not finite.
     """
     out: list[Segment] = []
     for kind, amount in segments:
         if kind not in SEGMENT_KINDS:
-            raise ValueError(f"{where}: segment kind {kind!r}, expected one of {SEGMENT_KINDS}")
+            raise InvalidInputError(
+                f"{where}: segment kind {kind!r}, expected one of {SEGMENT_KINDS}"
+            )
         if not (amount >= 0 and math.isfinite(amount)):
-            raise ValueError(f"{where}: {kind} segment of {amount} (expected finite >= 0)")
+            raise InvalidInputError(f"{where}: {kind} segment of {amount} (expected finite >= 0)")
         if amount == 0:
             continue
         if out and kind == "time" and out[-1][0] == "time":
@@ -411,7 +462,16 @@ def merge_segments(segments: list[Segment], where: str = "") -> list[Segment]:
 def nominal_duration(
     segments: list[Segment], read_bandwidth: float, write_bandwidth: float, sharers: int = 1
 ) -> float:
-    """Return the duration of segments if each PFS link were shared by ``sharers`` jobs."""
+    """Return the duration of segments if each PFS link were shared by ``sharers`` jobs.
+
+    Collectives (``comm_*`` segments) are left out of this estimate.
+
+    Args:
+        segments: Segments as :func:`merge_segments` returns them.
+        read_bandwidth: PFS read bandwidth (bytes/s).
+        write_bandwidth: PFS write bandwidth (bytes/s).
+        sharers: Jobs sharing each PFS link (at least 1 counts).
+    """
     total = 0.0
     for kind, amount in segments:
         if kind in ("time", "compute"):

@@ -77,8 +77,11 @@ def plot_gantt(
             heights.append(0.2 + 0.7 * size / biggest)
             colours.append(_TYPE_COLOURS.get(job.type, "tab:gray"))
     ax.barh(rows, widths, left=lefts, height=heights, color=colours)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for t, c in _TYPE_COLOURS.items()
-               if t in set(df["type"])]  # fmt: skip
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=c)
+        for t, c in _TYPE_COLOURS.items()
+        if t in set(df["type"])
+    ]
     ax.legend(handles, [t for t in _TYPE_COLOURS if t in set(df["type"])], **_OUTSIDE)
     ax.set_xlabel(f"time ({'h' if hours else 's'})")
     ax.set_ylabel("job (submit order)")
@@ -92,14 +95,28 @@ def plot_utilization(
     ax: Axes | None = None,
     hours: bool = True,
 ) -> Axes:
-    """Draw allocated nodes (as a fraction of the machine) over time, one line per result."""
+    """Draw allocated nodes (as a fraction of the machine) over time, one line per result.
+
+    Args:
+        results: Results by label (the legend), or one result labelled by its scheduler.
+        ax: Axes to draw on (default: a new figure).
+        hours: Time axis in hours (``True``) or seconds.
+
+    Returns:
+        The axes.
+    """
     ax = _axes(ax, (9, 3.5))
     if isinstance(results, SimulationResult):
         results = {results.scheduler: results}
     scale = 3600.0 if hours else 1.0
     for label, res in results.items():
-        ax.step(res.usage_times / scale, res.usage_nodes / res.num_nodes, where="post",
-                label=label, linewidth=0.9)  # fmt: skip
+        ax.step(
+            res.usage_times / scale,
+            res.usage_nodes / res.num_nodes,
+            where="post",
+            label=label,
+            linewidth=0.9,
+        )
     ax.set_xlabel(f"time ({'h' if hours else 's'})")
     ax.set_ylabel("allocated nodes (fraction)")
     ax.set_ylim(0, 1.05)
@@ -132,8 +149,12 @@ def plot_policy_bars(
     for k, h in enumerate(hues):
         sub = table if h is None else table[table[hue] == h]
         values = [sub.loc[sub[group] == g, metric].mean() for g in groups]
-        ax.bar(np.arange(len(groups)) + k * width, values, width,
-               label=None if h is None else f"{hue} = {h}")  # fmt: skip
+        ax.bar(
+            np.arange(len(groups)) + k * width,
+            values,
+            width,
+            label=None if h is None else f"{hue} = {h}",
+        )
     ax.set_xticks(np.arange(len(groups)) + width * (len(hues) - 1) / 2, groups, rotation=20)
     ax.set_ylabel(f"{metric.replace('_', ' ')}{f' ({unit})' if unit else ''}")
     ax.set_xlabel(group.replace("_", " "))
@@ -152,8 +173,10 @@ def plot_speed(speed: pd.DataFrame, ax: Axes | None = None, trace: str = "") -> 
     """
     ax = _axes(ax, (6, 3.5))
     jobs = speed["jobs"].to_numpy(dtype=float)
-    for column, marker, label in (("compiled_jobs_per_s", "o-", "compiled kernel"),
-                                  ("engine_jobs_per_s", "s-", "general engine")):  # fmt: skip
+    for column, marker, label in (
+        ("compiled_jobs_per_s", "o-", "compiled kernel"),
+        ("engine_jobs_per_s", "s-", "general engine"),
+    ):
         rate = speed[column].to_numpy(dtype=float)
         ok = np.isfinite(rate)
         ax.loglog(jobs[ok], jobs[ok] / rate[ok], marker, label=label)
@@ -196,8 +219,10 @@ def plot_speed_scale(table: pd.DataFrame, anchor: float = 100.0) -> Figure:
         anchor: A real-time ratio to mark (the Slurm simulator's ~100x real time).
     """
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
-    for ax, sweep, xlabel in ((axes[0], "jobs", "jobs simulated"),
-                              (axes[1], "nodes", "nodes of the machine")):  # fmt: skip
+    for ax, sweep, xlabel in (
+        (axes[0], "jobs", "jobs simulated"),
+        (axes[1], "nodes", "nodes of the machine"),
+    ):
         part = table[table["sweep"] == sweep]
         x = part[sweep].to_numpy(dtype=float)
         ax.loglog(x, part["jobs_per_s"], "o-", color="tab:blue", label="jobs / s")
@@ -208,8 +233,11 @@ def plot_speed_scale(table: pd.DataFrame, anchor: float = 100.0) -> Figure:
         twin.axhline(anchor, color="tab:red", linestyle=":", linewidth=0.8)
         twin.set_ylabel("simulated s per wall s", color="tab:red")
         fixed = part["nodes" if sweep == "jobs" else "jobs"].iloc[0]
-        ax.set_title(f"{'on' if sweep == 'jobs' else 'with'} {fixed:,} "
-                     f"{'nodes' if sweep == 'jobs' else 'jobs'}", fontsize="small")  # fmt: skip
+        ax.set_title(
+            f"{'on' if sweep == 'jobs' else 'with'} {fixed:,} "
+            f"{'nodes' if sweep == 'jobs' else 'jobs'}",
+            fontsize="small",
+        )
     fig.suptitle(f"Rigid EASY (compiled kernel); dotted: {anchor:g}x real time", fontsize="small")
     fig.tight_layout()
     return fig

@@ -5,7 +5,7 @@ header comments starting with ``;`` (``; MaxNodes: 240``). ``-1`` means unknown.
 Files may be gzip-compressed (``.swf.gz``). Lines end in a line feed (or CR LF).
 
 **Errors.** Every problem with a file's content raises :class:`SWFFormatError` (an
-:class:`~hpcnb.errors.HpcnbError` and a ``ValueError``; :class:`SWFError` is the old
+:class:`~hpcnb.errors.HpcnbError` and a ``ValueError``; :class:`SWFError` is another
 name of the same class) with a message that starts with ``file:line``: a line without
 18 fields; a field that is not a number, not finite (``nan``, ``inf``) or beyond
 ``±MAX_FIELD_VALUE`` (2**53, the largest exact integer of a float64); a data line that
@@ -50,7 +50,7 @@ from typing import Literal, NoReturn
 
 import numpy as np
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError, MissingFileError
 
 __all__ = [
     "DEFAULT_SWF_LIMITS",
@@ -107,7 +107,7 @@ class SWFFormatError(HpcnbError, ValueError):
     """A problem with an SWF file's content; the message starts with ``file:line``."""
 
 
-#: The old name of :class:`SWFFormatError`.
+#: Another name of :class:`SWFFormatError`.
 SWFError = SWFFormatError
 
 
@@ -132,11 +132,17 @@ class SWFLimits:
     max_skipped: int = 1_000_000
 
     def __post_init__(self) -> None:
-        for name in ("max_rows", "max_bytes", "max_line_bytes", "max_header_lines",
-                     "max_messages", "max_skipped"):  # fmt: skip
+        for name in (
+            "max_rows",
+            "max_bytes",
+            "max_line_bytes",
+            "max_header_lines",
+            "max_messages",
+            "max_skipped",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"SWFLimits.{name}={value!r}: expected an integer >= 1")
+                raise InvalidInputError(f"SWFLimits.{name}={value!r}: expected an integer >= 1")
 
 
 DEFAULT_SWF_LIMITS = SWFLimits()
@@ -197,8 +203,10 @@ class SWFTrace:
             size = self.header_int(key)
             if size is not None and size >= 1:
                 if size > MAX_NODES:
-                    raise SWFFormatError(f"{self.source}: header {key}: {size} nodes, more "
-                                         f"than MAX_NODES = {MAX_NODES}")  # fmt: skip
+                    raise SWFFormatError(
+                        f"{self.source}: header {key}: {size} nodes, more "
+                        f"than MAX_NODES = {MAX_NODES}"
+                    )
                 return size
         return None
 
@@ -243,16 +251,16 @@ def read_swf(
             :data:`DEFAULT_SWF_LIMITS`).
 
     Raises:
-        FileNotFoundError: The file does not exist.
+        MissingFileError: The file does not exist.
         SWFFormatError: A malformed line with ``on_error="error"``, a repeated job id, a
             broken ``.gz`` stream or a limit exceeded (``file:line: reason``).
-        ValueError: ``on_error`` is not one of the two policies.
+        InvalidInputError: ``on_error`` is not one of the two policies.
     """
     if on_error not in ("error", "skip"):
-        raise ValueError(f"on_error={on_error!r}: expected 'error' or 'skip'")
+        raise InvalidInputError(f"on_error={on_error!r}: expected 'error' or 'skip'")
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: SWF file not found")
+        raise MissingFileError(f"{path}: SWF file not found")
     reader = _Reader(path, on_error, limits or DEFAULT_SWF_LIMITS)
     reader.read()
     return reader.finish()
@@ -284,8 +292,10 @@ class _Reader:
             self.fail(lineno, reason)
         self.skipped_count += 1
         if self.skipped_count > self.limits.max_skipped:
-            self.fail(lineno, f"more than {self.limits.max_skipped} malformed lines "
-                      "(SWFLimits.max_skipped)")  # fmt: skip
+            self.fail(
+                lineno,
+                f"more than {self.limits.max_skipped} malformed lines (SWFLimits.max_skipped)",
+            )
         if len(self.skipped) < self.limits.max_messages:
             self.skipped.append(f"{self.path}:{lineno}: {reason}")
 
@@ -309,8 +319,9 @@ class _Reader:
                     within = data[: len(data) - (total - limit)]
                     where = done + (carry + within).count(b"\n") + 1
                     after = " after decompression" if compressed else ""
-                    self.fail(where, f"more than {limit} bytes of text{after} "
-                              "(SWFLimits.max_bytes)")  # fmt: skip
+                    self.fail(
+                        where, f"more than {limit} bytes of text{after} (SWFLimits.max_bytes)"
+                    )
                 buf = carry + data if carry else data
                 cut = buf.rfind(b"\n") + 1
                 block, carry = buf[:cut], buf[cut:]
@@ -330,8 +341,11 @@ class _Reader:
             self._block(carry + b"\n", done)
 
     def _too_long(self, lineno: int, size: int) -> NoReturn:
-        self.fail(lineno, f"line longer than {self.limits.max_line_bytes} bytes "
-                  f"({size} read; SWFLimits.max_line_bytes)")  # fmt: skip
+        self.fail(
+            lineno,
+            f"line longer than {self.limits.max_line_bytes} bytes "
+            f"({size} read; SWFLimits.max_line_bytes)",
+        )
 
     def _block(self, block: bytes, before: int) -> None:
         """Parse a block of whole lines; ``before`` lines precede it in the file."""
@@ -375,8 +389,10 @@ class _Reader:
                 continue
             if undecodable is not None:
                 column = undecodable.start + 1
-                self.problem(lineno, f"byte {raw[undecodable.start]:#04x} at column {column} "
-                             "is not UTF-8 text")  # fmt: skip
+                self.problem(
+                    lineno,
+                    f"byte {raw[undecodable.start]:#04x} at column {column} is not UTF-8 text",
+                )
                 continue
             parts = line.split()
             if len(parts) != len(SWF_FIELDS):
@@ -386,8 +402,10 @@ class _Reader:
                 row = [float(p) for p in parts]
             except ValueError:
                 k = next(j for j, p in enumerate(parts) if not _is_number(p))
-                self.problem(lineno, f"field {k + 1} ({SWF_FIELDS[k]}) is {_show(parts[k])}, "
-                             "expected a number")  # fmt: skip
+                self.problem(
+                    lineno,
+                    f"field {k + 1} ({SWF_FIELDS[k]}) is {_show(parts[k])}, expected a number",
+                )
                 continue
             bad = next((j for j, v in enumerate(row) if not abs(v) <= MAX_FIELD_VALUE), None)
             if bad is not None:
@@ -413,16 +431,22 @@ class _Reader:
     def _comment(self, line: str, lineno: int) -> None:
         text = line[1:].strip()
         if len(self.header_lines) >= self.limits.max_header_lines:
-            self.fail(lineno, f"more than {self.limits.max_header_lines} header comment "
-                      "lines (SWFLimits.max_header_lines)")  # fmt: skip
+            self.fail(
+                lineno,
+                f"more than {self.limits.max_header_lines} header comment "
+                "lines (SWFLimits.max_header_lines)",
+            )
         key, sep, value = text.partition(":")
         key, value = key.strip(), value.strip()
         if sep and key and " " not in key:
             if key in _MACHINE_KEYS:
                 number = _header_number(value)
                 if number is not None and not (math.isfinite(number) and number <= MAX_NODES):
-                    self.problem(lineno, f"header {key}: {_show(value)} is not a machine size "
-                                 f"(at most MAX_NODES = {MAX_NODES} nodes)")  # fmt: skip
+                    self.problem(
+                        lineno,
+                        f"header {key}: {_show(value)} is not a machine size "
+                        f"(at most MAX_NODES = {MAX_NODES} nodes)",
+                    )
                     return
             self.header[key] = value
         self.header_lines.append(text)
@@ -433,8 +457,9 @@ class _Reader:
             return
         room = self.limits.max_rows - self.rows
         if count > room:
-            self.fail(int(lines[room]), f"more than {self.limits.max_rows} jobs "
-                      "(SWFLimits.max_rows)")  # fmt: skip
+            self.fail(
+                int(lines[room]), f"more than {self.limits.max_rows} jobs (SWFLimits.max_rows)"
+            )
         if self.on_error == "error":  # a repeat within the block fails now, not at the end
             self._repeated_ids(values[:, 0], lines)
         end = self.rows + count
@@ -460,10 +485,19 @@ class _Reader:
             lines = lines[keep]
         listed = len(self.skipped)
         if self.skipped_count > listed:
-            self.skipped.append(f"{self.path}: {self.skipped_count - listed} more lines "
-                                f"skipped (the first {listed} are listed)")  # fmt: skip
-        return SWFTrace(fields, self.header, self.header_lines, self.skipped, str(self.path),
-                        lines, self.skipped_count)  # fmt: skip
+            self.skipped.append(
+                f"{self.path}: {self.skipped_count - listed} more lines "
+                f"skipped (the first {listed} are listed)"
+            )
+        return SWFTrace(
+            fields,
+            self.header,
+            self.header_lines,
+            self.skipped,
+            str(self.path),
+            lines,
+            self.skipped_count,
+        )
 
     def _repeated_ids(self, ids: np.ndarray, lines: np.ndarray) -> np.ndarray | None:
         """Report each job id used on an earlier line; return the rows to keep (or None)."""
@@ -486,8 +520,9 @@ class _Reader:
         in_file_order = np.argsort(repeats, kind="stable")
         shown = in_file_order[: self.limits.max_messages + 1]
         for r, f in zip(repeats[shown], firsts[shown], strict=True):
-            self.problem(int(lines[r]), f"job id {int(key[r])} repeats the job id of line "
-                         f"{int(lines[f])}")  # fmt: skip
+            self.problem(
+                int(lines[r]), f"job id {int(key[r])} repeats the job id of line {int(lines[f])}"
+            )
         self.skipped_count += len(repeats) - len(shown)
         keep = np.ones(ids.size, dtype=bool)
         keep[repeats] = False
@@ -548,9 +583,16 @@ def _parse_plain_block(block: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     import pandas as pd  # imported on the first plain block, not for a quick error
 
     try:
-        frame = pd.read_csv(io.BytesIO(block), sep=r"\s+", header=None,
-                            names=range(len(SWF_FIELDS)), index_col=False,
-                            dtype=np.float64, na_filter=False, engine="c")  # fmt: skip
+        frame = pd.read_csv(
+            io.BytesIO(block),
+            sep=r"\s+",
+            header=None,
+            names=range(len(SWF_FIELDS)),
+            index_col=False,
+            dtype=np.float64,
+            na_filter=False,
+            engine="c",
+        )
     except ValueError:  # pandas' ParserError is a ValueError
         return None
     values = frame.to_numpy(dtype=np.float64)
@@ -596,6 +638,10 @@ def write_swf(trace: SWFTrace, path: str | Path) -> Path:
     """Write a trace as SWF (gzip-compressed when the name ends in ``.gz``).
 
     Header lines are written first (``; line``), then one line per job.
+
+    Args:
+        trace: The trace (its header lines, else its header fields, then its jobs).
+        path: The file to write; a name ending in ``.gz`` is gzip-compressed.
 
     Returns:
         The path written.

@@ -41,6 +41,7 @@ import numpy as np
 
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, ScaledWork
 from hpcnb.batchsim.swf import MAX_NODES, SWFFormatError, SWFTrace, trace_from_arrays
+from hpcnb.errors import InvalidInputError
 
 __all__ = [
     "LublinParameters",
@@ -76,9 +77,11 @@ class MalleablePolicy:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"malleable fraction {self.fraction}: expected a value in [0, 1]")
+            raise InvalidInputError(
+                f"malleable fraction {self.fraction}: expected a value in [0, 1]"
+            )
         if not (0 < self.min_factor <= 1.0 <= self.max_factor):
-            raise ValueError(
+            raise InvalidInputError(
                 f"min_factor={self.min_factor}, max_factor={self.max_factor}: "
                 "expected 0 < min_factor <= 1 <= max_factor"
             )
@@ -116,18 +119,19 @@ def jobs_from_swf(
         strict: Raise on a job larger than the machine instead of skipping it.
 
     Raises:
-        ValueError: No machine size given and none in the header, or ``num_nodes``
+        InvalidInputError: No machine size given and none in the header, or ``num_nodes``
             outside ``[1, MAX_NODES]``.
         SWFFormatError: ``strict`` and a job larger than the machine (``file:line``).
     """
     if num_nodes is not None and (
-        isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer))
+        isinstance(num_nodes, bool)
+        or not isinstance(num_nodes, (int, np.integer))
         or not 1 <= num_nodes <= MAX_NODES
-    ):  # fmt: skip
-        raise ValueError(f"num_nodes={num_nodes!r}: expected an integer in [1, {MAX_NODES}]")
+    ):
+        raise InvalidInputError(f"num_nodes={num_nodes!r}: expected an integer in [1, {MAX_NODES}]")
     nodes = int(num_nodes) if num_nodes is not None else trace.machine_size()
     if nodes is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"{trace.source}: no machine size: pass num_nodes (--nodes) or add a "
             "'; MaxProcs:' / '; MaxNodes:' header line"
         )
@@ -142,9 +146,11 @@ def jobs_from_swf(
     unknown_submit = ~unknown_run & ~unknown_size & ~too_large & (submit < 0)
     if strict and too_large.any():
         i = int(np.argmax(too_large))
-        raise SWFFormatError(f"{trace.line_of(i)}: job {int(f['job_id'][i])} needs "
-                             f"{int(size[i])} nodes, the machine has {nodes} (strict: jobs "
-                             "larger than the machine are errors)")  # fmt: skip
+        raise SWFFormatError(
+            f"{trace.line_of(i)}: job {int(f['job_id'][i])} needs "
+            f"{int(size[i])} nodes, the machine has {nodes} (strict: jobs "
+            "larger than the machine are errors)"
+        )
     reasons = (
         (unknown_run, lambda i: "unknown run time"),
         (unknown_size, lambda i: "unknown size"),
@@ -157,17 +163,37 @@ def jobs_from_swf(
     ids = f["job_id"].astype(np.int64)
     req = f["requested_time"]
     user = f["user_id"]
-    jobs = [Job(int(ids[i]), float(submit[i]), JobType.RIGID, int(size[i]),
-                FixedWork(float(run[i])), walltime=float(req[i]) if req[i] > 0 else None,
-                user=max(int(user[i]), 0))
-            for i in np.flatnonzero(~skip)]  # fmt: skip
+    jobs = [
+        Job(
+            int(ids[i]),
+            float(submit[i]),
+            JobType.RIGID,
+            int(size[i]),
+            FixedWork(float(run[i])),
+            walltime=float(req[i]) if req[i] > 0 else None,
+            user=max(int(user[i]), 0),
+        )
+        for i in np.flatnonzero(~skip)
+    ]
     if policy is not None and policy.fraction > 0:
         jobs = make_malleable(jobs, nodes, policy)
     return TraceJobs(jobs, nodes, [f"job {int(ids[i])}: {why}" for i, why in skipped])
 
 
 def make_malleable(jobs: Sequence[Job], num_nodes: int, policy: MalleablePolicy) -> list[Job]:
-    """Convert a seeded random share of the multi-node rigid jobs to malleable ones."""
+    """Convert a seeded random share of the multi-node rigid jobs to malleable ones.
+
+    Each chosen job keeps its run time at its recorded size and scales by Amdahl's law
+    (:class:`~hpcnb.batchsim.jobs.ScaledWork`) within the policy's size factors.
+
+    Args:
+        jobs: The jobs; only rigid ones of more than one node are candidates.
+        num_nodes: Nodes of the machine (the largest size a job may grow to).
+        policy: Share of the candidates, size factors, scaling and seed.
+
+    Returns:
+        A new list with the chosen jobs malleable, the others unchanged.
+    """
     rng = np.random.default_rng(policy.seed)
     candidates = [i for i, j in enumerate(jobs) if j.num_nodes > 1 and j.type is JobType.RIGID]
     count = round(policy.fraction * len(candidates))
@@ -180,10 +206,14 @@ def make_malleable(jobs: Sequence[Job], num_nodes: int, policy: MalleablePolicy)
         runtime = job.work.estimate(job.num_nodes, None)  # type: ignore[arg-type]
         lo = max(1, math.ceil(job.num_nodes * policy.min_factor))
         hi = max(job.num_nodes, min(num_nodes, int(job.num_nodes * policy.max_factor)))
-        work = ScaledWork(runtime, job.num_nodes, policy.serial_fraction, policy.units,
-                          policy.reconfiguration_cost)  # fmt: skip
-        out[i] = replace(job, type=JobType.MALLEABLE, work=work, num_nodes_min=lo,
-                         num_nodes_max=hi)  # fmt: skip
+        work = ScaledWork(
+            runtime,
+            job.num_nodes,
+            policy.serial_fraction,
+            policy.units,
+            policy.reconfiguration_cost,
+        )
+        out[i] = replace(job, type=JobType.MALLEABLE, work=work, num_nodes_min=lo, num_nodes_max=hi)
     return out
 
 
@@ -247,15 +277,18 @@ def lublin_feitelson(
         time rounded up to the next of 15 min, 1 h, 4 h, 12 h, 1 d, 5 d, as users do).
     """
     if num_jobs < 0 or num_nodes < 1:
-        raise ValueError(f"num_jobs={num_jobs}, num_nodes={num_nodes}: expected >= 0 and >= 1")
+        raise InvalidInputError(
+            f"num_jobs={num_jobs}, num_nodes={num_nodes}: expected >= 0 and >= 1"
+        )
     p = params or LublinParameters()
     rng = np.random.default_rng(seed)
     u_hi = math.log2(num_nodes)
     u_med = max(p.u_low, u_hi - p.u_med_offset)
     serial = rng.random(num_jobs) < p.serial_prob
     lower = rng.random(num_jobs) < p.u_prob
-    log_size = np.where(lower, rng.uniform(p.u_low, u_med, num_jobs),
-                        rng.uniform(u_med, max(u_hi, u_med), num_jobs))  # fmt: skip
+    log_size = np.where(
+        lower, rng.uniform(p.u_low, u_med, num_jobs), rng.uniform(u_med, max(u_hi, u_med), num_jobs)
+    )
     pow2 = rng.random(num_jobs) < p.pow2_prob
     size = np.where(pow2, 2.0 ** np.round(log_size), np.round(2.0**log_size))
     size = np.where(serial, 1, np.clip(size, 1, num_nodes)).astype(np.int64)
@@ -276,7 +309,12 @@ def lublin_feitelson(
     limits = np.array([900, 3600, 4 * 3600, 12 * 3600, 86400, 5 * 86400], dtype=float)
     requested = limits[np.minimum(np.searchsorted(limits, runtime), len(limits) - 1)]
     requested = np.maximum(requested, runtime)
-    header = {"Version": "2.2", "Computer": "Lublin-Feitelson synthetic (hpcnb)",
-              "MaxJobs": str(num_jobs), "MaxNodes": str(num_nodes),
-              "MaxProcs": str(num_nodes), "Note": f"seed {seed}"}  # fmt: skip
+    header = {
+        "Version": "2.2",
+        "Computer": "Lublin-Feitelson synthetic (hpcnb)",
+        "MaxJobs": str(num_jobs),
+        "MaxNodes": str(num_nodes),
+        "MaxProcs": str(num_nodes),
+        "Note": f"seed {seed}",
+    }
     return trace_from_arrays(submit, runtime, size, requested, header)
