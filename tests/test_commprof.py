@@ -101,9 +101,13 @@ def test_native_serial_parallel_and_instrumented_agree() -> None:
             commprof.profile(neighbours, [a, b], nthreads=5, nphases=3, schedule=sched)
         else:
             commprof.run_native(
-                neighbours, [a, b], nthreads=5, nphases=3, schedule=sched,
+                neighbours,
+                [a, b],
+                nthreads=5,
+                nphases=3,
+                schedule=sched,
                 parallel=mode == "parallel",
-            )  # fmt: skip
+            )
         outs.append((a, b))
     for a, b in outs[1:]:
         assert np.allclose(a, outs[0][0]) and np.allclose(b, outs[0][1])
@@ -113,8 +117,9 @@ def test_interleaving_does_not_change_race_free_matrices() -> None:
     mats = []
     for order in ("ascending", "descending", "seeded"):
         a = np.arange(40.0)
-        p = commprof.profile(neighbours, [a, np.zeros(40)], nthreads=6, nphases=4,
-                             interleave=order, seed=3)  # fmt: skip
+        p = commprof.profile(
+            neighbours, [a, np.zeros(40)], nthreads=6, nphases=4, interleave=order, seed=3
+        )
         mats.append(p.exact)
     assert all(np.array_equal(mats[0], m) for m in mats[1:])
 
@@ -136,10 +141,12 @@ def test_schedules_partition_the_iteration_space(kind: int, chunk: int) -> None:
 def test_signature_with_enough_slots_equals_exact() -> None:
     a = np.arange(40.0)
     footprint_words = 2 * 40 + 16
-    mem = MemoryConfig(exact=True, write_slots=footprint_words + 1,
-                       read_slots=footprint_words + 1, hash="word")  # fmt: skip
-    p = commprof.profile(neighbours, [a, np.zeros(40)], nthreads=6, nphases=4, memory=mem,
-                         trace=True)  # fmt: skip
+    mem = MemoryConfig(
+        exact=True, write_slots=footprint_words + 1, read_slots=footprint_words + 1, hash="word"
+    )
+    p = commprof.profile(
+        neighbours, [a, np.zeros(40)], nthreads=6, nphases=4, memory=mem, trace=True
+    )
     assert p.signature is not None and p.exact.sum() > 0
     assert np.array_equal(p.signature, p.exact)
     assert np.array_equal(replay_exact(p), p.exact)
@@ -220,8 +227,19 @@ def test_suite_kernels_match_ground_truth(name: str) -> None:
 
 
 def test_suite_is_complete() -> None:
-    want = {"jacobi", "hotspot", "kmeans", "needleman_wunsch", "lu", "bfs", "fft",
-            "radix_sort", "tree_reduction", "transpose", "pipeline"}  # fmt: skip
+    want = {
+        "jacobi",
+        "hotspot",
+        "kmeans",
+        "needleman_wunsch",
+        "lu",
+        "bfs",
+        "fft",
+        "radix_sort",
+        "tree_reduction",
+        "transpose",
+        "pipeline",
+    }
     assert set(SUITE) == want
     assert {c.pattern for c in SUITE.values()} <= set(PATTERNS)
     with pytest.raises(KeyError, match="known"):
@@ -260,5 +278,6 @@ def test_bad_arguments_are_reported() -> None:
     with pytest.raises(ValueError, match="nthreads"):
         commprof.profile(neighbours, [np.zeros(3), np.zeros(3)], nthreads=65)
     with pytest.raises(ValueError, match="schedule kind"):
-        commprof.run_native(neighbours, [np.zeros(3), np.zeros(3)], nthreads=2,
-                            schedule=Schedule("guided"))  # fmt: skip
+        commprof.run_native(
+            neighbours, [np.zeros(3), np.zeros(3)], nthreads=2, schedule=Schedule("guided")
+        )

@@ -48,11 +48,15 @@ def test_split_rejects_bad_input(names: list[str], fraction: float) -> None:
 def _rows() -> list[dict[str, float | str]]:
     """Tuning kernels a, b prefer (word, 0.25); scoring kernels c, d prefer (discopop, 0.5)."""
     f1 = {
-        ("a", "word", 0.25): 1.0, ("b", "word", 0.25): 0.9,
-        ("a", "discopop", 0.5): 0.5, ("b", "discopop", 0.5): 0.6,
-        ("c", "word", 0.25): 0.7, ("d", "word", 0.25): 0.8,
-        ("c", "discopop", 0.5): 1.0, ("d", "discopop", 0.5): 1.0,
-    }  # fmt: skip
+        ("a", "word", 0.25): 1.0,
+        ("b", "word", 0.25): 0.9,
+        ("a", "discopop", 0.5): 0.5,
+        ("b", "discopop", 0.5): 0.6,
+        ("c", "word", 0.25): 0.7,
+        ("d", "word", 0.25): 0.8,
+        ("c", "discopop", 0.5): 1.0,
+        ("d", "discopop", 0.5): 1.0,
+    }
     rows = []
     for (k, h, s), v in f1.items():
         for frac, scale in ((0.125, 1.0), (1 / 64, 0.5)):
@@ -74,6 +78,7 @@ def test_choice_uses_only_the_tuning_kernels_and_scores_the_rest() -> None:
     assert score.low <= score.mean <= score.high
     assert score.low >= 0.7 and score.high <= 0.8
     assert score.n == 2
+    assert score.estimate.interval == (score.low, score.high) and score.estimate.n == 2
     small = held_out_f1(rows, choice, ["c", "d"], 1 / 64)
     assert small.mean == pytest.approx(0.375)
     assert held_out_f1(rows, choice, ["c", "d"], seed=1).mean == score.mean
@@ -134,21 +139,20 @@ def test_interleaved_variant_samples() -> None:
     c = suite_case("jacobi")
     make = lambda: c.make(12, 4, 0)[0]  # noqa: E731
     variants = ("native", "instrumented", "exact")
-    t = time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=3,
-                                      variants=variants)  # fmt: skip
+    t = time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=3, variants=variants)
     assert set(t) == {"native", "instrumented", "exact"}
     assert all(isinstance(v, Timing) and len(v.samples) == 3 for v in t.values())
     assert len(ratios(t["instrumented"], t["native"])) == 3
-    medians = time_variants(c.kernel, make, nthreads=4, nphases=4, repeats=1,
-                                     variants=("native",))  # fmt: skip
+    medians = time_variants(c.kernel, make, nthreads=4, nphases=4, repeats=1, variants=("native",))
     assert set(medians) == {"native"} and medians["native"] > 0
     with pytest.raises(ValueError, match="unknown variants"):
         time_variant_samples(c.kernel, make, nthreads=4, nphases=4, variants=("gpu",))
     with pytest.raises(ValueError):
         time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=0)
     serial = ("native", "instrumented")
-    cpu = time_variant_samples(c.kernel, make, nthreads=4, nphases=4, repeats=2,
-                                        variants=serial, clock="cpu")  # fmt: skip
+    cpu = time_variant_samples(
+        c.kernel, make, nthreads=4, nphases=4, repeats=2, variants=serial, clock="cpu"
+    )
     assert all(min(v.samples) >= 0 for v in cpu.values())
     with pytest.raises(ValueError, match="cpu clock"):
         time_variant_samples(c.kernel, make, nthreads=4, nphases=4, clock="cpu")

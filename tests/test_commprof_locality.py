@@ -28,8 +28,9 @@ def _random_profile(seed: int, n: int = 400, T: int = 4, words: int = 30) -> Pro
     tr[:, 4] = rng.random(n) < 0.3
     regions = [Region(0, 1, -1, "kernel", "k")]
     z = np.zeros((1, T, T), np.int64)
-    return Profile("random", regions, T, z, z, None, np.zeros((1, 2), np.int64), tr, words,
-                   [8], MemoryConfig())  # fmt: skip
+    return Profile(
+        "random", regions, T, z, z, None, np.zeros((1, 2), np.int64), tr, words, [8], MemoryConfig()
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -58,8 +59,9 @@ def test_interleave_keeps_each_threads_order_and_phases() -> None:
 
 def _metrics(v: C.Variant, size: int = 24, T: int = 4, capacity: int = 32):
     args, nphases = v.make(size, T, 0)
-    p = commprof.profile(v.kernel, args, nthreads=T, nphases=nphases, schedule=v.schedule,
-                         trace=True)  # fmt: skip
+    p = commprof.profile(
+        v.kernel, args, nthreads=T, nphases=nphases, schedule=v.schedule, trace=True
+    )
     mets, stats = analyse_locality(p, LocalityConfig(capacity=capacity))
     return p, mets, stats
 

@@ -20,6 +20,7 @@ from hpcnb.commprof.binary import (
 )
 from hpcnb.commprof.report import loop_table, object_table
 from hpcnb.commprof.valgrind import (
+    TraceError,
     TraceRun,
     filter_trace,
     missing_tools,
@@ -156,10 +157,29 @@ def test_ring_of_four_threads_through_the_command_line(tmp_path: Path, capsys) -
     from hpcnb.cli import main
 
     out = tmp_path / "out"
-    assert main(["commprof", "profile", "--out", str(out), "--threads-hint", "5", "--",
-                 str(exe), "4", "8"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "commprof",
+                "profile",
+                "--out",
+                str(out),
+                "--threads-hint",
+                "5",
+                "--",
+                str(exe),
+                "4",
+                "8",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in out.iterdir()) == [
-        "communication.csv", "loops.csv", "objects.csv", "report.md"]  # fmt: skip
+        "communication.csv",
+        "loops.csv",
+        "objects.csv",
+        "report.md",
+    ]
     rows = list(csv.reader((out / "communication.csv").open()))
     assert rows[0] == ["writer\\reader", "0", "1", "2", "3", "4"]
     m = np.array([[int(x) for x in r[1:]] for r in rows[1:]])
@@ -190,27 +210,38 @@ def test_recorded_run_parses_to_a_ring_and_filtering_keeps_the_matrices() -> Non
 
 def _fake_binary() -> BinaryInfo:
     return BinaryInfo(
-        path="fake", pie=False, functions=[Function("main", 0x1000, 0x1100)],
+        path="fake",
+        pie=False,
+        functions=[Function("main", 0x1000, 0x1100)],
         symbols=[DataSymbol("x", 0x2000, 16, "p.c:3")],
-        line_addresses=[0x1000, 0x1010, 0x1020], line_rows=[("p.c", 5), ("p.c", 7), ("p.c", 9)],
-        loops=[Loop(0, "main", "p.c", 7, ((0x1010, 0x101f),), -1)],
-    )  # fmt: skip
+        line_addresses=[0x1000, 0x1010, 0x1020],
+        line_rows=[("p.c", 5), ("p.c", 7), ("p.c", 9)],
+        loops=[Loop(0, "main", "p.c", 7, ((0x1010, 0x101F),), -1)],
+    )
 
 
 def test_parser_joins_clone_scheduler_mailbox_and_line_records() -> None:
-    log = "\n".join([
-        "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
-        "I  00001000,4", " S 00002000,8",                # main writes x[0] outside loops
-        " S 00009000,8",                                 # mailbox: heap event 1 happens
-        "I  00001012,4", " S 00005000,16",               # main writes the heap block in the loop
-        "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
-        "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
-        " S 00007000,8",                                 # child's first access: its stack
-        "I  00001014,4", " L 00005008,8", " L 00002000,8", " L 00002000,8",
-        "--9--   SCHED[2]: release lock in VG_(exit_thread)",
-        "--9--   SCHED[1]:  acquired lock (VG_(client_syscall)[async])",
-        "I  00001020,4", " L 00005000,8",
-    ])  # fmt: skip
+    log = "\n".join(
+        [
+            "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
+            "I  00001000,4",
+            " S 00002000,8",  # main writes x[0] outside loops
+            " S 00009000,8",  # mailbox: heap event 1 happens
+            "I  00001012,4",
+            " S 00005000,16",  # main writes the heap block in the loop
+            "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
+            "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
+            " S 00007000,8",  # child's first access: its stack
+            "I  00001014,4",
+            " L 00005008,8",
+            " L 00002000,8",
+            " L 00002000,8",
+            "--9--   SCHED[2]: release lock in VG_(exit_thread)",
+            "--9--   SCHED[1]:  acquired lock (VG_(client_syscall)[async])",
+            "I  00001020,4",
+            " L 00005000,8",
+        ]
+    )
     alloc = "BASE 0x0\nMAILBOX 0x9000\nA 1 0x5000 16 0x1011\n"
     pp = parse_trace(TraceRun(log, alloc, _fake_binary(), ["fake"]))
     assert pp.nthreads == 2 and pp.valgrind_threads == [1, 2]
@@ -228,13 +259,18 @@ def test_missing_tools_are_named(monkeypatch, tmp_path: Path) -> None:
 
 
 def test_false_sharing_lines_and_compact_addresses() -> None:
-    log = "\n".join([
-        "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
-        "I  00001000,4", " S 00002000,8",                # main writes x[0]
-        "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7ffff000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
-        "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
-        " S 7fffeff8,8", " S 00002008,8", " L 00002008,8",  # child: its stack, then x[1]
-    ])  # fmt: skip
+    log = "\n".join(
+        [
+            "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
+            "I  00001000,4",
+            " S 00002000,8",  # main writes x[0]
+            "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7ffff000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
+            "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
+            " S 7fffeff8,8",
+            " S 00002008,8",
+            " L 00002008,8",  # child: its stack, then x[1]
+        ]
+    )
     pp = parse_trace(TraceRun(log, "BASE 0x0\n", _fake_binary(), ["fake"]))
     (x,) = [r for r in object_table(pp) if r.name == "x"]
     assert x.false_sharing_lines == 1 and x.sharing == "partitioned" and x.events == 0
@@ -245,16 +281,54 @@ def test_false_sharing_lines_and_compact_addresses() -> None:
 
 
 def test_thread_started_before_its_clone_record_keeps_creation_order() -> None:
-    log = "\n".join([
-        "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
-        "I  00001000,4", " S 00002000,8",
-        "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
-        " S 00006ff8,8", " S 00002008,8",                # runs before its clone is logged
-        "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
-        "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x9000, 0x0, 0x0, 0x0 ) --> Success(0x3)",
-        "--9--   SCHED[3]:  acquired lock (thread_wrapper(starting new thread))",
-        " S 00008ff8,8", " L 00002008,8",
-    ])  # fmt: skip
+    log = "\n".join(
+        [
+            "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
+            "I  00001000,4",
+            " S 00002000,8",
+            "--9--   SCHED[2]:  acquired lock (thread_wrapper(starting new thread))",
+            " S 00006ff8,8",
+            " S 00002008,8",  # runs before its clone is logged
+            "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x7000, 0x0, 0x0, 0x0 ) --> Success(0x2)",
+            "SYSCALL[9,1](56) sys_clone ( 3d0f00, 0x9000, 0x0, 0x0, 0x0 ) --> Success(0x3)",
+            "--9--   SCHED[3]:  acquired lock (thread_wrapper(starting new thread))",
+            " S 00008ff8,8",
+            " L 00002008,8",
+        ]
+    )
     pp = parse_trace(TraceRun(log, "BASE 0x0\n", _fake_binary(), ["fake"]))
     assert pp.valgrind_threads == [1, 2, 3]  # no thread counted twice, no hole
     assert pp.matrix()[1, 2] == 1
+
+
+def test_trace_of_a_program_without_data_objects_parses() -> None:
+    binary = BinaryInfo(
+        path="fake",
+        pie=False,
+        functions=[Function("main", 0x1000, 0x1100)],
+        symbols=[],
+        line_addresses=[0x1000],
+        line_rows=[("p.c", 5)],
+        loops=[],
+    )
+    log = "\n".join(
+        [
+            "--9--   SCHED[1]:  acquired lock (thread_wrapper(starting new thread))",
+            "I  00001000,4",
+            " S 00002000,8",  # no object there: not a row
+        ]
+    )
+    pp = parse_trace(TraceRun(log, "BASE 0x0\n", binary, ["fake"]))
+    assert pp.objects == [] and pp.nthreads == 1
+    assert len(pp.profile.trace) == 0 and pp.matrix().sum() == 0
+
+
+def test_word_size_and_missing_trace_are_named() -> None:
+    run = TraceRun("I  00001000,4\n", "BASE 0x0\n", _fake_binary(), ["fake"])
+    with pytest.raises(ValueError, match="word_bytes=3: expected 1, 2, 4, 8 or 16"):
+        parse_trace(run, word_bytes=3)
+    empty = TraceRun("==9== no trace\n", "BASE 0x0\n", _fake_binary(), ["fake", "x"])
+    with pytest.raises(TraceError, match="fake x: the valgrind log holds no memory trace"):
+        parse_trace(empty)
+    with pytest.raises(TraceError, match=r"allocation log line 'A 1 0x5000': unexpected format"):
+        parse_trace(TraceRun(run.log, "A 1 0x5000\n", _fake_binary(), ["fake"]))

@@ -164,8 +164,18 @@ def test_command_line_log_limit_is_one_line_with_exit_status_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], trees: list[ProcessTree]
 ) -> None:
     exe = _build(tmp_path, "forever", FOREVER_C)
-    argv = ["commprof", "profile", "--max-log-mib", "1", "--timeout", "300",
-            "--out", str(tmp_path / "out"), "--", str(exe)]  # fmt: skip
+    argv = [
+        "commprof",
+        "profile",
+        "--max-log-mib",
+        "1",
+        "--timeout",
+        "300",
+        "--out",
+        str(tmp_path / "out"),
+        "--",
+        str(exe),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
@@ -181,8 +191,10 @@ def test_program_output_streams_to_a_file_and_only_its_tail_is_kept(tmp_path: Pa
     run = run_program([str(exe)])
     assert run.stdout_bytes == STDOUT_BYTES
     assert run.stderr_bytes == STDERR_BYTES
-    streams = (("stdout", run.stdout, STDOUT_BYTES, "END\n"),
-               ("stderr", run.stderr, STDERR_BYTES, "ERR\n"))  # fmt: skip
+    streams = (
+        ("stdout", run.stdout, STDOUT_BYTES, "END\n"),
+        ("stderr", run.stderr, STDERR_BYTES, "ERR\n"),
+    )
     for name, text, total, last in streams:
         marker, _, tail = text.partition("\n")
         assert marker == f"[... {total - OUTPUT_TAIL_BYTES} earlier bytes of {name} dropped ...]"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from hpcnb.commprof.instrument import Region
 from hpcnb.commprof.locality import RegionLocality
+from hpcnb.errors import InvalidInputError
 
 __all__ = ["RULES", "Advice", "AdviceThresholds", "advise", "format_advice"]
 
@@ -45,6 +46,10 @@ class AdviceThresholds:
             which distances count as long.
         utilisation: ``layout``: share of the words of a touched line that are used.
         min_accesses: Regions with fewer accesses are skipped.
+
+    Raises:
+        InvalidInputError: A share outside [0, 1], ``repeat`` not positive, or a negative
+            ``consumed`` or ``min_accesses``.
     """
 
     repeat: float = 8.0
@@ -55,13 +60,18 @@ class AdviceThresholds:
     min_accesses: int = 64
 
     def __post_init__(self) -> None:
-        shares = {"false_sharing": self.false_sharing, "near": self.near,
-                  "utilisation": self.utilisation}  # fmt: skip
+        shares = {
+            "false_sharing": self.false_sharing,
+            "near": self.near,
+            "utilisation": self.utilisation,
+        }
         for name, value in shares.items():
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"AdviceThresholds.{name}={value}: expected a share in [0, 1]")
+                raise InvalidInputError(
+                    f"AdviceThresholds.{name}={value}: expected a share in [0, 1]"
+                )
         if self.repeat <= 0 or self.consumed < 0 or self.min_accesses < 0:
-            raise ValueError(
+            raise InvalidInputError(
                 f"AdviceThresholds(repeat={self.repeat}, consumed={self.consumed}, "
                 f"min_accesses={self.min_accesses}): need repeat > 0, the others >= 0"
             )
@@ -118,24 +128,37 @@ def advise(
             and 0 < m.written_words <= 2 * nthreads
             and (m.false_sharing > 0 or m.volume > 0)
         ):
-            fire("privatisation",
-                 f"{m.written_words} words written {m.write_repeat:.0f}x each; "
-                 f"{m.false_sharing} false-sharing and {m.volume} communication events",
-                 "accumulate privately per thread, combine once (reduction)")  # fmt: skip
+            fire(
+                "privatisation",
+                f"{m.written_words} words written {m.write_repeat:.0f}x each; "
+                f"{m.false_sharing} false-sharing and {m.volume} communication events",
+                "accumulate privately per thread, combine once (reduction)",
+            )
         if m.false_sharing >= max(8, th.false_sharing * m.accesses):
-            fire("padding", f"{m.false_sharing} false-sharing events ({fs_rate:.1%} of accesses)",
-                 "pad per-thread data to cache-line boundaries")  # fmt: skip
+            fire(
+                "padding",
+                f"{m.false_sharing} false-sharing events ({fs_rate:.1%} of accesses)",
+                "pad per-thread data to cache-line boundaries",
+            )
         consumed = m.volume / m.written_words if m.written_words else 0.0
         if consumed >= th.consumed:
-            fire("schedule",
-                 f"{m.volume} events for {m.written_words} written words ({consumed:.2f} per word)",
-                 "change the schedule or affinity so each thread owns what it reads")  # fmt: skip
+            fire(
+                "schedule",
+                f"{m.volume} events for {m.written_words} written words ({consumed:.2f} per word)",
+                "change the schedule or affinity so each thread owns what it reads",
+            )
         if m.volume > 0 and m.near_fraction < th.near:
-            fire("tiling", f"only {m.near_fraction:.0%} of {m.volume} events within capacity",
-                 "tile or fuse the loops so consumers read data while still cached")  # fmt: skip
+            fire(
+                "tiling",
+                f"only {m.near_fraction:.0%} of {m.volume} events within capacity",
+                "tile or fuse the loops so consumers read data while still cached",
+            )
         if m.line_utilisation < th.utilisation:
-            fire("layout", f"threads use {m.line_utilisation:.0%} of each line they touch",
-                 "change the data layout (AoS <-> SoA) so accesses fill whole lines")  # fmt: skip
+            fire(
+                "layout",
+                f"threads use {m.line_utilisation:.0%} of each line they touch",
+                "change the data layout (AoS <-> SoA) so accesses fill whole lines",
+            )
     return out
 
 

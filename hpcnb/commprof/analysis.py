@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcnb.commprof.instrument import Region
+from hpcnb.errors import InvalidInputError
 
 __all__ = [
     "PATTERNS",
@@ -113,10 +114,21 @@ def _has_cycle(e: np.ndarray) -> bool:
 
 
 def classify_pattern(m: np.ndarray, threshold: float = 0.1) -> str:
-    """Classify a thread×thread matrix into one of :data:`PATTERNS` (rules in module doc)."""
+    """Classify a thread×thread matrix into one of :data:`PATTERNS` (rules in module doc).
+
+    Args:
+        m: Square ``[writer, reader]`` matrix of communication events.
+        threshold: Share of the largest cell below which a cell is not an edge.
+
+    Returns:
+        The pattern's name.
+
+    Raises:
+        InvalidInputError: ``m`` is not a square matrix.
+    """
     m = np.asarray(m, dtype=float)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
-        raise ValueError(f"expected a square thread x thread matrix, got shape {m.shape}")
+        raise InvalidInputError(f"expected a square thread x thread matrix, got shape {m.shape}")
     T = m.shape[0]
     e = _edges(m, threshold)
     n_edges = int(e.sum())
@@ -180,7 +192,13 @@ class LoopNode:
 def loop_tree(
     regions: list[Region], exclusive: np.ndarray, accesses: np.ndarray | None = None
 ) -> list[LoopNode]:
-    """Return the loop tree in pre-order, one :class:`LoopNode` per region."""
+    """Return the loop tree in pre-order, one :class:`LoopNode` per region.
+
+    Args:
+        regions: The kernel's regions (parents before children).
+        exclusive: Exclusive events per region, ``[region, writer, reader]``.
+        accesses: ``[region, 0=reads / 1=writes]`` access counts (0 for all when ``None``).
+    """
     inc = inclusive(regions, exclusive)
     children: dict[int, list[Region]] = {}
     for r in regions:
@@ -190,9 +208,16 @@ def loop_tree(
     def walk(r: Region, depth: int) -> None:
         acc = int(accesses[r.rid].sum()) if accesses is not None else 0
         out.append(
-            LoopNode(r, depth, int(exclusive[r.rid].sum()), int(inc[r.rid].sum()), acc,
-                     classify_pattern(inc[r.rid]), inc[r.rid])
-        )  # fmt: skip
+            LoopNode(
+                r,
+                depth,
+                int(exclusive[r.rid].sum()),
+                int(inc[r.rid].sum()),
+                acc,
+                classify_pattern(inc[r.rid]),
+                inc[r.rid],
+            )
+        )
         for c in sorted(children.get(r.rid, []), key=lambda x: x.line):
             walk(c, depth + 1)
 

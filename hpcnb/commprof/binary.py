@@ -29,6 +29,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hpcnb.errors import HpcnbError
 
@@ -187,19 +188,20 @@ class BinaryInfo:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> BinaryInfo:
-        """Inverse of :meth:`to_dict`."""
-        loops = [
-            Loop(**{**x, "ranges": tuple(tuple(r) for r in x["ranges"])})  # type: ignore[arg-type]
-            for x in d["loops"]  # type: ignore[attr-defined]
-        ]
+    def from_dict(cls, d: dict[str, Any]) -> BinaryInfo:
+        """Inverse of :meth:`to_dict`.
+
+        Args:
+            d: The dictionary, as :meth:`to_dict` wrote it or read back from JSON.
+        """
+        loops = [Loop(**{**x, "ranges": tuple(tuple(r) for r in x["ranges"])}) for x in d["loops"]]
         return cls(
             path=str(d["path"]),
             pie=bool(d["pie"]),
-            functions=[Function(**x) for x in d["functions"]],  # type: ignore[attr-defined]
-            symbols=[DataSymbol(**x) for x in d["symbols"]],  # type: ignore[attr-defined]
-            line_addresses=[int(a) for a in d["line_addresses"]],  # type: ignore[attr-defined]
-            line_rows=[(str(f), int(n)) for f, n in d["line_rows"]],  # type: ignore[attr-defined]
+            functions=[Function(**x) for x in d["functions"]],
+            symbols=[DataSymbol(**x) for x in d["symbols"]],
+            line_addresses=[int(a) for a in d["line_addresses"]],
+            line_rows=[(str(f), int(n)) for f, n in d["line_rows"]],
             loops=loops,
         )
 
@@ -237,7 +239,8 @@ def _line_table(path: Path) -> tuple[list[int], list[tuple[str, int]]]:
         if m:
             rows.append((int(m.group(3), 16), m.group(1), int(m.group(2))))
     rows.sort(key=lambda r: r[0])
-    addrs, out = [], []
+    addrs: list[int] = []
+    out: list[tuple[str, int]] = []
     for a, f, n in rows:
         if addrs and addrs[-1] == a:
             out[-1] = (f, n)  # the last row at an address wins (objdump's view order)
@@ -266,8 +269,19 @@ def _symbols(path: Path) -> tuple[list[Function], list[DataSymbol]]:
     return funcs, data
 
 
-_PREFIXES = {"notrack", "bnd", "rep", "repz", "repe", "repnz", "repne", "lock", "data16",
-             "cs", "ds"}  # fmt: skip
+_PREFIXES = {
+    "notrack",
+    "bnd",
+    "rep",
+    "repz",
+    "repe",
+    "repnz",
+    "repne",
+    "lock",
+    "data16",
+    "cs",
+    "ds",
+}
 _ENDS = ("ret", "hlt", "ud2")
 
 
@@ -431,8 +445,11 @@ def _loops(path: Path, funcs: list[Function], info: BinaryInfo) -> list[Loop]:
 
     parent: dict[int, int] = {}
     for k, lp in enumerate(loops):
-        outer = [q for q, other in enumerate(loops) if q != k and other.function == lp.function
-                 and bodies[k] < bodies[q]]  # fmt: skip
+        outer = [
+            q
+            for q, other in enumerate(loops)
+            if q != k and other.function == lp.function and bodies[k] < bodies[q]
+        ]
         parent[k] = min(outer, key=width) if outer else -1
     depth = {}
     for k in range(len(loops)):
@@ -443,10 +460,16 @@ def _loops(path: Path, funcs: list[Function], info: BinaryInfo) -> list[Loop]:
     ranked = sorted(range(len(loops)), key=lambda k: (depth[k], loops[k].ranges[0][0]))
     new = {k: i for i, k in enumerate(ranked)}
     return [
-        Loop(new[k], loops[k].function, loops[k].file, loops[k].line, loops[k].ranges,
-             new[parent[k]] if parent[k] >= 0 else -1)
+        Loop(
+            new[k],
+            loops[k].function,
+            loops[k].file,
+            loops[k].line,
+            loops[k].ranges,
+            new[parent[k]] if parent[k] >= 0 else -1,
+        )
         for k in ranked
-    ]  # fmt: skip
+    ]
 
 
 def read_binary(path: str | Path) -> BinaryInfo:

@@ -14,8 +14,8 @@ import numpy as np
 
 import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel, kernel, prange
-from hpcnb.commprof.runtime import Schedule, run_native
-from hpcnb.records import median_interval
+from hpcnb.commprof.runtime import KernelArg, Schedule, run_native
+from hpcnb.stats import median_interval
 from hpcnb.timing import Fresh, Timing, interleaved
 
 __all__ = [
@@ -32,11 +32,18 @@ __all__ = [
     "thread_histogram",
 ]
 
-# ruff: noqa: D103  (kernels are described by the case studies)
-
 
 @kernel
 def thread_histogram(tid, nthreads, phase, x, hist):
+    """Per-thread histograms of ``x % 4`` (rows adjacent: false sharing).
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        x: Values to count.
+        hist: One row per thread; the row length sets how far apart threads write.
+    """
     nb = 4
     for i in prange(x.shape[0]):
         hist[tid, x[i] % nb] += 1
@@ -44,12 +51,30 @@ def thread_histogram(tid, nthreads, phase, x, hist):
 
 @kernel
 def sum_shared(tid, nthreads, phase, x, acc):
+    """Sums of squares accumulated straight into a shared per-thread slot.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        x: Values.
+        acc: One running sum per thread, adjacent in memory.
+    """
     for i in prange(x.shape[0]):
         acc[tid] += x[i] * x[i]
 
 
 @kernel
 def sum_private(tid, nthreads, phase, x, acc):
+    """Sums of squares accumulated in a private scalar, written once.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        x: Values.
+        acc: One sum per thread.
+    """
     s = 0.0
     for i in prange(x.shape[0]):
         s += x[i] * x[i]
@@ -58,23 +83,49 @@ def sum_private(tid, nthreads, phase, x, acc):
 
 @kernel
 def aos_update(tid, nthreads, phase, p):
+    """Position update on an array of structures (position, velocity).
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        p: One row per particle: position and velocity.
+    """
     for i in prange(p.shape[0]):
         p[i, 0] = p[i, 0] + 0.5 * p[i, 1]
 
 
 @kernel
 def soa_update(tid, nthreads, phase, pos, vel):
+    """Position update on a structure of arrays.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        pos: Positions.
+        vel: Velocities.
+    """
     for i in prange(pos.shape[0]):
         pos[i] = pos[i] + 0.5 * vel[i]
 
 
 @kernel
 def clean_scale(tid, nthreads, phase, x, y):
+    """``y = 2 x`` on disjoint blocks: no communication, nothing to advise.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        x: Input.
+        y: Output.
+    """
     for i in prange(x.shape[0]):
         y[i] = 2.0 * x[i]
 
 
-Args = list[object]
+Args = list[KernelArg]
 
 
 @dataclass(frozen=True)
@@ -153,21 +204,43 @@ def _soa(n: int, T: int, seed: int) -> tuple[Args, int]:
 CASE_STUDIES: dict[str, CaseStudy] = {
     c.name: c
     for c in (
-        CaseStudy("histogram", "padding", Variant(thread_histogram, _hist(4)),
-                  Variant(thread_histogram, _hist(16)),
-                  "pad each thread's histogram row to two cache lines"),
-        CaseStudy("sum", "privatisation", Variant(sum_shared, _sum), Variant(sum_private, _sum),
-                  "accumulate in a private scalar, write the partial sum once"),
-        CaseStudy("jacobi", "schedule", Variant(K.jacobi, _jacobi, Schedule("cyclic", 1)),
-                  Variant(K.jacobi, _jacobi, Schedule("static")),
-                  "static row blocks instead of cyclic rows"),
-        CaseStudy("wavefront", "tiling", Variant(K.needleman_wunsch, _nw(1)),
-                  Variant(K.needleman_wunsch, _nw(3)),
-                  "3 column tiles per thread instead of 1"),
-        CaseStudy("particles", "layout", Variant(aos_update, _aos), Variant(soa_update, _soa),
-                  "structure of arrays instead of array of structures"),
+        CaseStudy(
+            "histogram",
+            "padding",
+            Variant(thread_histogram, _hist(4)),
+            Variant(thread_histogram, _hist(16)),
+            "pad each thread's histogram row to two cache lines",
+        ),
+        CaseStudy(
+            "sum",
+            "privatisation",
+            Variant(sum_shared, _sum),
+            Variant(sum_private, _sum),
+            "accumulate in a private scalar, write the partial sum once",
+        ),
+        CaseStudy(
+            "jacobi",
+            "schedule",
+            Variant(K.jacobi, _jacobi, Schedule("cyclic", 1)),
+            Variant(K.jacobi, _jacobi, Schedule("static")),
+            "static row blocks instead of cyclic rows",
+        ),
+        CaseStudy(
+            "wavefront",
+            "tiling",
+            Variant(K.needleman_wunsch, _nw(1)),
+            Variant(K.needleman_wunsch, _nw(3)),
+            "3 column tiles per thread instead of 1",
+        ),
+        CaseStudy(
+            "particles",
+            "layout",
+            Variant(aos_update, _aos),
+            Variant(soa_update, _soa),
+            "structure of arrays instead of array of structures",
+        ),
     )
-}  # fmt: skip
+}
 
 
 def measure_case(
@@ -180,18 +253,32 @@ def measure_case(
     :func:`hpcnb.timing.compare` does; input creation is not timed.
     ``hpcnb.timing.ratios(before, after)`` gives the per-round speedups.
 
+    Args:
+        cs: The case study.
+        size: Problem-size unit of its inputs.
+        nthreads: Threads of the ``prange`` loops.
+        repeats: Timed rounds.
+        seed: Input seed.
+        warmup: Untimed rounds first (compilation, caches).
+
     Returns:
         ``(before timing, after timing, before median / after median)``.
 
     Raises:
-        ValueError: ``repeats`` < 1 or ``warmup`` < 0.
+        TimingError: ``repeats`` < 1 or ``warmup`` < 0.
     """
 
     def timed(v: Variant) -> Fresh:
         def run(inputs: tuple[Args, int]) -> None:
             args, nphases = inputs
-            run_native(v.kernel, args, nthreads=nthreads, nphases=nphases, schedule=v.schedule,
-                       parallel=True)  # fmt: skip
+            run_native(
+                v.kernel,
+                args,
+                nthreads=nthreads,
+                nphases=nphases,
+                schedule=v.schedule,
+                parallel=True,
+            )
 
         return Fresh(lambda: v.make(size, nthreads, seed), run)
 
@@ -204,7 +291,7 @@ def measure_case(
 def count_improved(speedups: Mapping[str, Sequence[float]], threshold: float = 1.1) -> int:
     """Cases whose speedup is above ``threshold`` beyond doubt: the median interval's low end.
 
-    The interval is the order-statistic one of :func:`hpcnb.records.median_interval`.
+    The interval is the order-statistic one of :func:`hpcnb.stats.median_interval`.
 
     Args:
         speedups: Case name -> per-round speedups (``hpcnb.timing.ratios``).
@@ -218,6 +305,7 @@ def count_improved(speedups: Mapping[str, Sequence[float]], threshold: float = 1
     for samples in speedups.values():
         if len(samples) == 0:
             continue
-        _, low, _ = median_interval(samples)
+        estimate = median_interval(samples)
+        low = estimate.value if estimate.low is None else estimate.low
         count += int(low >= threshold)
     return count

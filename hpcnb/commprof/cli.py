@@ -29,28 +29,36 @@ def profile_command(args: argparse.Namespace) -> int:
     from hpcnb.commprof.valgrind import profile_program
 
     if not args.max_log_mib > 0:
-        print(f"hpcnb commprof profile: --max-log-mib {args.max_log_mib:g}: expected a "
-              "positive size", file=sys.stderr)  # fmt: skip
+        print(
+            f"hpcnb commprof profile: --max-log-mib {args.max_log_mib:g}: expected a positive size",
+            file=sys.stderr,
+        )
         return 2
 
     command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        print("hpcnb commprof profile: no program given (… profile -- PROGRAM ARGS)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "hpcnb commprof profile: no program given (… profile -- PROGRAM ARGS)", file=sys.stderr
+        )
         return 2
     try:
         pp = profile_program(
-            command, threads_hint=args.threads_hint, word_bytes=args.word_bytes,
-            timeout=args.timeout, max_log_bytes=max(1, int(args.max_log_mib * (1 << 20))),
-        )  # fmt: skip
+            command,
+            threads_hint=args.threads_hint,
+            word_bytes=args.word_bytes,
+            timeout=args.timeout,
+            max_log_bytes=max(1, int(args.max_log_mib * (1 << 20))),
+        )
         folder = write_outputs(pp, args.out, threads_hint=args.threads_hint)
     except (HpcnbError, OSError) as exc:
         print(f"hpcnb commprof profile: {exc}", file=sys.stderr)
         return 2
-    print(f"{pp.nthreads} threads, {int(pp.matrix().sum())} communicated words; "
-          f"wrote {folder}/{{communication.csv,objects.csv,loops.csv,report.md}}")  # fmt: skip
+    print(
+        f"{pp.nthreads} threads, {int(pp.matrix().sum())} communicated words; "
+        f"wrote {folder}/{{communication.csv,objects.csv,loops.csv,report.md}}"
+    )
     return 0
 
 
@@ -69,12 +77,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="expected threads, main included (matrix size; mismatch reported; "
         "default: none expected, the threads that ran)",
     )
-    q.add_argument("--word-bytes", type=int, default=8,
-                   help="shadow word size in bytes (default: %(default)s)")  # fmt: skip
-    q.add_argument("--timeout", type=float, default=600.0,
-                   help="valgrind time limit in seconds (default: %(default)s)")  # fmt: skip
-    q.add_argument("--max-log-mib", type=float, default=MAX_LOG_BYTES / (1 << 20),
-                   help="stop valgrind once its log passes this many MiB "
-                   "(default: %(default)g)")  # fmt: skip
+    q.add_argument(
+        "--word-bytes", type=int, default=8, help="shadow word size in bytes (default: %(default)s)"
+    )
+    q.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="valgrind time limit in seconds (default: %(default)s)",
+    )
+    q.add_argument(
+        "--max-log-mib",
+        type=float,
+        default=MAX_LOG_BYTES / (1 << 20),
+        help="stop valgrind once its log passes this many MiB (default: %(default)g)",
+    )
     q.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
-    q.set_defaults(func=profile_command)  # fmt: skip
+    q.set_defaults(func=profile_command)

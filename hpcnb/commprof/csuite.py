@@ -20,6 +20,7 @@ inputs have no writer and its results are read by nobody.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,7 +29,7 @@ import numpy as np
 
 from hpcnb.commprof.analysis import classify_pattern, inclusive, loop_tree
 from hpcnb.commprof.native import compile_c
-from hpcnb.commprof.runtime import Profile
+from hpcnb.commprof.runtime import KernelArg, Profile
 from hpcnb.commprof.suite import SUITE, check_result, suite_case
 from hpcnb.commprof.valgrind import ProgramProfile, TraceError, parse_trace, run_program
 
@@ -55,6 +56,10 @@ def compile_kernel(name: str, openmp: bool = False) -> Path:
 
     Cached under ``hpcnb.paths.cache_dir("commprof")`` by source, flags and machine.
 
+    Args:
+        name: Suite kernel.
+        openmp: Build with ``-fopenmp`` instead of ``-pthread``.
+
     Raises:
         CompileError: gcc is missing or fails.
     """
@@ -62,7 +67,7 @@ def compile_kernel(name: str, openmp: bool = False) -> Path:
     return compile_c(f"suite/{name}", ("-g", "-O1", "-fopenmp" if openmp else "-pthread"))
 
 
-def _write_inputs(name: str, args: list[object], folder: Path) -> list[str]:
+def _write_inputs(name: str, args: Sequence[KernelArg], folder: Path) -> list[str]:
     """Write the kernel's arrays as ``<param>.bin``; return the program's extra arguments."""
     k = suite_case(name).kernel
     argv: list[str] = []
@@ -97,11 +102,17 @@ def restrict(
         keep &= ~pp.rows_in(exclude_functions)
     sub = tr[keep]
     p = Profile(
-        kernel=pp.profile.kernel, regions=pp.profile.regions, nthreads=pp.profile.nthreads,
-        exact=pp.profile.exact, exact_bytes=pp.profile.exact_bytes, signature=None,
-        accesses=np.zeros_like(pp.profile.accesses), trace=sub,
-        n_elements=pp.profile.n_elements, itemsizes=pp.profile.itemsizes,
-    )  # fmt: skip
+        kernel=pp.profile.kernel,
+        regions=pp.profile.regions,
+        nthreads=pp.profile.nthreads,
+        exact=pp.profile.exact,
+        exact_bytes=pp.profile.exact_bytes,
+        signature=None,
+        accesses=np.zeros_like(pp.profile.accesses),
+        trace=sub,
+        n_elements=pp.profile.n_elements,
+        itemsizes=pp.profile.itemsizes,
+    )
     if len(sub):
         np.add.at(p.accesses, (sub[:, 1], sub[:, 4]), 1)
     p.exact = replay_exact(p)
@@ -110,7 +121,12 @@ def restrict(
 
 
 def kernel_matrix(p: Profile, workers: slice) -> np.ndarray:
-    """Whole-program matrix of a restricted profile among the worker threads."""
+    """Whole-program matrix of a restricted profile among the worker threads.
+
+    Args:
+        p: The profile (of :func:`restrict`).
+        workers: The worker threads' rows and columns.
+    """
     return p.exact.sum(axis=0)[workers, workers]
 
 
@@ -155,7 +171,7 @@ class CaseComparison:
         return self.c_loop_patterns == self.numba_loop_patterns
 
 
-def _outputs_match(folder: Path, name: str, args: list[object]) -> bool:
+def _outputs_match(folder: Path, name: str, args: Sequence[KernelArg]) -> bool:
     k = suite_case(name).kernel
     ok = True
     for param, value in zip(k.params[3:], args, strict=True):
@@ -194,6 +210,10 @@ def compare_case(
         seed: Input seed.
         openmp: Build the C program with ``-fopenmp`` instead of ``-pthread``.
         timeout: Limit of the valgrind run (s).
+
+    Raises:
+        CompileError: gcc is missing or fails.
+        TraceError: valgrind fails, or the trace lacks the harness's input arrays.
     """
     from hpcnb.commprof.runtime import profile
 
@@ -207,8 +227,7 @@ def compare_case(
         run = run_program([str(exe), str(nthreads), str(nphases), tmp, *extra], timeout=timeout)
         wb = max(np.asarray(a).itemsize for a in args if isinstance(a, np.ndarray))
         pp = parse_trace(run, word_bytes=wb)
-        np_prof = profile(c.kernel, args, nthreads=nthreads, nphases=nphases,
-                          schedule=c.schedule)  # fmt: skip
+        np_prof = profile(c.kernel, args, nthreads=nthreads, nphases=nphases, schedule=c.schedule)
         ok = _outputs_match(folder, name, args) and check_result(name, args, original)
     arrays = [p for p in c.kernel.params[3:] if p in c.kernel.arrays]
     loaded = [o for o in pp.objects if o.kind == "heap" and "csuite.h" in o.site]
@@ -228,12 +247,18 @@ def compare_case(
     nm = inclusive(np_prof.regions, np_prof.exact)[0]
     phase_loops = _phase_loops(pp)
     return CaseComparison(
-        name=name, openmp=openmp, c_matrix=cm, numba_matrix=nm,
-        c_pattern=classify_pattern(cm), numba_pattern=classify_pattern(nm), truth=c.pattern,
+        name=name,
+        openmp=openmp,
+        c_matrix=cm,
+        numba_matrix=nm,
+        c_pattern=classify_pattern(cm),
+        numba_pattern=classify_pattern(nm),
+        truth=c.pattern,
         c_loop_patterns=_loop_patterns(sub, workers, {0, *phase_loops}),
         numba_loop_patterns=_loop_patterns(np_prof, slice(0, nthreads), {0}),
-        outputs_match=ok, program=pp,
-    )  # fmt: skip
+        outputs_match=ok,
+        program=pp,
+    )
 
 
 def _phase_loops(pp: ProgramProfile) -> set[int]:

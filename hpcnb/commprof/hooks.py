@@ -90,8 +90,12 @@ SCHEDULE_KINDS = {"static": 0, "cyclic": 1, "dynamic": 2}
 
 _FIB = np.uint64(0x9E3779B97F4A7C15)
 
+#: Decorator of the hot hooks: cached and compiled without Numba's reference counting
+#: (``_nrt=False``, an option that Numba's type stubs do not list; see :func:`record_access`).
+_hot = njit(cache=True, _nrt=False)  # type: ignore[call-overload]
 
-@njit(cache=True, _nrt=False)
+
+@_hot
 def hash_slot(addr: int, kind: int, slots: int) -> int:
     """Map a byte address to a signature slot.
 
@@ -117,7 +121,7 @@ def hash_slot(addr: int, kind: int, slots: int) -> int:
     return int(h >> np.uint64(24)) % slots
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def record_access(S, e, addr, isz, is_write) -> None:
     """Apply one access of the current thread (``ctl``) to every enabled shadow memory.
 
@@ -131,6 +135,13 @@ def record_access(S, e, addr, isz, is_write) -> None:
     The hot hooks are compiled without Numba's reference counting (``_nrt=False``; they
     allocate nothing): with it, every call paid atomic reference-count updates for the
     arrays of ``S``, about 100x the cost of the shadow-memory update itself.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        e: Element index of the accessed word in the exact shadow memory.
+        addr: Its simulated byte address (hashed by the signature memory).
+        isz: Its item size in bytes (added to the byte matrix per event).
+        is_write: Whether the access is a store.
     """
     ctl = S[I_CTL]
     tid = ctl[CTL_TID]
@@ -184,7 +195,7 @@ def record_access(S, e, addr, isz, is_write) -> None:
         ctl[CTL_TRACE_N] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def _access(S, aid, flat, is_write) -> None:
     e = S[I_BASE][aid] + flat
     # word sampling: the threshold is 2**32 (nothing skipped) unless sampling by words
@@ -194,31 +205,64 @@ def _access(S, aid, flat, is_write) -> None:
     record_access(S, e, S[I_BYTES][aid] + flat * isz, isz, is_write)
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def _wrap(i, n):
     return i + n if i < 0 else i
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def ld1(S, aid, a, i):
-    """Load ``a[i]`` through the profiler."""
+    """Load ``a[i]`` through the profiler.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        aid: Index of the array among the kernel's arrays.
+        a: The array.
+        i: Index (negative counts from the end).
+
+    Returns:
+        The element.
+    """
     i = _wrap(i, a.shape[0])
     _access(S, aid, i, False)
     return a[i]
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def ld2(S, aid, a, i, j):
-    """Load ``a[i, j]`` (C-contiguous) through the profiler."""
+    """Load ``a[i, j]`` (C-contiguous) through the profiler.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        aid: Index of the array among the kernel's arrays.
+        a: The array.
+        i: Row index (negative counts from the end).
+        j: Column index (negative counts from the end).
+
+    Returns:
+        The element.
+    """
     i = _wrap(i, a.shape[0])
     j = _wrap(j, a.shape[1])
     _access(S, aid, i * a.shape[1] + j, False)
     return a[i, j]
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def ld3(S, aid, a, i, j, k):
-    """Load ``a[i, j, k]`` (C-contiguous) through the profiler."""
+    """Load ``a[i, j, k]`` (C-contiguous) through the profiler.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        aid: Index of the array among the kernel's arrays.
+        a: The array.
+        i: First index (negative counts from the end).
+        j: Second index (negative counts from the end).
+        k: Third index (negative counts from the end).
+
+    Returns:
+        The element.
+    """
     i = _wrap(i, a.shape[0])
     j = _wrap(j, a.shape[1])
     k = _wrap(k, a.shape[2])
@@ -226,26 +270,53 @@ def ld3(S, aid, a, i, j, k):
     return a[i, j, k]
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def st1(S, aid, a, i, v) -> None:
-    """Store ``a[i] = v`` through the profiler."""
+    """Store ``a[i] = v`` through the profiler.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        aid: Index of the array among the kernel's arrays.
+        a: The array.
+        i: Index (negative counts from the end).
+        v: Value stored.
+    """
     i = _wrap(i, a.shape[0])
     a[i] = v
     _access(S, aid, i, True)
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def st2(S, aid, a, i, j, v) -> None:
-    """Store ``a[i, j] = v`` through the profiler."""
+    """Store ``a[i, j] = v`` through the profiler.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        aid: Index of the array among the kernel's arrays.
+        a: The array.
+        i: Row index (negative counts from the end).
+        j: Column index (negative counts from the end).
+        v: Value stored.
+    """
     i = _wrap(i, a.shape[0])
     j = _wrap(j, a.shape[1])
     a[i, j] = v
     _access(S, aid, i * a.shape[1] + j, True)
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def st3(S, aid, a, i, j, k, v) -> None:
-    """Store ``a[i, j, k] = v`` through the profiler."""
+    """Store ``a[i, j, k] = v`` through the profiler.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        aid: Index of the array among the kernel's arrays.
+        a: The array.
+        i: First index (negative counts from the end).
+        j: Second index (negative counts from the end).
+        k: Third index (negative counts from the end).
+        v: Value stored.
+    """
     i = _wrap(i, a.shape[0])
     j = _wrap(j, a.shape[1])
     k = _wrap(k, a.shape[2])
@@ -253,9 +324,14 @@ def st3(S, aid, a, i, j, k, v) -> None:
     _access(S, aid, (i * a.shape[1] + j) * a.shape[2] + k, True)
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def enter(S, rid) -> None:
-    """Region entry hook: push the current region and make ``rid`` current."""
+    """Region entry hook: push the current region and make ``rid`` current.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        rid: Region id of the loop being entered.
+    """
     ctl = S[I_CTL]
     d = ctl[CTL_DEPTH]
     S[I_STACK][d] = ctl[CTL_REGION]
@@ -263,9 +339,14 @@ def enter(S, rid) -> None:
     ctl[CTL_REGION] = rid
 
 
-@njit(cache=True, _nrt=False)
+@_hot
 def leave(S, rid) -> None:
-    """Region exit hook: pop back to the enclosing region."""
+    """Region exit hook: pop back to the enclosing region.
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        rid: Region id of the loop being left (the stack says where to return).
+    """
     ctl = S[I_CTL]
     d = ctl[CTL_DEPTH] - 1
     ctl[CTL_DEPTH] = d

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcnb.codecache import deprecated_cache_env, load_generated
-from hpcnb.errors import HpcnbError
+from hpcnb.codecache import load_generated
+from hpcnb.errors import HpcnbError, UnknownNameError
 from hpcnb.paths import cache_root
 
 __all__ = ["InstrumentationError", "Kernel", "Region", "kernel", "prange"]
@@ -334,7 +334,7 @@ class _Rewriter(ast.NodeTransformer):
         ]
         for n in ast.walk(tmpl):
             if hasattr(n, "lineno"):
-                n.lineno = node.lineno  # type: ignore[attr-defined]
+                n.lineno = node.lineno
         self.an.loop_rid[id(tmpl)] = self.an.loop_rid[key]
         return [*setup, *self._wrap(node, tmpl)]
 
@@ -349,11 +349,10 @@ def _cache_dir() -> Path:
     """Return the folder of generated kernel modules: ``<cache root>/commprof`` (not created).
 
     The cache root is :func:`hpcnb.paths.cache_root` (``$HPCNB_CACHE``, else the user cache
-    folder); ``$HPCNB_COMMPROF_CACHE`` (this folder itself) is a deprecated alias honoured
-    when ``$HPCNB_CACHE`` is unset. :func:`hpcnb.codecache.load_generated` creates it, or
-    runs the kernels from a private temporary folder when it cannot be written.
+    folder). :func:`hpcnb.codecache.load_generated` creates it, or runs the kernels from a
+    private temporary folder when it cannot be written.
     """
-    return deprecated_cache_env("HPCNB_COMMPROF_CACHE") or cache_root() / "commprof"
+    return cache_root() / "commprof"
 
 
 def _hooks_digest() -> str:
@@ -426,9 +425,16 @@ class Kernel:
         self._module: types.ModuleType | None = None
 
     def region_id(self, line: int) -> int:
-        """Return the region id of the loop at source ``line``."""
+        """Return the region id of the loop at source ``line``.
+
+        Args:
+            line: Source line of the loop's header.
+
+        Raises:
+            UnknownNameError: The kernel has no loop at ``line``.
+        """
         if line not in self._region_by_line:
-            raise KeyError(f"kernel {self.name} has no loop at line {line}")
+            raise UnknownNameError(f"kernel {self.name} has no loop at line {line}")
         return self._region_by_line[line]
 
     def _generate(

@@ -23,11 +23,18 @@ __all__ = [
     "tree_reduction",
 ]
 
-# ruff: noqa: D103  (kernels are documented in suite.py)
-
 
 @kernel
 def jacobi(tid, nthreads, phase, a, b):
+    """Jacobi sweeps over row blocks, alternating the source and target grid.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        a: Grid read in even phases and written in odd ones.
+        b: Grid written in even phases and read in odd ones.
+    """
     n = a.shape[0]
     m = a.shape[1]
     for i in prange(1, n - 1):
@@ -40,6 +47,22 @@ def jacobi(tid, nthreads, phase, a, b):
 
 @kernel
 def hotspot(tid, nthreads, phase, t0, t1, power, px, cap, rx, ry, rz, amb):
+    """Hotspot thermal simulation on 2-D thread tiles (``px`` tile columns).
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        t0: Temperatures read in even phases, written in odd ones.
+        t1: Temperatures written in even phases, read in odd ones.
+        power: Power dissipated per cell.
+        px: Thread tiles per grid row (``nthreads // px`` tile rows).
+        cap: Step size over the thermal capacitance.
+        rx: Conductance between horizontal neighbours.
+        ry: Conductance between vertical neighbours.
+        rz: Conductance to the ambient.
+        amb: Ambient temperature.
+    """
     n = t0.shape[0]
     m = t0.shape[1]
     py = nthreads // px
@@ -67,6 +90,18 @@ def hotspot(tid, nthreads, phase, t0, t1, power, px, cap, rx, ry, rz, amb):
 
 @kernel
 def kmeans(tid, nthreads, phase, x, cent, psum, pcnt, label):
+    """One k-means iteration per two phases: workers assign points, thread 0 updates.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        x: Points, one row each.
+        cent: Centroids, updated by thread 0 in odd phases.
+        psum: Per-thread sums of the points assigned to each centroid.
+        pcnt: Per-thread counts of the points assigned to each centroid.
+        label: Centroid assigned to each point.
+    """
     npts = x.shape[0]
     dim = x.shape[1]
     k = cent.shape[0]
@@ -105,6 +140,21 @@ def kmeans(tid, nthreads, phase, x, cent, psum, pcnt, label):
 
 @kernel
 def needleman_wunsch(tid, nthreads, phase, score, s1, s2, penalty, ncb):
+    """Needleman-Wunsch alignment scores as a wavefront of tiles.
+
+    Thread ``tid`` owns a block of rows cut into ``ncb`` column tiles; tile ``cb`` runs in
+    phase ``tid + cb``.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        score: Score matrix (row and column 0 hold the gap penalties).
+        s1: First sequence (one code per row).
+        s2: Second sequence (one code per column).
+        penalty: Gap penalty.
+        ncb: Column tiles per row block.
+    """
     # Thread tid owns a block of rows, cut into ncb column tiles; tile cb runs in phase tid + cb.
     n = score.shape[0] - 1
     m = score.shape[1] - 1
@@ -129,6 +179,14 @@ def needleman_wunsch(tid, nthreads, phase, score, s1, s2, penalty, ncb):
 
 @kernel
 def lu(tid, nthreads, phase, a):
+    """LU factorisation in place: phase ``k`` eliminates column ``k`` on cyclic rows.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        a: Square matrix, replaced by its L (below the diagonal) and U factors.
+    """
     n = a.shape[0]
     k = phase
     first = k + 1 + (tid - (k + 1)) % nthreads
@@ -141,6 +199,17 @@ def lu(tid, nthreads, phase, a):
 
 @kernel
 def bfs(tid, nthreads, phase, indptr, indices, level, nxt):
+    """Pull breadth-first search: even phases mark the next frontier, odd ones commit it.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        indptr: CSR row pointers of the graph.
+        indices: CSR column indices (neighbours).
+        level: Depth of each vertex (-1: not reached yet).
+        nxt: Flags of the vertices found in this step.
+    """
     nv = level.shape[0]
     depth = phase // 2
     if phase % 2 == 0:
@@ -159,6 +228,17 @@ def bfs(tid, nthreads, phase, indptr, indices, level, nxt):
 
 @kernel
 def fft(tid, nthreads, phase, xin, xa, xb, w):
+    """Radix-2 decimation-in-frequency FFT, one butterfly stage per phase.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        xin: Input signal (copied in phase 0).
+        xa: Work array of the even stages.
+        xb: Work array of the odd stages.
+        w: Twiddle factors.
+    """
     n = xin.shape[0]
     if phase == 0:
         for i in prange(n):
@@ -181,6 +261,19 @@ def fft(tid, nthreads, phase, xin, xa, xb, w):
 
 @kernel
 def radix_sort(tid, nthreads, phase, keys, tmp, hist, offs):
+    """LSD radix sort of 4-bit digits, three phases per digit.
+
+    Per digit: histogram per thread, prefix sums by thread 0, scatter.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        keys: Keys to sort (sorted in place after an even number of passes).
+        tmp: Scratch array the passes alternate with.
+        hist: Per-thread digit histograms.
+        offs: Per-thread output offsets of each digit.
+    """
     n = keys.shape[0]
     nb = hist.shape[1]
     shift = (phase // 3) * 4
@@ -213,6 +306,15 @@ def radix_sort(tid, nthreads, phase, keys, tmp, hist, offs):
 
 @kernel
 def tree_reduction(tid, nthreads, phase, x, part):
+    """Sum of ``x``: partial sums per thread, then a combining tree.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        x: Values to add.
+        part: Per-thread partial sums; ``part[0]`` ends with the total.
+    """
     if phase == 0:
         s = 0.0
         for i in prange(x.shape[0]):
@@ -226,6 +328,15 @@ def tree_reduction(tid, nthreads, phase, x, part):
 
 @kernel
 def transpose(tid, nthreads, phase, a, b):
+    """Fill ``a`` in phase 0, then write its transpose into ``b`` by row blocks.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        a: Source matrix (filled with ``i * n + j``).
+        b: Its transpose.
+    """
     n = a.shape[0]
     if phase == 0:
         for i in prange(n):
@@ -239,6 +350,15 @@ def transpose(tid, nthreads, phase, a, b):
 
 @kernel
 def pipeline(tid, nthreads, phase, src, buf):
+    """A pipeline: thread ``t`` is stage ``t`` and handles item ``phase - t``.
+
+    Args:
+        tid: This thread's id (0 .. nthreads - 1).
+        nthreads: Number of threads.
+        phase: Barrier phase (0-based).
+        src: Items entering stage 0.
+        buf: Output of each stage per item.
+    """
     nitems = src.shape[0]
     q = phase - tid
     if q >= 0 and q < nitems:

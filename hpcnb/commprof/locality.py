@@ -42,10 +42,12 @@ import numpy as np
 from numba import njit
 
 from hpcnb.commprof.runtime import Profile
+from hpcnb.errors import HpcnbError, InvalidInputError
 
 __all__ = [
     "LocalityConfig",
     "RegionLocality",
+    "TracePositionError",
     "analyse_locality",
     "brute_force_distances",
     "communication_distances",
@@ -54,6 +56,10 @@ __all__ = [
 ]
 
 NBINS = 40
+
+
+class TracePositionError(HpcnbError, IndexError):
+    """A position that is not in the access trace it indexes."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +224,15 @@ class RegionLocality:
 
 
 def interleave(trace: np.ndarray, quantum: int = 1) -> np.ndarray:
-    """Re-order a trace as concurrent threads would make the accesses (see module docstring)."""
+    """Re-order a trace as concurrent threads would make the accesses (see module docstring).
+
+    Args:
+        trace: Access trace in virtual-thread order (columns of ``hooks.TRACE_COLUMNS``).
+        quantum: Accesses per thread per round-robin turn within a phase.
+
+    Returns:
+        The same rows, re-ordered.
+    """
     if quantum < 1 or not len(trace):
         return trace
     tid, phase = trace[:, 0], trace[:, 5]
@@ -239,11 +253,15 @@ def producing_write(trace: np.ndarray, j: int) -> int:
     For a communication event read at ``j`` this is the write that produced the value
     (position ``i`` of the distance definition); ``-1`` when the word was not written before.
 
+    Args:
+        trace: Access trace (columns of ``hooks.TRACE_COLUMNS``).
+        j: Position of the access.
+
     Raises:
-        IndexError: ``j`` is not a position of the trace.
+        TracePositionError: ``j`` is not a position of the trace.
     """
     if not 0 <= j < len(trace):
-        raise IndexError(f"position {j} is outside the trace of {len(trace)} accesses")
+        raise TracePositionError(f"position {j} is outside the trace of {len(trace)} accesses")
     prior = trace[:j]
     hits = np.flatnonzero((prior[:, 2] == trace[j, 2]) & (prior[:, 4] == 1))
     return int(hits[-1]) if len(hits) else -1
@@ -252,19 +270,32 @@ def producing_write(trace: np.ndarray, j: int) -> int:
 def communication_distances(p: Profile) -> np.ndarray:
     """Events with distances.
 
+    Args:
+        p: A profile with a trace.
+
     Returns:
         ``int64[n, 7]``: time, region, producer, consumer, all, producer and consumer distance.
+
+    Raises:
+        InvalidInputError: The profile has no trace.
     """
     if p.trace is None:
-        raise ValueError(f"profile of {p.kernel} has no trace: run profile(..., trace=True)")
+        raise InvalidInputError(f"profile of {p.kernel} has no trace: run profile(..., trace=True)")
     return _distances(p.trace, max(1, p.n_elements), p.nthreads)
 
 
 def brute_force_distances(p: Profile) -> np.ndarray:
-    """Reference implementation of :func:`communication_distances` (quadratic, for tests)."""
+    """Reference implementation of :func:`communication_distances` (quadratic, for tests).
+
+    Args:
+        p: A profile with a trace.
+
+    Raises:
+        InvalidInputError: The profile has no trace.
+    """
     tr = p.trace
     if tr is None:
-        raise ValueError("profile has no trace")
+        raise InvalidInputError("profile has no trace")
     writer: dict[int, tuple[int, int]] = {}
     seen: dict[int, set[int]] = {}
     rows = []
@@ -277,8 +308,10 @@ def brute_force_distances(p: Profile) -> np.ndarray:
             seen[x].add(t)
             w, i = writer[x]
             mid = tr[i + 1 : j]
-            d = [len(set(mid[sel, 2].tolist()) - {x}) for sel in
-                 (slice(None), mid[:, 0] == w, mid[:, 0] == t)]  # fmt: skip
+            d = [
+                len(set(mid[sel, 2].tolist()) - {x})
+                for sel in (slice(None), mid[:, 0] == w, mid[:, 0] == t)
+            ]
             rows.append([j, r, w, t, *d])
     return np.array(rows, dtype=np.int64).reshape(-1, 7)
 
@@ -292,15 +325,22 @@ def analyse_locality(
 ) -> tuple[list[RegionLocality], dict[str, float]]:
     """Compute the locality metrics of every region of a traced profile.
 
+    Args:
+        p: A profile with a trace (``profile(..., trace=True)``).
+        config: Line size, capacity and interleaving (defaults of :class:`LocalityConfig`).
+
     Returns:
         One :class:`RegionLocality` per region (exclusive attribution) and run statistics
         (``accesses``, ``seconds``, ``rate`` = accesses analysed per second).
+
+    Raises:
+        InvalidInputError: ``line_bytes`` is not a power of two >= 8, or no trace.
     """
     config = config or LocalityConfig()
     if config.line_bytes < 8 or config.line_bytes & (config.line_bytes - 1):
-        raise ValueError(f"line_bytes={config.line_bytes}: expected a power of two >= 8")
+        raise InvalidInputError(f"line_bytes={config.line_bytes}: expected a power of two >= 8")
     if p.trace is None:
-        raise ValueError(f"profile of {p.kernel} has no trace: run profile(..., trace=True)")
+        raise InvalidInputError(f"profile of {p.kernel} has no trace: run profile(..., trace=True)")
     R, T, W = len(p.regions), p.nthreads, max(1, p.n_elements)
     tr = interleave(p.trace, config.quantum) if config.quantum else p.trace
     t0 = time.perf_counter()
@@ -342,7 +382,12 @@ def analyse_locality(
         sent_recv = pv.sum(axis=0) + pv.sum(axis=1)
         out.append(
             RegionLocality(
-                rid=r, accesses=acc, volume=len(e), pair_volume=pv, hist=hist, pair_near=pn,
+                rid=r,
+                accesses=acc,
+                volume=len(e),
+                pair_volume=pv,
+                hist=hist,
+                pair_near=pn,
                 near_fraction=float(near.mean()) if len(e) else 1.0,
                 false_sharing=nfs,
                 locality_score=1.0 - (far + nfs) / acc if acc else 1.0,
@@ -353,7 +398,7 @@ def analyse_locality(
                 line_utilisation=util if touched.any() else 1.0,
                 imbalance=float(sent_recv.max() / sent_recv.mean()) if len(e) else 1.0,
             )
-        )  # fmt: skip
+        )
     n = len(tr)
     return out, {"accesses": n, "seconds": seconds, "rate": n / seconds if seconds else 0.0}
 
@@ -366,6 +411,11 @@ def _line_utilisation(sel: np.ndarray, line_bytes: int, itemsizes: list[int]) ->
     key = sel[:, 0] * (1 << 40) + sel[:, 3] // line_bytes
     pairs = np.unique(np.stack([key, sel[:, 3] // word]), axis=1)
     lines, used = np.unique(pairs[0], return_counts=True)
-    frac = dict(zip(lines.tolist(), (np.minimum(used, words_per_line) / words_per_line).tolist(),
-                    strict=True))  # fmt: skip
+    frac = dict(
+        zip(
+            lines.tolist(),
+            (np.minimum(used, words_per_line) / words_per_line).tolist(),
+            strict=True,
+        )
+    )
     return float(np.mean([frac[k] for k in key.tolist()]))

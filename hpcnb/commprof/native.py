@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, MissingFileError
 from hpcnb.timing import Timing, interleaved
 
 __all__ = ["CompileError", "compile_c", "compile_sources", "time_commands"]
@@ -32,6 +32,11 @@ def compile_sources(files: Mapping[str, str], main: str, flags: Sequence[str]) -
 
     The files are written to one folder (so ``#include "x.h"`` finds its siblings); the
     binary is cached by content, flags and machine.
+
+    Args:
+        files: File name -> C source text, written side by side.
+        main: The file to compile (a key of ``files``).
+        flags: gcc flags.
 
     Raises:
         CompileError: gcc is missing or fails.
@@ -68,6 +73,10 @@ def compile_c(
         name: Program name (``"ring"``, ``"false_sharing"``, ``"suite/jacobi"`` ...).
         flags: gcc flags (``-DPAD`` etc. included).
         folder: Folder of the package holding the sources.
+
+    Raises:
+        MissingFileError: The package has no such C source.
+        CompileError: gcc is missing or fails.
     """
     base = resources.files("hpcnb.commprof").joinpath(folder)
     sub = base
@@ -76,7 +85,7 @@ def compile_c(
         sub = sub.joinpath(p)
     main = f"{parts[-1]}.c"
     if not sub.joinpath(main).is_file():
-        raise FileNotFoundError(f"no C source {folder}/{name}.c in hpcnb.commprof")
+        raise MissingFileError(f"no C source {folder}/{name}.c in hpcnb.commprof")
     files = {
         f.name: f.read_text(encoding="utf-8")
         for f in sub.iterdir()
@@ -86,10 +95,22 @@ def compile_c(
 
 
 def time_commands(
-    commands: Mapping[str, Sequence[str]], *, repeats: int = 5, warmup: int = 1,
+    commands: Mapping[str, Sequence[str]],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
     timeout: float = 300.0,
-) -> dict[str, Timing]:  # fmt: skip
+) -> dict[str, Timing]:
     """Wall times of whole program runs, one of each per round, interleaved.
+
+    Args:
+        commands: Label -> program and arguments.
+        repeats: Timed rounds.
+        warmup: Untimed rounds first.
+        timeout: Limit of one run (s).
+
+    Returns:
+        ``{label: Timing}`` with ``repeats`` samples each.
 
     Raises:
         LaunchError: A program exits with a non-zero status.

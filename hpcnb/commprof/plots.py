@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["heatmap_grid", "signature_curves"]
 
 
@@ -25,9 +27,12 @@ def heatmap_grid(
 
     Returns:
         The figure.
+
+    Raises:
+        InvalidInputError: ``mats`` is empty.
     """
     if not mats:
-        raise ValueError("heatmap_grid needs at least one matrix")
+        raise InvalidInputError("heatmap_grid needs at least one matrix")
     n = len(mats)
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows), squeeze=False)
@@ -59,14 +64,22 @@ def signature_curves(rows: list[dict[str, float | int | str]]) -> Figure:
     shares = sorted({float(r["read_share"]) for r in rows})
 
     def mean_f1(h: str, f: float, s: float) -> float:
-        v = [float(r["f1"]) for r in rows if r["hash"] == h and r["fraction"] == f
-             and r["read_share"] == s]  # fmt: skip
+        v = [
+            float(r["f1"])
+            for r in rows
+            if r["hash"] == h and r["fraction"] == f and r["read_share"] == s
+        ]
         return float(np.mean(v)) if v else float("nan")
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
     for k, h in enumerate(hashes):
-        a1.plot(fracs, [max(mean_f1(h, f, s) for s in shares) for f in fracs], "o-", label=h,
-                color=_colour(k, len(hashes)))  # fmt: skip
+        a1.plot(
+            fracs,
+            [max(mean_f1(h, f, s) for s in shares) for f in fracs],
+            "o-",
+            label=h,
+            color=_colour(k, len(hashes)),
+        )
     a1.axvline(1 / 8, color="grey", ls=":", label="1/8 of exact bytes")
     a1.set_xscale("log", base=2)
     a1.set_xlabel("signature bytes / exact shadow bytes")
@@ -75,8 +88,13 @@ def signature_curves(rows: list[dict[str, float | int | str]]) -> Figure:
     a1.legend(fontsize=7, loc="lower right")
     series = [(h, f) for h in hashes for f in fracs[:: max(1, len(fracs) // 3)]]
     for k, (h, f) in enumerate(series):
-        a2.plot(shares, [mean_f1(h, f, s) for s in shares], "o-", label=f"{h}, {f:g}",
-                color=_colour(k, len(series)))  # fmt: skip
+        a2.plot(
+            shares,
+            [mean_f1(h, f, s) for s in shares],
+            "o-",
+            label=f"{h}, {f:g}",
+            color=_colour(k, len(series)),
+        )
     a2.set_xlabel("share of bytes given to the read signature")
     a2.set_ylabel("F1 vs exact (mean over kernels)")
     a2.set_title("F1 against read share (hash, bytes fraction)", fontsize=9)

@@ -24,6 +24,7 @@ thread; words read by the column thread that the row thread wrote last), ``objec
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +45,13 @@ __all__ = [
 ]
 
 SHARING_CLASSES = (
-    "unused", "private", "partitioned", "read-shared", "single-writer", "multi-writer",
-)  # fmt: skip
+    "unused",
+    "private",
+    "partitioned",
+    "read-shared",
+    "single-writer",
+    "multi-writer",
+)
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,12 @@ def _falsely_shared(access: np.ndarray, write: np.ndarray, nthreads: int) -> boo
 
 
 def object_table(pp: ProgramProfile, line_bytes: int = 64) -> list[ObjectRow]:
-    """Sharing class, falsely shared lines and events of every object (module docstring)."""
+    """Sharing class, falsely shared lines and events of every object (module docstring).
+
+    Args:
+        pp: The program's profile.
+        line_bytes: Cache-line size for false sharing.
+    """
     tr = pp.profile.trace
     n = pp.profile.n_elements
     wmask = np.zeros(n, np.uint64)
@@ -189,6 +200,12 @@ def loop_pattern(
     A pthreads program's main thread often only creates and joins the workers; classifying
     the workers' sub-matrix names the pattern the workers form (as the Numba profiler,
     whose virtual threads are all workers, does).
+
+    Args:
+        pp: The program's profile.
+        rid: The region.
+        matrix: The region's ``[writer, reader]`` matrix.
+        active: Mask of the active threads (found from the trace when ``None``).
     """
     act_r = (active_threads(pp) if active is None else active)[rid]
     act = np.flatnonzero(act_r | (matrix.sum(axis=0) > 0) | (matrix.sum(axis=1) > 0))
@@ -213,7 +230,7 @@ def loop_table(pp: ProgramProfile) -> list[LoopRow]:
     return out
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
+def _write_csv(path: Path, header: list[str], rows: Sequence[Sequence[str | int]]) -> None:
     with path.open("w", newline="") as fh:
         wr = csv.writer(fh)
         wr.writerow(header)
@@ -223,6 +240,11 @@ def _write_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
 def write_outputs(pp: ProgramProfile, out: str | Path, threads_hint: int | None = None) -> Path:
     """Write ``communication.csv``, ``objects.csv``, ``loops.csv`` and ``report.md``.
 
+    Args:
+        pp: The program's profile.
+        out: Folder to write into (created).
+        threads_hint: Threads expected; the report names a mismatch.
+
     Returns:
         The folder.
     """
@@ -230,21 +252,26 @@ def write_outputs(pp: ProgramProfile, out: str | Path, threads_hint: int | None 
     folder.mkdir(parents=True, exist_ok=True)
     m = pp.matrix()
     T = m.shape[0]
-    _write_csv(folder / "communication.csv", ["writer\\reader", *map(str, range(T))],
-               [[t, *m[t].tolist()] for t in range(T)])  # fmt: skip
+    _write_csv(
+        folder / "communication.csv",
+        ["writer\\reader", *map(str, range(T))],
+        [[t, *m[t].tolist()] for t in range(T)],
+    )
     objs = object_table(pp)
     _write_csv(
         folder / "objects.csv",
-        ["object", "kind", "site", "bytes", "threads", "sharing", "false_sharing_lines",
-         "events"],
-        [[o.name, o.kind, o.site, o.bytes, o.threads, o.sharing, o.false_sharing_lines,
-          o.events] for o in objs],
-    )  # fmt: skip
+        ["object", "kind", "site", "bytes", "threads", "sharing", "false_sharing_lines", "events"],
+        [
+            [o.name, o.kind, o.site, o.bytes, o.threads, o.sharing, o.false_sharing_lines, o.events]
+            for o in objs
+        ],
+    )
     loops = loop_table(pp)
-    _write_csv(folder / "loops.csv", ["loop", "function", "depth", "accesses", "events",
-                                      "pattern"],
-               [[r.location, r.function, r.depth, r.accesses, r.events, r.pattern]
-                for r in loops])  # fmt: skip
+    _write_csv(
+        folder / "loops.csv",
+        ["loop", "function", "depth", "accesses", "events", "pattern"],
+        [[r.location, r.function, r.depth, r.accesses, r.events, r.pattern] for r in loops],
+    )
     lines = [
         f"# Communication profile of `{' '.join(pp.command)}`",
         "",
@@ -270,16 +297,22 @@ def write_outputs(pp: ProgramProfile, out: str | Path, threads_hint: int | None 
         "",
         "| object | site | bytes | threads | sharing | false-sharing lines | events |",
         "|---|---|---|---|---|---|---|",
-        *[f"| {o.name} | {o.site} | {o.bytes} | {o.threads} | {o.sharing} | "
-          f"{o.false_sharing_lines} | {o.events} |" for o in objs if o.threads],
+        *[
+            f"| {o.name} | {o.site} | {o.bytes} | {o.threads} | {o.sharing} | "
+            f"{o.false_sharing_lines} | {o.events} |"
+            for o in objs
+            if o.threads
+        ],
         "",
         "## Loops",
         "",
         "| loop | function | depth | accesses | events | pattern |",
         "|---|---|---|---|---|---|",
-        *[f"| {r.location} | {r.function} | {r.depth} | {r.accesses} | {r.events} | "
-          f"{r.pattern} |" for r in loops],
-    ]  # fmt: skip
+        *[
+            f"| {r.location} | {r.function} | {r.depth} | {r.accesses} | {r.events} | {r.pattern} |"
+            for r in loops
+        ],
+    ]
     fs = [o for o in objs if o.false_sharing_lines]
     if fs:
         lines += ["", "## Advice", ""]

@@ -17,7 +17,7 @@ bytes and ``read_slots`` last-reader bytes, indexed by a hash of the byte addres
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +25,12 @@ import numpy as np
 
 import hpcnb.commprof.hooks as hooks
 from hpcnb.commprof.instrument import Kernel, Region
+from hpcnb.errors import InvalidInputError, InvalidTypeError
 from hpcnb.timing import Clock, Fresh, Timing, interleaved
 
 __all__ = [
     "EXACT_BYTES_PER_ELEMENT",
+    "KernelArg",
     "MemoryConfig",
     "Profile",
     "Schedule",
@@ -45,6 +47,9 @@ EXACT_BYTES_PER_ELEMENT = 9
 _ALIGN = 64
 _BASE = 0x10000
 _MAX_THREADS = 64
+
+#: One of a kernel's own arguments (after ``tid, nthreads, phase``): an array or a scalar.
+KernelArg = np.ndarray | int | float | np.integer | np.floating
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,17 @@ class Schedule:
     seed: int = 0
 
     def encode(self) -> np.ndarray:
-        """Return the ``int64[3]`` form used by compiled code."""
+        """Return the ``int64[3]`` form used by compiled code.
+
+        Raises:
+            InvalidInputError: An unknown kind or a chunk below 1.
+        """
         if self.kind not in hooks.SCHEDULE_KINDS:
-            raise ValueError(
+            raise InvalidInputError(
                 f"schedule kind {self.kind!r}: expected one of {sorted(hooks.SCHEDULE_KINDS)}"
             )
         if self.chunk < 1:
-            raise ValueError(f"schedule chunk {self.chunk}: expected >= 1")
+            raise InvalidInputError(f"schedule chunk {self.chunk}: expected >= 1")
         return np.array([hooks.SCHEDULE_KINDS[self.kind], self.chunk, self.seed], np.int64)
 
 
@@ -88,6 +97,9 @@ class MemoryConfig:
             (:func:`hpcnb.commprof.sampling.scaled` estimates the full matrix).
         sample_mode: ``"words"`` (a hashed 1/k of the words, all their accesses) or
             ``"reads"`` (every k-th read of each thread).
+
+    Raises:
+        InvalidInputError: ``sample_every`` < 1 or an unknown ``sample_mode``.
     """
 
     exact: bool = True
@@ -99,9 +111,9 @@ class MemoryConfig:
 
     def __post_init__(self) -> None:
         if int(self.sample_every) < 1:
-            raise ValueError(f"sample_every={self.sample_every}: expected >= 1")
+            raise InvalidInputError(f"sample_every={self.sample_every}: expected >= 1")
         if self.sample_mode not in hooks.SAMPLE_MODES:
-            raise ValueError(
+            raise InvalidInputError(
                 f"sample_mode {self.sample_mode!r}: expected one of {sorted(hooks.SAMPLE_MODES)}"
             )
 
@@ -117,7 +129,12 @@ class MemoryConfig:
 
 
 def signature_bytes(write_slots: int, read_slots: int) -> int:
-    """Bytes of a signature memory (int8 writer per write slot, int8 reader per read slot)."""
+    """Bytes of a signature memory (int8 writer per write slot, int8 reader per read slot).
+
+    Args:
+        write_slots: Slots of the write signature.
+        read_slots: Slots of the read signature.
+    """
     return int(write_slots) + int(read_slots)
 
 
@@ -157,10 +174,17 @@ class Profile:
         return EXACT_BYTES_PER_ELEMENT * self.n_elements
 
     def total(self, which: str = "exact") -> int:
-        """Total communication events over all regions."""
+        """Total communication events over all regions.
+
+        Args:
+            which: ``"exact"`` or ``"signature"``: the memory whose events are added up.
+
+        Raises:
+            InvalidInputError: ``"signature"`` for a profile without a signature memory.
+        """
         m = self.exact if which == "exact" else self.signature
         if m is None:
-            raise ValueError("this profile has no signature memory")
+            raise InvalidInputError("this profile has no signature memory")
         return int(m.sum())
 
 
@@ -194,28 +218,42 @@ def make_state(
     ctl[hooks.CTL_HASH] = hash_kind
     A = max(1, n_arrays)
     return (
-        ctl, np.zeros(A, np.int64), np.zeros(A, np.int64), np.ones(A, np.int64),
-        np.full(n_exact, -1, np.int8), np.zeros(n_exact, np.uint64),
-        np.full(write_slots, -1, np.int8), np.full(read_slots, -1, np.int8),
-        np.zeros((R, T, T), np.int64), np.zeros((R, T, T), np.int64),
-        np.zeros(4096, np.int64), np.zeros((R, 2), np.int64),
-        np.zeros((trace_capacity, 6), np.int64), np.zeros((R, T, T), np.int64),
-    )  # fmt: skip
+        ctl,
+        np.zeros(A, np.int64),
+        np.zeros(A, np.int64),
+        np.ones(A, np.int64),
+        np.full(n_exact, -1, np.int8),
+        np.zeros(n_exact, np.uint64),
+        np.full(write_slots, -1, np.int8),
+        np.full(read_slots, -1, np.int8),
+        np.zeros((R, T, T), np.int64),
+        np.zeros((R, T, T), np.int64),
+        np.zeros(4096, np.int64),
+        np.zeros((R, 2), np.int64),
+        np.zeros((trace_capacity, 6), np.int64),
+        np.zeros((R, T, T), np.int64),
+    )
 
 
-def _check_args(k: Kernel, args: Sequence[object]) -> list[object]:
+def _check_args(k: Kernel, args: Sequence[KernelArg]) -> list[KernelArg]:
     own = k.params[3:]
     if len(args) != len(own):
-        raise TypeError(f"kernel {k.name} expects {len(own)} arguments {own}, got {len(args)}")
-    out: list[object] = []
+        raise InvalidTypeError(
+            f"kernel {k.name} expects {len(own)} arguments {own}, got {len(args)}"
+        )
+    out: list[KernelArg] = []
     for name, value in zip(own, args, strict=True):
         if name in k.arrays:
             if not isinstance(value, np.ndarray) or not 1 <= value.ndim <= 3:
-                raise TypeError(f"kernel {k.name}: argument '{name}' must be a 1-3 d ndarray")
+                raise InvalidTypeError(
+                    f"kernel {k.name}: argument '{name}' must be a 1-3 d ndarray"
+                )
             if not value.flags.c_contiguous:
-                raise ValueError(f"kernel {k.name}: argument '{name}' must be C-contiguous")
+                raise InvalidInputError(f"kernel {k.name}: argument '{name}' must be C-contiguous")
         elif not isinstance(value, int | float | np.integer | np.floating):
-            raise TypeError(f"kernel {k.name}: argument '{name}' must be an int or float scalar")
+            raise InvalidTypeError(
+                f"kernel {k.name}: argument '{name}' must be an int or float scalar"
+            )
         out.append(value)
     return out
 
@@ -229,19 +267,19 @@ def _order(nthreads: int, nphases: int, interleave: str, seed: int) -> np.ndarra
     if interleave == "seeded":
         rng = np.random.default_rng(seed)
         return np.stack([rng.permutation(nthreads) for _ in range(nphases)]).astype(np.int64)
-    raise ValueError(f"interleave {interleave!r}: expected ascending, descending or seeded")
+    raise InvalidInputError(f"interleave {interleave!r}: expected ascending, descending or seeded")
 
 
 def _check_threads(nthreads: int, nphases: int) -> None:
     if not 1 <= nthreads <= _MAX_THREADS:
-        raise ValueError(f"nthreads={nthreads}: expected 1..{_MAX_THREADS}")
+        raise InvalidInputError(f"nthreads={nthreads}: expected 1..{_MAX_THREADS}")
     if nphases < 1:
-        raise ValueError(f"nphases={nphases}: expected >= 1")
+        raise InvalidInputError(f"nphases={nphases}: expected >= 1")
 
 
 def profile(
     k: Kernel,
-    args: Sequence[object],
+    args: Sequence[KernelArg],
     *,
     nthreads: int,
     nphases: int = 1,
@@ -266,22 +304,28 @@ def profile(
 
     Returns:
         The :class:`Profile`.
+
+    Raises:
+        InvalidInputError: Bad thread or phase count, an unknown hash, interleaving or
+            schedule, or a non-contiguous array.
+        InvalidTypeError: Arguments that do not fit the kernel's parameters.
     """
     _check_threads(nthreads, nphases)
     schedule = schedule or Schedule()
     memory = memory or MemoryConfig()
     if memory.hash not in hooks.HASH_KINDS:
-        raise ValueError(f"hash {memory.hash!r}: expected one of {sorted(hooks.HASH_KINDS)}")
+        raise InvalidInputError(f"hash {memory.hash!r}: expected one of {sorted(hooks.HASH_KINDS)}")
     vals = _check_args(k, args)
-    arrays = [v for n, v in zip(k.params[3:], vals, strict=True) if n in k.arrays]
+    own = zip(k.params[3:], vals, strict=True)
+    arrays = [v for n, v in own if n in k.arrays and isinstance(v, np.ndarray)]
     base = np.zeros(max(1, len(arrays)), np.int64)
     bbase = np.zeros_like(base)
     isz = np.ones_like(base)
     elem, addr = 0, _BASE
     for i, a in enumerate(arrays):
-        base[i], bbase[i], isz[i] = elem, addr, a.itemsize  # type: ignore[union-attr]
-        elem += a.size  # type: ignore[union-attr]
-        addr += -(-a.nbytes // _ALIGN) * _ALIGN  # type: ignore[union-attr]
+        base[i], bbase[i], isz[i] = elem, addr, a.itemsize
+        elem += a.size
+        addr += -(-a.nbytes // _ALIGN) * _ALIGN
     R, T = len(k.regions), nthreads
     flags = (hooks.FLAG_EXACT if memory.exact else 0) | (
         hooks.FLAG_SIGNATURE if memory.signature else 0
@@ -293,7 +337,7 @@ def profile(
     cap = 1 << 16 if trace else 1
     order = _order(nthreads, nphases, interleave, seed)
     sched = schedule.encode()
-    snapshot = [a.copy() for a in arrays] if trace else []  # type: ignore[union-attr]
+    snapshot = [a.copy() for a in arrays] if trace else []
     drive = k.compiled().drive_instr
     while True:
         S = make_state(n_ex, sw, sr, R, T, flags, hooks.HASH_KINDS[memory.hash], cap, len(base))
@@ -310,7 +354,7 @@ def profile(
             break
         cap = int(ctl[hooks.CTL_TRACE_N])
         for a, s in zip(arrays, snapshot, strict=True):
-            a[...] = s  # type: ignore[index]
+            a[...] = s
     n_tr = int(ctl[hooks.CTL_TRACE_N])
     return Profile(
         kernel=k.name,
@@ -329,14 +373,27 @@ def profile(
 
 def run_native(
     k: Kernel,
-    args: Sequence[object],
+    args: Sequence[KernelArg],
     *,
     nthreads: int,
     nphases: int = 1,
     schedule: Schedule | None = None,
     parallel: bool = False,
 ) -> None:
-    """Run the native (hook-free) variant: serially in phase/thread order, or with ``prange``."""
+    """Run the native (hook-free) variant: serially in phase/thread order, or with ``prange``.
+
+    Args:
+        k: The kernel.
+        args: The kernel's own arguments (arrays are modified in place).
+        nthreads: Threads (1..64).
+        nphases: Barrier phases.
+        schedule: Schedule of ``prange`` loops (static by default).
+        parallel: Run each phase's threads in parallel with Numba's ``prange``.
+
+    Raises:
+        InvalidInputError: Bad thread or phase count, or a non-contiguous array.
+        InvalidTypeError: Arguments that do not fit the kernel's parameters.
+    """
     _check_threads(nthreads, nphases)
     vals = _check_args(k, args)
     sched = (schedule or Schedule()).encode()
@@ -349,7 +406,7 @@ def run_native(
 
 def time_variant_samples(
     k: Kernel,
-    make_args: object,
+    make_args: Callable[[], Sequence[KernelArg]],
     *,
     nthreads: int,
     nphases: int,
@@ -389,30 +446,36 @@ def time_variant_samples(
         ``{variant: Timing}`` with ``repeats`` samples each.
 
     Raises:
-        TypeError: ``make_args`` is not callable.
-        ValueError: An unknown variant or clock, ``parallel`` with the CPU clock,
-            ``repeats`` < 1 or ``warmup`` < 0.
+        InvalidTypeError: ``make_args`` is not callable.
+        InvalidInputError: An unknown variant or clock, or ``parallel`` with the CPU clock.
+        TimingError: ``repeats`` < 1 or ``warmup`` < 0.
     """
     if not callable(make_args):
-        raise TypeError("make_args must be a callable returning the kernel arguments")
+        raise InvalidTypeError("make_args must be a callable returning the kernel arguments")
     clocks: dict[str, Clock] = {"wall": "wall", "cpu": "thread"}
     if clock not in clocks:
-        raise ValueError(f"clock {clock!r}: expected one of {sorted(clocks)}")
+        raise InvalidInputError(f"clock {clock!r}: expected one of {sorted(clocks)}")
     if clock == "cpu" and "parallel" in variants:
-        raise ValueError("the cpu clock counts the calling thread only; time parallel with wall")
+        raise InvalidInputError(
+            "the cpu clock counts the calling thread only; time parallel with wall"
+        )
     runs = {
-        "native": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
-                                       schedule=schedule),
-        "parallel": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases,
-                                         schedule=schedule, parallel=True),
-        "instrumented": lambda a: profile(k, a, nthreads=nthreads, nphases=nphases,
-                                          schedule=schedule, memory=memory),
-        "exact": lambda a: profile(k, a, nthreads=nthreads, nphases=nphases,
-                                   schedule=schedule, memory=MemoryConfig()),
-    }  # fmt: skip
+        "native": lambda a: run_native(k, a, nthreads=nthreads, nphases=nphases, schedule=schedule),
+        "parallel": lambda a: run_native(
+            k, a, nthreads=nthreads, nphases=nphases, schedule=schedule, parallel=True
+        ),
+        "instrumented": lambda a: profile(
+            k, a, nthreads=nthreads, nphases=nphases, schedule=schedule, memory=memory
+        ),
+        "exact": lambda a: profile(
+            k, a, nthreads=nthreads, nphases=nphases, schedule=schedule, memory=MemoryConfig()
+        ),
+    }
     unknown = set(variants) - set(runs)
     if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; expected some of {sorted(runs)}")
+        raise InvalidInputError(
+            f"unknown variants {sorted(unknown)}; expected some of {sorted(runs)}"
+        )
     return interleaved(
         {name: Fresh(make_args, runs[name]) for name in variants},
         repeats=repeats,
@@ -421,7 +484,9 @@ def time_variant_samples(
     )
 
 
-def time_variants(k: Kernel, make_args: object, **options: Any) -> dict[str, float]:
+def time_variants(
+    k: Kernel, make_args: Callable[[], Sequence[KernelArg]], **options: Any
+) -> dict[str, float]:
     """Median wall times (s) of the variants of :func:`time_variant_samples` (interleaved).
 
     Args:

@@ -32,25 +32,42 @@ import numpy as np
 
 from hpcnb.commprof.analysis import classify_pattern, inclusive
 from hpcnb.commprof.runtime import MemoryConfig, profile, time_variant_samples
-from hpcnb.commprof.suite import suite_case
+from hpcnb.commprof.suite import Args, SuiteCase, suite_case
 from hpcnb.timing import ratios
 
 __all__ = ["SampledRow", "correlation", "error_bound", "scaled", "sweep"]
 
 
 def scaled(sampled: np.ndarray, k: int) -> np.ndarray:
-    """The estimate of the full matrix: ``k`` times the sampled counts."""
+    """The estimate of the full matrix: ``k`` times the sampled counts.
+
+    Args:
+        sampled: Event counts of the sampled profile.
+        k: Sampling period (1/k of the words sampled).
+    """
     return np.asarray(sampled, dtype=np.int64) * int(k)
 
 
 def error_bound(sampled: np.ndarray, k: int, z: float = 1.96, c_max: float = 1.0) -> np.ndarray:
-    """Half-width of the ``z`` interval of :func:`scaled` per cell (module docstring)."""
+    """Half-width of the ``z`` interval of :func:`scaled` per cell (module docstring).
+
+    Args:
+        sampled: Event counts of the sampled profile.
+        k: Sampling period.
+        z: Normal quantile of the interval (1.96: 95 %).
+        c_max: Most events one word carries per cell.
+    """
     x = np.asarray(sampled, dtype=float)
     return z * np.sqrt(k * (k - 1) * c_max * x)
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> float:
-    """Pearson correlation of two matrices' cells (1 when both are constant and equal)."""
+    """Pearson correlation of two matrices' cells (1 when both are constant and equal).
+
+    Args:
+        a: First matrix.
+        b: Second matrix, of the same size.
+    """
     x, y = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()
     if x.std() == 0 or y.std() == 0:
         return 1.0 if np.array_equal(x, y) else 0.0
@@ -108,8 +125,9 @@ def sweep(
         for k in ks:
             mem = MemoryConfig(sample_every=int(k))
             args, _ = c.make(size, nthreads, seed)
-            ps = profile(c.kernel, args, nthreads=nthreads, nphases=nph, schedule=c.schedule,
-                         memory=mem)  # fmt: skip
+            ps = profile(
+                c.kernel, args, nthreads=nthreads, nphases=nph, schedule=c.schedule, memory=mem
+            )
             raw = inclusive(ps.regions, ps.exact)[0]
             est = scaled(raw, k)
             bound = error_bound(raw, k)
@@ -119,14 +137,31 @@ def sweep(
             err = abs(int(est.sum()) - tot) / tot if tot else float(est.sum() > 0)
             over: tuple[float, ...] = ()
             if repeats:
+
+                def fresh_args(case: SuiteCase = c) -> Args:
+                    return case.make(size, nthreads, seed)[0]
+
                 t = time_variant_samples(
-                    c.kernel, lambda c=c: c.make(size, nthreads, seed)[0], nthreads=nthreads,
-                    nphases=nph, schedule=c.schedule, memory=mem, repeats=repeats,
-                    variants=("native", "instrumented"), clock="cpu",
-                )  # fmt: skip
+                    c.kernel,
+                    fresh_args,
+                    nthreads=nthreads,
+                    nphases=nph,
+                    schedule=c.schedule,
+                    memory=mem,
+                    repeats=repeats,
+                    variants=("native", "instrumented"),
+                    clock="cpu",
+                )
                 over = tuple(ratios(t["instrumented"], t["native"]))
             out.append(
-                SampledRow(name, int(k), correlation(est, full), err, cover,
-                           classify_pattern(est) == classify_pattern(full), over)
-            )  # fmt: skip
+                SampledRow(
+                    name,
+                    int(k),
+                    correlation(est, full),
+                    err,
+                    cover,
+                    classify_pattern(est) == classify_pattern(full),
+                    over,
+                )
+            )
     return out

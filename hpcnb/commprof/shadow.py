@@ -36,7 +36,8 @@ from numba import njit
 
 import hpcnb.commprof.hooks as hooks
 from hpcnb.commprof.runtime import Profile, make_state, signature_bytes
-from hpcnb.records import mean_interval
+from hpcnb.errors import InvalidInputError, InvalidStateError
+from hpcnb.stats import Estimate, mean_interval
 
 __all__ = [
     "HASH_ENTRY_BYTES",
@@ -105,12 +106,19 @@ def trace_events(p: Profile) -> np.ndarray:
 
 def _need_trace(p: Profile) -> np.ndarray:
     if p.trace is None:
-        raise ValueError(f"profile of {p.kernel} has no trace: run profile(..., trace=True)")
+        raise InvalidInputError(f"profile of {p.kernel} has no trace: run profile(..., trace=True)")
     return p.trace
 
 
 def replay_exact(p: Profile) -> np.ndarray:
-    """Exclusive event matrices ``[region, writer, reader]`` of the exact memory."""
+    """Exclusive event matrices ``[region, writer, reader]`` of the exact memory.
+
+    Args:
+        p: A profile with a trace.
+
+    Raises:
+        InvalidInputError: The profile has no trace.
+    """
     S = make_state(max(1, p.n_elements), 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
     _replay(S, _need_trace(p), np.zeros(0, np.int64))
     return S[hooks.I_MEX]
@@ -131,8 +139,15 @@ def exact_table_bytes(n_addresses: int) -> int:
 def replay_exact_table(p: Profile) -> tuple[np.ndarray, int]:
     """Replay through the hash-table exact shadow (open addressing, linear probing).
 
+    Args:
+        p: A profile with a trace.
+
     Returns:
         The exclusive event matrices (equal to :func:`replay_exact`) and the table's bytes.
+
+    Raises:
+        InvalidInputError: The profile has no trace.
+        InvalidStateError: The table lost addresses (an internal error).
     """
     tr = _need_trace(p)
     n_addr = len(np.unique(tr[:, 3])) if len(tr) else 0
@@ -141,7 +156,7 @@ def replay_exact_table(p: Profile) -> tuple[np.ndarray, int]:
     S = make_state(cap, 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
     used = _replay(S, tr, np.full(cap, -1, np.int64))
     if used != n_addr:
-        raise RuntimeError(f"hash shadow holds {used} addresses, trace has {n_addr}")
+        raise InvalidStateError(f"hash shadow holds {used} addresses, trace has {n_addr}")
     return S[hooks.I_MEX], nbytes
 
 
@@ -155,16 +170,25 @@ def replay_signature(
         write_slots: Slots of the write signature.
         read_slots: Slots of the read signature (``write_slots`` when ``None``).
         hash: Hash name (:data:`hpcnb.commprof.hooks.HASH_KINDS`).
+
+    Raises:
+        InvalidInputError: No trace, an unknown hash, or fewer than one slot.
     """
     if hash not in hooks.HASH_KINDS:
-        raise ValueError(f"hash {hash!r}: expected one of {sorted(hooks.HASH_KINDS)}")
+        raise InvalidInputError(f"hash {hash!r}: expected one of {sorted(hooks.HASH_KINDS)}")
     sr = write_slots if read_slots is None else read_slots
     if write_slots < 1 or sr < 1:
-        raise ValueError(f"slots must be >= 1, got write={write_slots}, read={sr}")
+        raise InvalidInputError(f"slots must be >= 1, got write={write_slots}, read={sr}")
     S = make_state(
-        1, int(write_slots), int(sr), len(p.regions), p.nthreads, hooks.FLAG_SIGNATURE,
-        hooks.HASH_KINDS[hash], 1,
-    )  # fmt: skip
+        1,
+        int(write_slots),
+        int(sr),
+        len(p.regions),
+        p.nthreads,
+        hooks.FLAG_SIGNATURE,
+        hooks.HASH_KINDS[hash],
+        1,
+    )
     _replay(S, _need_trace(p), np.zeros(0, np.int64))
     return S[hooks.I_MSG]
 
@@ -176,11 +200,18 @@ def signature_slots(exact_bytes: int, fraction: float, read_share: float) -> tup
     made odd (the DiscoPoP hash of 8-byte-aligned addresses would otherwise use only part
     of an even-sized table).
 
+    Args:
+        exact_bytes: Bytes of the exact shadow memory.
+        fraction: Share of those bytes the signature gets.
+        read_share: Share of the signature's bytes given to the read table.
+
     Raises:
-        ValueError: ``fraction`` not positive or ``read_share`` not in (0, 1).
+        InvalidInputError: ``fraction`` not positive or ``read_share`` not in (0, 1).
     """
     if fraction <= 0 or not 0 < read_share < 1:
-        raise ValueError(f"need fraction > 0 and 0 < read_share < 1, got {fraction}, {read_share}")
+        raise InvalidInputError(
+            f"need fraction > 0 and 0 < read_share < 1, got {fraction}, {read_share}"
+        )
     budget = int(fraction * exact_bytes)
     sr = max(1, int(read_share * budget) - 1) | 1
     sw = max(1, budget - sr - 1) | 1
@@ -200,9 +231,16 @@ def detection_accuracy(exact: np.ndarray, detected: np.ndarray) -> DetectionAccu
     """Compare event-count matrices cell by cell (see module docstring).
 
     Two empty matrices count as perfect agreement.
+
+    Args:
+        exact: Events of the exact memory, the reference.
+        detected: Events detected by the signature memory, same shape.
+
+    Raises:
+        InvalidInputError: The shapes differ.
     """
     if exact.shape != detected.shape:
-        raise ValueError(f"shape mismatch: exact {exact.shape} vs detected {detected.shape}")
+        raise InvalidInputError(f"shape mismatch: exact {exact.shape} vs detected {detected.shape}")
     tp = float(np.minimum(exact, detected).sum())
     se, sd = float(exact.sum()), float(detected.sum())
     if se == 0 and sd == 0:
@@ -226,6 +264,12 @@ def signature_sweep(
     ``read = share * budget`` and ``write = budget - read`` slots (one byte each), both
     made odd (:func:`signature_slots`).
 
+    Args:
+        p: A profile with a trace.
+        fractions: Byte budgets as fractions of the exact shadow's bytes.
+        read_shares: Shares of a budget given to the read signature.
+        hashes: Hash functions (keys of ``hooks.HASH_KINDS``).
+
     Returns:
         One row per (hash, fraction, read share) with slot counts, bytes and accuracy.
     """
@@ -236,12 +280,20 @@ def signature_sweep(
             for share in read_shares:
                 sw, sr = signature_slots(full, frac, share)
                 acc = detection_accuracy(ex, replay_signature(p, sw, sr, h))
-                rows.append({
-                    "hash": h, "fraction": frac, "read_share": share,
-                    "write_slots": sw, "read_slots": sr, "exact_bytes": full,
-                    "bytes": signature_bytes(sw, sr),
-                    "precision": acc.precision, "recall": acc.recall, "f1": acc.f1,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "hash": h,
+                        "fraction": frac,
+                        "read_share": share,
+                        "write_slots": sw,
+                        "read_slots": sr,
+                        "exact_bytes": full,
+                        "bytes": signature_bytes(sw, sr),
+                        "precision": acc.precision,
+                        "recall": acc.recall,
+                        "f1": acc.f1,
+                    }
+                )
     return rows
 
 
@@ -263,13 +315,13 @@ def split_kernels(
         ``(tune, score)``, each in the order of ``names``.
 
     Raises:
-        ValueError: Fewer than two kernels, duplicates, or ``tune_fraction`` not in (0, 1).
+        InvalidInputError: Fewer than two kernels, duplicates, or ``tune_fraction`` not in (0, 1).
     """
     names = list(names)
     if len(names) < 2 or len(set(names)) != len(names):
-        raise ValueError(f"need at least two distinct kernels to split, got {names}")
+        raise InvalidInputError(f"need at least two distinct kernels to split, got {names}")
     if not 0 < tune_fraction < 1:
-        raise ValueError(f"tune_fraction must be in (0, 1), got {tune_fraction}")
+        raise InvalidInputError(f"tune_fraction must be in (0, 1), got {tune_fraction}")
     n_tune = min(len(names) - 1, max(1, round(tune_fraction * len(names))))
     perm = np.random.default_rng(seed).permutation(len(names))
     chosen = set(perm[:n_tune].tolist())
@@ -300,10 +352,11 @@ class SignatureChoice:
 def _rows_at(rows: Iterable[Row], kernels: Iterable[str], fraction: float | None) -> list[Row]:
     want = set(kernels)
     return [
-        r for r in rows
+        r
+        for r in rows
         if r["kernel"] in want
         and (fraction is None or math.isclose(float(r["fraction"]), fraction))
-    ]  # fmt: skip
+    ]
 
 
 def choose_signature(rows: Iterable[Row], tune: Sequence[str], fraction: float) -> SignatureChoice:
@@ -319,13 +372,14 @@ def choose_signature(rows: Iterable[Row], tune: Sequence[str], fraction: float) 
         fraction: Byte budget to choose at.
 
     Raises:
-        ValueError: No row of a tuning kernel at ``fraction``, or a tuning kernel without rows.
+        InvalidInputError: No row of a tuning kernel at ``fraction``, or a tuning kernel
+            without rows.
     """
     rows = list(rows)
     at = _rows_at(rows, tune, fraction)
     missing = set(tune) - {str(r["kernel"]) for r in at}
     if not at or missing:
-        raise ValueError(
+        raise InvalidInputError(
             f"no sweep rows at fraction {fraction} for tuning kernels {sorted(missing)}"
         )
     below = [r for r in _rows_at(rows, tune, None) if float(r["fraction"]) <= fraction + 1e-12]
@@ -369,6 +423,11 @@ class HeldOutScore:
         """Number of scored kernels."""
         return len(self.per_kernel)
 
+    @property
+    def estimate(self) -> Estimate:
+        """The mean F1 with its interval and ``n`` (for :func:`hpcnb.records.record`)."""
+        return Estimate(self.mean, self.low, self.high, self.n)
+
 
 def held_out_f1(
     rows: Iterable[Row],
@@ -390,11 +449,11 @@ def held_out_f1(
         seed: Seed of the bootstrap.
 
     Raises:
-        ValueError: A scored kernel was used for tuning, or has no row for the configuration.
+        InvalidInputError: A scored kernel was used for tuning, or has no row for the configuration.
     """
     leaked = set(kernels) & set(choice.tuned_on)
     if leaked:
-        raise ValueError(f"kernels {sorted(leaked)} were used to choose the configuration")
+        raise InvalidInputError(f"kernels {sorted(leaked)} were used to choose the configuration")
     frac = choice.fraction if fraction is None else fraction
     f1: dict[str, float] = {}
     for r in _rows_at(rows, kernels, frac):
@@ -402,7 +461,10 @@ def held_out_f1(
             f1[str(r["kernel"])] = float(r["f1"])
     missing = [k for k in kernels if k not in f1]
     if missing or not kernels:
-        raise ValueError(f"no sweep row at fraction {frac} for {choice.hash}/{choice.read_share} "
-                         f"on kernels {missing}")  # fmt: skip
-    mean, low, high = mean_interval([f1[k] for k in kernels], resamples=resamples, seed=seed)
-    return HeldOutScore(mean, low, high, {k: f1[k] for k in kernels})
+        raise InvalidInputError(
+            f"no sweep row at fraction {frac} for {choice.hash}/{choice.read_share} "
+            f"on kernels {missing}"
+        )
+    estimate = mean_interval([f1[k] for k in kernels], resamples=resamples, seed=seed)
+    low, high = estimate.bounds
+    return HeldOutScore(estimate.value, low, high, {k: f1[k] for k in kernels})

@@ -29,11 +29,12 @@ import numpy as np
 
 import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel
-from hpcnb.commprof.runtime import MemoryConfig, Profile, Schedule, profile
+from hpcnb.commprof.runtime import KernelArg, MemoryConfig, Profile, Schedule, profile
+from hpcnb.errors import UnknownNameError
 
 __all__ = ["SUITE", "SuiteCase", "check_result", "profile_case", "suite_case"]
 
-Args = list[object]
+Args = list[KernelArg]
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,13 @@ def _kmeans(n: int, T: int, seed: int) -> tuple[Args, int]:
     k, dim = 4, 2
     x = rng.normal(size=(n * 4, dim)) + rng.integers(0, 4, size=(n * 4, 1)) * 3.0
     cent = x[:k].copy()
-    args: Args = [x, cent, np.zeros((T, k, dim)), np.zeros((T, k), np.int64),
-                  np.zeros(n * 4, np.int64)]  # fmt: skip
+    args: Args = [
+        x,
+        cent,
+        np.zeros((T, k, dim)),
+        np.zeros((T, k), np.int64),
+        np.zeros(n * 4, np.int64),
+    ]
     return args, 6
 
 
@@ -158,9 +164,13 @@ SUITE: dict[str, SuiteCase] = {
 
 
 def suite_case(name: str) -> SuiteCase:
-    """Return the suite case ``name`` (error lists the known names)."""
+    """Return the suite case ``name``.
+
+    Raises:
+        UnknownNameError: ``name`` is not a suite kernel (the message lists the known ones).
+    """
     if name not in SUITE:
-        raise KeyError(f"unknown suite kernel {name!r}; known: {sorted(SUITE)}")
+        raise UnknownNameError(f"unknown suite kernel {name!r}; known: {sorted(SUITE)}")
     return SUITE[name]
 
 
@@ -176,29 +186,29 @@ def check_result(name: str, args: Args, original: Args) -> bool:
         True when the output matches (kernels without a reference return True).
     """
     if name == "fft":
-        xin, xa = original[0], args[1]
-        m = xin.shape[0]  # type: ignore[union-attr]
+        xin, xa = np.asarray(original[0]), args[1]
+        m = xin.shape[0]
         bits = int(np.log2(m))
         rev = np.array([int(f"{i:0{bits}b}"[::-1], 2) for i in range(m)])
         out = xa if bits % 2 == 0 else args[2]
         return bool(np.allclose(np.asarray(out)[rev], np.fft.fft(xin)))
     if name == "radix_sort":
-        return bool(np.array_equal(args[0], np.sort(original[0])))  # type: ignore[arg-type]
+        return bool(np.array_equal(args[0], np.sort(np.asarray(original[0]))))
     if name == "tree_reduction":
-        return bool(np.isclose(args[1][0], np.sum(original[0])))  # type: ignore[index]
+        return bool(np.isclose(np.asarray(args[1])[0], np.sum(np.asarray(original[0]))))
     if name == "transpose":
-        n = args[0].shape[0]  # type: ignore[union-attr]
+        n = np.asarray(args[0]).shape[0]
         return bool(np.array_equal(args[1], np.arange(n * n).reshape(n, n).T))
     if name == "lu":
         a0, a = np.asarray(original[0]), np.asarray(args[0])
         low = np.tril(a, -1) + np.eye(a.shape[0])
         return bool(np.allclose(low @ np.triu(a), a0))
     if name == "needleman_wunsch":
-        s, s1, s2 = np.asarray(original[0]).copy(), original[1], original[2]
+        s, s1, s2 = np.asarray(original[0]).copy(), np.asarray(original[1]), np.asarray(original[2])
         n = s.shape[0] - 1
         for i in range(1, n + 1):
             for j in range(1, n + 1):
-                sim = 1 if s1[i - 1] == s2[j - 1] else -1  # type: ignore[index]
+                sim = 1 if s1[i - 1] == s2[j - 1] else -1
                 s[i, j] = max(s[i - 1, j - 1] + sim, s[i - 1, j] - 1, s[i, j - 1] - 1)
         return bool(np.array_equal(s, args[0]))
     return True
@@ -214,6 +224,14 @@ def profile_case(
 ) -> tuple[Profile, bool]:
     """Profile one suite kernel on fresh inputs.
 
+    Args:
+        name: Suite kernel.
+        size: Problem-size unit of its inputs.
+        nthreads: Virtual threads.
+        seed: Input seed.
+        memory: Shadow memories (exact only by default).
+        trace: Also record the access trace.
+
     Returns:
         The profile and whether the kernel's output matched its NumPy reference.
     """
@@ -221,7 +239,12 @@ def profile_case(
     args, nphases = c.make(size, nthreads, seed)
     original = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     p = profile(
-        c.kernel, args, nthreads=nthreads, nphases=nphases, schedule=c.schedule,
-        memory=memory, trace=trace,
-    )  # fmt: skip
+        c.kernel,
+        args,
+        nthreads=nthreads,
+        nphases=nphases,
+        schedule=c.schedule,
+        memory=memory,
+        trace=trace,
+    )
     return p, check_result(name, args, original)

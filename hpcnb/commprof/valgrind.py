@@ -42,6 +42,7 @@ instead of spinning through millions of traced instructions.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import json
@@ -61,7 +62,7 @@ import numpy as np
 from hpcnb.commprof.binary import BINUTILS, BinaryInfo, read_binary
 from hpcnb.commprof.instrument import Region
 from hpcnb.commprof.runtime import MemoryConfig, Profile
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError, MissingFileError
 
 if TYPE_CHECKING:
     from hpcnb.launch import ProcessTree
@@ -102,6 +103,8 @@ _CLONE_VM, _CLONE_THREAD = 0x100, 0x10000
 
 _SCHED_START = re.compile(r"SCHED\[(\d+)\]:\s+acquired lock \(thread_wrapper\(starting new")
 _SCHED_EXIT = re.compile(r"SCHED\[(\d+)\]: release lock in VG_\(exit_thread\)")
+_SCHED_SLOT = re.compile(r"SCHED\[(\d+)\]")
+_SCHED_ACQUIRED = re.compile(r"SCHED\[(\d+)\]:\s+acquired lock")
 _CLONE = re.compile(r"^SYSCALL\[\d+,(\d+)\]\(\d+\) sys_clone3? \( (0x)?([0-9a-f]+), 0x([0-9a-f]+)")
 
 
@@ -280,6 +283,7 @@ def run_program(
 
     Raises:
         BinaryError: The program is not an ELF executable; NoDebugInfoError: no ``-g``.
+        InvalidInputError: ``max_log_bytes`` is not positive.
         TraceError: valgrind is missing, fails, runs past ``timeout`` or its log grows
             past ``max_log_bytes``.
     """
@@ -288,7 +292,7 @@ def run_program(
     if not command:
         raise TraceError("no program given")
     if max_log_bytes <= 0:
-        raise ValueError(f"max_log_bytes={max_log_bytes}: expected a positive size")
+        raise InvalidInputError(f"max_log_bytes={max_log_bytes}: expected a positive size")
     prog = shutil.which(command[0]) or command[0]
     binary = read_binary(prog)  # a clear error for a missing file or a build without -g
     if shutil.which("valgrind") is None:
@@ -303,9 +307,15 @@ def run_program(
         run_env["LD_PRELOAD"] = " ".join(filter(None, [str(logger), run_env.get("LD_PRELOAD")]))
         run_env["HPCNB_COMMPROF_ALLOC_LOG"] = str(alloc)
         cmd = [
-            "valgrind", "--tool=lackey", "--trace-mem=yes", "--trace-sched=yes",
-            "--trace-syscalls=yes", f"--log-file={log}", prog, *command[1:],
-        ]  # fmt: skip
+            "valgrind",
+            "--tool=lackey",
+            "--trace-mem=yes",
+            "--trace-sched=yes",
+            "--trace-syscalls=yes",
+            f"--log-file={log}",
+            prog,
+            *command[1:],
+        ]
         with out_path.open("wb") as out, err_path.open("wb") as err:
             tree = ProcessTree(cmd, env=run_env, stdout=out, stderr=err)
             try:
@@ -414,10 +424,18 @@ class ProgramProfile:
                 base = -(-(start + o.size) // 4096) * 4096
             tr[:, 3] += shift[owner]
         return Profile(
-            kernel=p.kernel, regions=p.regions, nthreads=p.nthreads, exact=p.exact,
-            exact_bytes=p.exact_bytes, signature=p.signature, accesses=p.accesses, trace=tr,
-            n_elements=p.n_elements, itemsizes=p.itemsizes, memory=p.memory,
-        )  # fmt: skip
+            kernel=p.kernel,
+            regions=p.regions,
+            nthreads=p.nthreads,
+            exact=p.exact,
+            exact_bytes=p.exact_bytes,
+            signature=p.signature,
+            accesses=p.accesses,
+            trace=tr,
+            n_elements=p.n_elements,
+            itemsizes=p.itemsizes,
+            memory=p.memory,
+        )
 
     def object_of_element(self) -> np.ndarray:
         """Object index of every shadow element."""
@@ -446,36 +464,52 @@ def _parse_allocs(text: str) -> tuple[dict[str, int], list[tuple[str, int, int, 
 
 
 class _Objects:
-    """Live data objects sorted by address, with word-index allocation."""
+    """Live data objects sorted by address, with word-index allocation.
+
+    Attributes:
+        word_bytes: Bytes per shadow word.
+        all: Every object ever added, in shadow order.
+        live: Start address -> index in ``all`` of the objects alive now.
+        next_element: First shadow word of the next object.
+        starts: Start addresses of the live objects, ascending.
+        ends: Their end addresses.
+        ids: Their indices in ``all``.
+    """
 
     def __init__(self, word_bytes: int) -> None:
-        self.wb = word_bytes
+        self.word_bytes = word_bytes
         self.all: list[DataObject] = []
-        self.live: dict[int, int] = {}  # start address -> object index
+        self.live: dict[int, int] = {}
         self.next_element = 0
-        self._starts = np.zeros(0, np.int64)
-        self._ends = np.zeros(0, np.int64)
-        self._ids = np.zeros(0, np.int64)
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.ids: list[int] = []
 
     def add(self, name: str, kind: str, site: str, address: int, size: int) -> None:
+        """Add a live object (arguments as the :class:`DataObject` attributes).
+
+        Args:
+            name: Its name.
+            kind: ``global``, ``heap`` or ``stack``.
+            site: Its definition or allocation site.
+            address: Its run-time start address.
+            size: Its size in bytes.
+        """
         obj = DataObject(name, kind, site, address, size, self.next_element)
-        self.next_element += -(-size // self.wb)
+        self.next_element += -(-size // self.word_bytes)
         self.all.append(obj)
         self.live[address] = len(self.all) - 1
         self._index()
 
     def remove(self, address: int) -> None:
+        """The live object starting at ``address`` (if any) is freed."""
         if self.live.pop(address, None) is not None:
             self._index()
 
     def _index(self) -> None:
-        ids = sorted(self.live.values(), key=lambda k: self.all[k].address)
-        self._ids = np.array(ids, np.int64)
-        self._starts = np.array([self.all[k].address for k in ids], np.int64)
-        self._ends = np.array([self.all[k].address + self.all[k].size for k in ids], np.int64)
-        self.starts = self._starts.tolist()
-        self.ends = self._ends.tolist()
-        self.ids = ids
+        self.ids = sorted(self.live.values(), key=lambda k: self.all[k].address)
+        self.starts = [self.all[k].address for k in self.ids]
+        self.ends = [self.all[k].address + self.all[k].size for k in self.ids]
 
 
 def _near_stack(pairs: list[tuple[int, int]], value: int, keys_are_stacks: bool) -> int:
@@ -529,6 +563,304 @@ class _Threads:
         return t
 
 
+#: Word-access row of a trace: logical thread, region, element, address, 1 = write, function.
+_Row = tuple[int, int, int, int, int, int]
+_NO_LOCATION = (0, -1)  # (region, function) before a thread runs program code
+
+
+class _LackeyReader:
+    """Reads a lackey log, one method per kind of record, into word-access rows.
+
+    The records (first characters of a line):
+
+    - ``I  addr,size``: an instruction (:meth:`instruction`);
+    - a space, then ``L addr,size``, ``S addr,size`` or ``M addr,size``: a load, store or
+      modify (:meth:`load`, :meth:`store`, :meth:`modify`) by the thread that runs;
+    - ``--pid-- SCHED[n]: ...``: valgrind's scheduler (:meth:`scheduler`): thread slot
+      ``n`` starts a new thread, exits, or takes the lock and runs;
+    - ``SYSCALL[pid,tid](nr) ...``: a system call (:meth:`syscall`): a ``clone`` of a
+      thread, and possibly a scheduler record continuing the line.
+
+    Other lines (valgrind's own ``==pid==`` messages) are skipped. A store to the
+    allocation logger's mailbox is a marker: the next allocation event happens
+    (:meth:`marker`).
+
+    Attributes:
+        binary: The program's tables.
+        word_bytes: Bytes per shadow word.
+        base: Load bias of the main executable.
+        mailbox: Address of the allocation logger's mailbox (-1: none).
+        text_lo: First run-time address of the program's code.
+        text_hi: End of the program's code.
+        events: The allocation logger's events, in order.
+        next_event: Index of the event the next marker announces.
+        objects: The data objects known so far.
+        heap_blocks: Heap objects found so far.
+        threads: Logical thread numbers handed out by clones and first accesses.
+        logical: Valgrind thread slot -> logical thread, for slots that have one.
+        main_started: Whether the main thread's start record was read.
+        unmatched: Slots that started a thread whose first access is still to come.
+        location: Slot -> (region, function) of the last program instruction it ran.
+        slot: The valgrind slot that runs.
+        thread: Its logical thread (-1 until its first access identifies it).
+        records: Instruction and data-access records read.
+        parallel_from: Row of the first access by a started thread (-1: none yet).
+        rows: The word accesses, in trace order.
+    """
+
+    def __init__(self, run: TraceRun, word_bytes: int) -> None:
+        """Set up the objects known before the trace: globals and the main stack window.
+
+        Args:
+            run: The traced run (its binary tables and allocation log are read here).
+            word_bytes: Granularity of the shadow memory.
+
+        Raises:
+            TraceError: The allocation log is malformed.
+        """
+        self.binary = run.binary
+        self.word_bytes = word_bytes
+        head, self.events = _parse_allocs(run.allocations)
+        self.base = head.get("BASE", _PIE_BASE if self.binary.pie else 0)
+        self.mailbox = head.get("MAILBOX", -1)
+        lo, hi = self.binary.text_range
+        self.text_lo, self.text_hi = lo + self.base, hi + self.base
+        self.next_event = 0
+        self.objects = _Objects(word_bytes)
+        for symbol in self.binary.symbols:
+            self.objects.add(
+                symbol.name, "global", symbol.site, symbol.address + self.base, symbol.size
+            )
+        if "STACK" in head:
+            top = head["STACK"] + 4096
+            self.objects.add(
+                "stack of thread 0", "stack", "main thread", top - STACK_WINDOW, STACK_WINDOW
+            )
+        self.heap_blocks = 0
+        self._code: dict[int, tuple[int, int]] = {}  # instruction address -> location
+        self._function_index = {f.name: k for k, f in enumerate(self.binary.functions)}
+        self.threads = _Threads()
+        self.logical: dict[int, int] = {1: 0}
+        self.main_started = False
+        self.unmatched: set[int] = set()
+        self.location: dict[int, tuple[int, int]] = {}
+        self.slot, self.thread = 1, 0
+        self.records = 0
+        self.parallel_from = -1
+        self.rows: list[_Row] = []
+        self._accesses = {"L": self.load, "S": self.store, "M": self.modify}
+
+    def read(self, log: str) -> None:
+        """Read every record of ``log`` in order.
+
+        Args:
+            log: The lackey log text.
+        """
+        for line in io.StringIO(log):
+            first = line[:1]
+            if first == "I":
+                self.instruction(line)
+            elif first == " ":
+                self.data_access(line)
+            elif first == "-":
+                self.scheduler(line)
+            elif first == "S":
+                self.syscall(line)
+
+    def _code_location(self, address: int) -> tuple[int, int]:
+        """(Region, function index) of the program instruction at run-time ``address``."""
+        found = self._code.get(address)
+        if found is None:
+            file_address = address - self.base
+            loop = self.binary.loop_at(file_address)
+            function = self._function_index.get(self.binary.function_at(file_address), -1)
+            found = self._code[address] = (loop + 1, function)
+        return found
+
+    def instruction(self, line: str) -> None:
+        """``I  addr,size``: the running slot's location moves to a program instruction."""
+        self.records += 1
+        address = int(line[3 : line.index(",")], 16)
+        if self.text_lo <= address < self.text_hi:
+            self.location[self.slot] = self._code_location(address)
+
+    def data_access(self, line: str) -> None:
+        """A data access: identify the thread at its first access, then dispatch on its kind."""
+        handler = self._accesses.get(line[1:2])
+        comma = line.find(",")
+        if handler is None or comma < 0:
+            return
+        self.records += 1
+        address = int(line[3:comma], 16)
+        if self.slot in self.unmatched:
+            self.unmatched.discard(self.slot)
+            self.thread = self.logical[self.slot] = self.threads.start(self.slot, address)
+            if self.parallel_from < 0:
+                self.parallel_from = len(self.rows)
+        if self.thread >= 0:
+            handler(address, line[comma + 1 :])
+
+    def load(self, address: int, size: str) -> None:
+        """A load of ``size`` bytes (decimal text) at ``address``: read rows."""
+        self._words(address, size, read=True, write=False)
+
+    def store(self, address: int, size: str) -> None:
+        """A store: write rows, or a marker when it goes to the mailbox."""
+        if address == self.mailbox:
+            self.marker()
+        else:
+            self._words(address, size, read=False, write=True)
+
+    def modify(self, address: int, size: str) -> None:
+        """A read-modify-write: a read and a write row per word, or a marker."""
+        if address == self.mailbox:
+            self.marker()
+        else:
+            self._words(address, size, read=True, write=True)
+
+    def _words(self, address: int, size: str, *, read: bool, write: bool) -> None:
+        """Append the rows of an access to the words of the object holding ``address``."""
+        objects = self.objects
+        k = bisect.bisect_right(objects.starts, address) - 1
+        if k < 0 or address >= objects.ends[k]:
+            return
+        obj = objects.all[objects.ids[k]]
+        wb = self.word_bytes
+        first = (address - obj.address) // wb
+        last = min((address + int(size) - 1 - obj.address) // wb, (obj.size - 1) // wb)
+        region, function = self.location.get(self.slot, _NO_LOCATION)
+        for word in range(first, last + 1):
+            element, word_address = obj.first + word, obj.address + word * wb
+            if read:
+                self.rows.append((self.thread, region, element, word_address, 0, function))
+            if write:
+                self.rows.append((self.thread, region, element, word_address, 1, function))
+
+    def marker(self) -> None:
+        """A mailbox store: the next allocation event (a heap block appears or goes)."""
+        event = self.events[self.next_event] if self.next_event < len(self.events) else None
+        self.next_event += 1
+        if event is None:
+            return
+        kind, address, size, caller = event
+        if kind == "A" and self.text_lo <= caller < self.text_hi:
+            self.heap_blocks += 1
+            site = self.binary.site(caller - self.base - 1)
+            self.objects.add(f"heap#{self.heap_blocks}", "heap", site, address, size)
+        elif kind == "F":
+            self.objects.remove(address)
+
+    def scheduler(self, line: str) -> None:
+        """``--pid-- SCHED[n]: ...``: a thread starts, exits, or slot ``n`` runs."""
+        start = _SCHED_START.search(line)
+        if start:
+            self.thread_start(int(start.group(1)))
+            return
+        exit_ = _SCHED_EXIT.search(line)
+        if exit_:
+            self.thread_exit(int(exit_.group(1)))
+        elif "acquired lock" in line:
+            switch = _SCHED_SLOT.search(line)
+            if switch:
+                self.thread_switch(int(switch.group(1)))
+
+    def syscall(self, line: str) -> None:
+        """``SYSCALL[...]``: a clone of a thread, and a scheduler record continuing it."""
+        clone = _CLONE.match(line)
+        if clone:
+            flags = int(clone.group(3), 16)
+            if flags & _CLONE_VM and flags & _CLONE_THREAD:
+                self.clone(int(clone.group(4), 16))
+        if "acquired lock" in line:
+            switch = _SCHED_ACQUIRED.search(line)
+            if switch:
+                self.thread_switch(int(switch.group(1)))
+
+    def clone(self, stack: int) -> None:
+        """A thread is created with its stack at ``stack``."""
+        self.threads.clone(stack)
+
+    def thread_start(self, slot: int) -> None:
+        """Slot ``slot`` starts a thread (the main one the first time slot 1 starts)."""
+        self.slot = slot
+        self.location[slot] = _NO_LOCATION
+        if slot != 1 or self.main_started:
+            self.unmatched.add(slot)
+            self.logical.pop(slot, None)
+            self.thread = -1
+        else:
+            self.thread, self.main_started = 0, True
+
+    def thread_exit(self, slot: int) -> None:
+        """The thread in ``slot`` ends (the slot may be reused by a new thread)."""
+        self.logical.pop(slot, None)
+
+    def thread_switch(self, slot: int) -> None:
+        """Slot ``slot`` takes valgrind's lock and runs."""
+        self.slot = slot
+        self.thread = self.logical.get(slot, -1)
+
+    def program_profile(self, run: TraceRun, threads_hint: int | None) -> ProgramProfile:
+        """The profile of what was read, its communication replayed in trace order.
+
+        Args:
+            run: The traced run (its command names the profile).
+            threads_hint: Expected threads; the matrices get at least this many rows.
+
+        Raises:
+            TraceError: Nothing was traced, or more than 64 threads.
+        """
+        from hpcnb.commprof.shadow import replay_exact
+
+        if self.records == 0:
+            raise TraceError(
+                f"{' '.join(run.command)}: the valgrind log holds no memory trace "
+                "(expected lackey --trace-mem=yes output)"
+            )
+        slots = self.threads.slots
+        nthreads = max(len(slots), threads_hint or 0, 1)
+        if nthreads > 64:
+            raise TraceError(f"{nthreads} threads: the exact shadow memory holds at most 64")
+        name = " ".join(Path(run.command[0]).name.split())
+        regions = [Region(0, 0, -1, "program", name)]
+        for lp in self.binary.loops:
+            text = f"{lp.location} ({lp.function})"
+            regions.append(Region(lp.index + 1, lp.line, lp.parent + 1, "loop", text))
+        rows = np.array(self.rows, np.int64).reshape(-1, 6)
+        trace = np.zeros((len(rows), 6), np.int64)
+        trace[:, :5] = rows[:, :5]
+        accesses = np.zeros((len(regions), 2), np.int64)
+        if len(trace):
+            np.add.at(accesses, (trace[:, 1], trace[:, 4]), 1)
+        empty = np.zeros((len(regions), nthreads, nthreads), np.int64)
+        profile = Profile(
+            kernel=Path(run.command[0]).name,
+            regions=regions,
+            nthreads=nthreads,
+            exact=empty,
+            exact_bytes=empty.copy(),
+            signature=None,
+            accesses=accesses,
+            trace=trace,
+            n_elements=max(1, self.objects.next_element),
+            itemsizes=[self.word_bytes] * len(self.objects.all),
+            memory=MemoryConfig(),
+        )
+        profile.exact = replay_exact(profile)
+        profile.exact_bytes = self.word_bytes * profile.exact
+        parallel_from = self.parallel_from if self.parallel_from >= 0 else len(self.rows)
+        return ProgramProfile(
+            profile,
+            self.objects.all,
+            self.binary,
+            slots,
+            self.word_bytes,
+            list(run.command),
+            parallel_from,
+            rows[:, 5].copy(),
+        )
+
+
 def parse_trace(
     run: TraceRun, *, word_bytes: int = 8, threads_hint: int | None = None
 ) -> ProgramProfile:
@@ -541,167 +873,15 @@ def parse_trace(
             many rows and a mismatch is reported by :func:`hpcnb.commprof.report`.
 
     Raises:
-        TraceError: The log holds no trace, or the allocation log is malformed.
+        InvalidInputError: ``word_bytes`` is not 1, 2, 4, 8 or 16.
+        TraceError: The log holds no trace, more than 64 threads, or the allocation log
+            is malformed.
     """
-    import bisect
-
-    from hpcnb.commprof.shadow import replay_exact
-
     if word_bytes not in (1, 2, 4, 8, 16):
-        raise ValueError(f"word_bytes={word_bytes}: expected 1, 2, 4, 8 or 16")
-    b = run.binary
-    head, events = _parse_allocs(run.allocations)
-    base = head.get("BASE", _PIE_BASE if b.pie else 0)
-    mailbox = head.get("MAILBOX", -1)
-    lo, hi = b.text_range
-    text_lo, text_hi = lo + base, hi + base
-    objs = _Objects(word_bytes)
-    for s in b.symbols:
-        objs.add(s.name, "global", s.site, s.address + base, s.size)
-    if "STACK" in head:
-        top = head["STACK"] + 4096
-        objs.add("stack of thread 0", "stack", "main thread", top - STACK_WINDOW, STACK_WINDOW)
-    heap_count = 0
-    loop_region: dict[int, tuple[int, int]] = {}
-    fn_index = {f.name: k for k, f in enumerate(b.functions)}
-
-    def region_of(addr: int) -> tuple[int, int]:
-        r = loop_region.get(addr)
-        if r is None:
-            fa = addr - base
-            r = loop_region[addr] = (b.loop_at(fa) + 1, fn_index.get(b.function_at(fa), -1))
-        return r
-
-    vg_to_logical: dict[int, int] = {1: 0}
-    threads = _Threads()
-    main_started = False
-    unmatched: set[int] = set()
-    region: dict[int, tuple[int, int]] = {}
-    rows: list[tuple[int, int, int, int, int, int]] = []
-    cur_vg, cur = 1, 0
-    n_event = 0
-    n_lines = 0
-    parallel_from = -1
-    starts, ends, ids = objs.starts, objs.ends, objs.ids
-    wb = word_bytes
-    for line in io.StringIO(run.log):
-        c = line[:1]
-        if c == "I":
-            n_lines += 1
-            a = int(line[3 : line.index(",")], 16)
-            if text_lo <= a < text_hi:
-                region[cur_vg] = region_of(a)
-            continue
-        if c == " ":
-            kind = line[1:2]
-            comma = line.find(",")
-            if kind not in ("L", "S", "M") or comma < 0:
-                continue
-            n_lines += 1
-            a = int(line[3:comma], 16)
-            if cur_vg in unmatched:
-                unmatched.discard(cur_vg)
-                t = threads.start(cur_vg, a)
-                vg_to_logical[cur_vg] = t
-                cur = t
-                if parallel_from < 0:
-                    parallel_from = len(rows)
-            if cur < 0:
-                continue
-            if a == mailbox and kind != "L":
-                ev = events[n_event] if n_event < len(events) else None
-                n_event += 1
-                if ev is None:
-                    continue
-                if ev[0] == "A" and text_lo <= ev[3] < text_hi:
-                    heap_count += 1
-                    site = b.site(ev[3] - base - 1)
-                    objs.add(f"heap#{heap_count}", "heap", site, ev[1], ev[2])
-                elif ev[0] == "F":
-                    objs.remove(ev[1])
-                starts, ends, ids = objs.starts, objs.ends, objs.ids
-                continue
-            k = bisect.bisect_right(starts, a) - 1
-            if k < 0 or a >= ends[k]:
-                continue
-            o = objs.all[ids[k]]
-            size = int(line[comma + 1 :])
-            w0 = (a - o.address) // wb
-            w1 = min((a + size - 1 - o.address) // wb, (o.size - 1) // wb)
-            reg, fn = region.get(cur_vg, (0, -1))
-            for w in range(w0, w1 + 1):
-                e, ad = o.first + w, o.address + w * wb
-                if kind != "S":
-                    rows.append((cur, reg, e, ad, 0, fn))
-                if kind != "L":
-                    rows.append((cur, reg, e, ad, 1, fn))
-            continue
-        if c == "-":
-            m = _SCHED_START.search(line)
-            if m:
-                cur_vg = int(m.group(1))
-                region[cur_vg] = (0, -1)
-                if cur_vg != 1 or main_started:
-                    unmatched.add(cur_vg)
-                    vg_to_logical.pop(cur_vg, None)
-                    cur = -1
-                else:
-                    cur, main_started = 0, True
-                continue
-            m = _SCHED_EXIT.search(line)
-            if m:
-                vg_to_logical.pop(int(m.group(1)), None)
-                continue
-            if "acquired lock" in line:
-                m2 = re.search(r"SCHED\[(\d+)\]", line)
-                if m2:
-                    cur_vg = int(m2.group(1))
-                    cur = vg_to_logical.get(cur_vg, -1)
-            continue
-        if c == "S":
-            m = _CLONE.match(line)
-            if m:
-                flags = int(m.group(3), 16)
-                if flags & _CLONE_VM and flags & _CLONE_THREAD:
-                    threads.clone(int(m.group(4), 16))
-            if "acquired lock" in line:  # a scheduler record continuing a syscall line
-                m2 = re.search(r"SCHED\[(\d+)\]:\s+acquired lock", line)
-                if m2:
-                    cur_vg = int(m2.group(1))
-                    cur = vg_to_logical.get(cur_vg, -1)
-    if n_lines == 0:
-        raise TraceError(
-            f"{' '.join(run.command)}: the valgrind log holds no memory trace "
-            "(expected lackey --trace-mem=yes output)"
-        )
-    vg_threads = threads.slots
-    T = max(len(vg_threads), threads_hint or 0, 1)
-    if T > 64:
-        raise TraceError(f"{T} threads: the exact shadow memory holds at most 64")
-    regions = [Region(0, 0, -1, "program", " ".join(Path(run.command[0]).name.split()))]
-    for lp in b.loops:
-        regions.append(
-            Region(lp.index + 1, lp.line, lp.parent + 1, "loop", f"{lp.location} ({lp.function})")
-        )
-    tr = np.array(rows, np.int64).reshape(-1, 6)
-    trace = np.zeros((len(tr), 6), np.int64)
-    trace[:, :5] = tr[:, :5]
-    acc = np.zeros((len(regions), 2), np.int64)
-    if len(trace):
-        np.add.at(acc, (trace[:, 1], trace[:, 4]), 1)
-    p = Profile(
-        kernel=Path(run.command[0]).name, regions=regions, nthreads=T,
-        exact=np.zeros((len(regions), T, T), np.int64),
-        exact_bytes=np.zeros((len(regions), T, T), np.int64), signature=None,
-        accesses=acc, trace=trace, n_elements=max(1, objs.next_element),
-        itemsizes=[word_bytes] * len(objs.all), memory=MemoryConfig(),
-    )  # fmt: skip
-    p.exact = replay_exact(p)
-    p.exact_bytes = word_bytes * p.exact
-    return ProgramProfile(
-        p, objs.all, b, vg_threads, word_bytes, list(run.command),
-        parallel_from if parallel_from >= 0 else len(rows), tr[:, 5].copy(),
-    )  # fmt: skip
+        raise InvalidInputError(f"word_bytes={word_bytes}: expected 1, 2, 4, 8 or 16")
+    reader = _LackeyReader(run, word_bytes)
+    reader.read(run.log)
+    return reader.program_profile(run, threads_hint)
 
 
 def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
@@ -712,6 +892,13 @@ def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
     the same thread inside the program when it changed: a few thousand lines instead of
     ~10^5. The communication matrices and the objects stay the same; the access counts
     of private objects are dropped.
+
+    Args:
+        run: The traced run.
+        word_bytes: Granularity of the shadow memory used to find the shared objects.
+
+    Returns:
+        The run with the reduced log.
     """
     prof = parse_trace(run, word_bytes=word_bytes)
     tr = prof.profile.trace
@@ -731,8 +918,6 @@ def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
     written: dict[int, str] = {}
     cur = 1
     starts = [s for s, _ in spans]
-    import bisect
-
     for line in io.StringIO(run.log):
         c = line[:1]
         if c == "I":
@@ -755,7 +940,7 @@ def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
                 keep.append(line.rstrip("\n"))
             continue
         if "SCHED[" in line and ("acquired lock" in line or "exit_thread" in line):
-            m = re.search(r"SCHED\[(\d+)\]", line)
+            m = _SCHED_SLOT.search(line)
             cur = int(m.group(1)) if m else cur
             keep.append(line.rstrip("\n"))
         elif c == "S" and _CLONE.match(line):
@@ -764,10 +949,18 @@ def filter_trace(run: TraceRun, *, word_bytes: int = 8) -> TraceRun:
 
 
 def save_run(run: TraceRun, folder: Path, name: str) -> list[Path]:
-    """Write a run as ``name.lackey.log``, ``name.alloc.log`` and ``name.binary.json``."""
+    """Write a run as ``name.lackey.log``, ``name.alloc.log`` and ``name.binary.json``.
+
+    Args:
+        run: The traced run.
+        folder: Folder to write into (created).
+        name: Stem of the three file names.
+
+    Returns:
+        The three paths.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    files = [folder / f"{name}.lackey.log", folder / f"{name}.alloc.log",
-             folder / f"{name}.binary.json"]  # fmt: skip
+    files = [folder / f"{name}.{suffix}" for suffix in ("lackey.log", "alloc.log", "binary.json")]
     files[0].write_text(run.log)
     files[1].write_text(run.allocations)
     meta = {"command": [Path(run.command[0]).name, *run.command[1:]], **run.binary.to_dict()}
@@ -782,13 +975,13 @@ def recorded_run() -> TraceRun:
     For machines without valgrind: it parses to the same profile as a fresh run.
 
     Raises:
-        FileNotFoundError: The package data is missing (a broken installation).
+        MissingFileError: The package data is missing (a broken installation).
     """
     folder = resources.files("hpcnb.commprof").joinpath("data")
     names = [f"{RECORDED}.lackey.log", f"{RECORDED}.alloc.log", f"{RECORDED}.binary.json"]
     for n in names:
         if not folder.joinpath(n).is_file():
-            raise FileNotFoundError(f"recorded valgrind run file {n} missing from {folder}")
+            raise MissingFileError(f"recorded valgrind run file {n} missing from {folder}")
     meta = json.loads(folder.joinpath(names[2]).read_text(encoding="utf-8"))
     command = meta.pop("command")
     return TraceRun(
@@ -810,7 +1003,18 @@ def profile_program(
 ) -> ProgramProfile:
     """Run ``command`` under valgrind and return its :class:`ProgramProfile`.
 
-    The arguments are those of :func:`run_program` and :func:`parse_trace`.
+    Args:
+        command: The program (built with ``-g``) and its arguments.
+        threads_hint: Expected threads, main included (see :func:`parse_trace`).
+        word_bytes: Granularity of the shadow memory.
+        timeout: Wall-clock limit of the valgrind run (s).
+        env: Extra environment variables for the program.
+        max_log_bytes: Largest lackey log allowed (bytes).
+
+    Raises:
+        BinaryError: The program is not an ELF executable; NoDebugInfoError: no ``-g``.
+        InvalidInputError: A bad ``word_bytes`` or ``max_log_bytes``.
+        TraceError: valgrind is missing or fails, or the trace cannot be read.
     """
     run = run_program(command, timeout=timeout, env=env, max_log_bytes=max_log_bytes)
     return parse_trace(run, word_bytes=word_bytes, threads_hint=threads_hint)
