@@ -25,17 +25,17 @@ from hpcnb.perfmodel import (
     runtime_vs_nodes,
 )
 from hpcnb.perfmodel.dataset import FAMILIES, build_network
-from hpcnb.perfmodel.estimator import (
-    FlopsOnly,
-    Roofline,
-    absolute_percentage_errors,
-    design_matrix,
-    feature_names,
-    mape_interval,
-)
+from hpcnb.perfmodel.estimator import FlopsOnly, Roofline, design_matrix, feature_names
 from hpcnb.perfmodel.features import training_flops
 from hpcnb.perfmodel.multinode import TrainingCost
-from hpcnb.records import bootstrap_rows
+from hpcnb.perfmodel.protocol import PerfmodelError
+from hpcnb.stats import (
+    Estimate,
+    StatisticsError,
+    absolute_percentage_errors,
+    bootstrap_rows,
+    mape_interval,
+)
 
 
 def _small_net() -> nn.Module:
@@ -86,9 +86,9 @@ def test_training_flops_fix_grouped_weight_gradient() -> None:
 
 
 def test_timing_config_and_median() -> None:
-    with pytest.raises(ValueError, match="clock"):
+    with pytest.raises(PerfmodelError, match="clock"):
         TimingConfig(clock="sundial")
-    with pytest.raises(ValueError, match="one thread"):
+    with pytest.raises(PerfmodelError, match="one thread"):
         TimingConfig(threads=2, clock="cpu")
     calls = []
     timing = TimingConfig(warmup=2, repeats=3).measure(lambda: calls.append(1))
@@ -101,7 +101,7 @@ def test_build_network_every_family() -> None:
         net = build_network(family, 0.25).eval()
         with torch.no_grad():
             assert net(torch.randn(2, 3, 16, 16)).shape == (2, 10), family
-    with pytest.raises(ValueError, match="family"):
+    with pytest.raises(PerfmodelError, match="family"):
         build_network("alexnet")
 
 
@@ -145,9 +145,9 @@ def test_convmeter_api_and_exact_recovery() -> None:
     assert model.intercept_ == pytest.approx(1e-3, rel=1e-4)
     assert np.all(model.coef_ >= 0)
     assert model.formula().startswith("T = ")
-    with pytest.raises(ValueError, match="expected"):
+    with pytest.raises(PerfmodelError, match="expected"):
         model.predict(X[:, :3])
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(PerfmodelError, match="mode"):
         ConvMeter("sleeping").fit(X, y)
     Xt = design_matrix(rows, "training", cache_bytes=1e6)
     assert Xt.shape == X.shape
@@ -161,7 +161,7 @@ def test_baselines_and_leave_one_family_out() -> None:
     ev = leave_one_family_out(FlopsOnly, flops, y, [r.family for r in rows])
     assert set(ev.per_family) == {"a", "b", "c"}
     assert ev.mape < 1e-6
-    with pytest.raises(ValueError, match="two families"):
+    with pytest.raises(PerfmodelError, match="two families"):
         leave_one_family_out(FlopsOnly, flops, y, ["a"] * len(rows))
     roof = Roofline(peak_flops=1e9, bandwidth=1e8).predict_rows(rows[:1])
     f, b = rows[0].features, rows[0].batch
@@ -191,7 +191,7 @@ def test_dataset_cache_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(dataset_module, "network_features", boom)
     again = collect_dataset(grid, cache_dir=tmp_path, remeasure="none")
     assert again[0].inference_s == rows[0].inference_s
-    with pytest.raises(ValueError, match="batches"):
+    with pytest.raises(PerfmodelError, match="batches"):
         GridConfig(batches=(1,))
 
 
@@ -205,7 +205,7 @@ def test_runtime_vs_nodes_by_hand() -> None:
     assert curve[4] == pytest.approx(16e-3 + 1.5 * 0.1)
     overlapped = runtime_vs_nodes(cost, 64, Cluster(link_gbps=8.0, overlap=1.0), nodes=[2])
     assert overlapped[2] == pytest.approx(max(1e-3 + 32e-3, 0.1 + 2 * 5e-6))
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(PerfmodelError, match="outside"):
         runtime_vs_nodes(cost, 4, plat, nodes=[8])
     net_curve = runtime_vs_nodes(_small_net(), 8, plat, nodes=[1, 2], input_shape=(2, 5, 5))
     assert net_curve[2] > 0
@@ -216,38 +216,43 @@ def test_mape_interval_seeded_bootstrap_of_the_mean() -> None:
     predicted = np.array([1.1, 1.8, 4.4, 5.0, 9.0, 10.0])
     ape = absolute_percentage_errors(predicted, measured)
     assert ape == pytest.approx([0.1, 0.1, 0.1, 0.0, 0.1, 0.25])
-    value, low, high = mape_interval(predicted, measured, seed=3)
+    estimate = mape_interval(predicted, measured, seed=3)
+    value, (low, high) = estimate.value, estimate.bounds
+    assert isinstance(estimate, Estimate) and estimate.n == 6
     assert value == pytest.approx(mape(predicted, measured))
     assert ape.min() <= low <= value <= high <= ape.max()
-    assert mape_interval(predicted, measured, seed=3) == (value, low, high)  # reproducible
-    assert mape_interval(predicted, measured, seed=4) != (value, low, high)
+    assert mape_interval(predicted, measured, seed=3) == estimate  # reproducible
+    assert mape_interval(predicted, measured, seed=4) != estimate
     # the same bootstrap by hand: rows drawn with replacement from default_rng(seed)
     rng = np.random.default_rng(3)
     means = [ape[rng.choice(np.arange(6), size=6)].mean() for _ in range(2000)]
     assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
     # equal errors: a zero-width interval
-    assert mape_interval([2.0, 4.0], [1.0, 2.0]) == pytest.approx((1.0, 1.0, 1.0))
+    equal = mape_interval([2.0, 4.0], [1.0, 2.0])
+    assert (equal.value, *equal.bounds) == pytest.approx((1.0, 1.0, 1.0))
 
 
 def test_mape_interval_groups_mean_of_group_mapes() -> None:
     measured = np.ones(5)
     predicted = np.array([1.1, 1.3, 1.5, 1.5, 1.5])  # group a: 0.1, 0.3; group b: 0.5 x3
     groups = ["a", "a", "b", "b", "b"]
-    value, low, high = mape_interval(predicted, measured, groups=groups, seed=0)
+    estimate = mape_interval(predicted, measured, groups=groups, seed=0)
+    value, (low, high) = estimate.value, estimate.bounds
     assert value == pytest.approx((0.2 + 0.5) / 2)  # each group counts once
     # resampling stays within groups: b always 0.5, a's mean in [0.1, 0.3]
     assert 0.3 <= low <= value <= high <= 0.4
-    with pytest.raises(ValueError, match="labels"):
+    with pytest.raises(StatisticsError, match="labels"):
         mape_interval(predicted, measured, groups=["a"])
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(StatisticsError, match="positive"):
         mape_interval([1.0], [0.0])
 
 
 def test_bootstrap_rows_any_statistic() -> None:
     x = np.arange(1.0, 11.0)
-    value, low, high = bootstrap_rows(lambda idx: float(x[idx].max()), x.size, seed=1)
-    assert value == 10.0 and low <= 10.0 <= high == 10.0
-    with pytest.raises(ValueError, match="confidence"):
+    estimate = bootstrap_rows(lambda idx: float(x[idx].max()), x.size, seed=1)
+    low, high = estimate.bounds
+    assert estimate.value == 10.0 and low <= 10.0 <= high == 10.0 and estimate.n == 10
+    with pytest.raises(StatisticsError, match="confidence"):
         bootstrap_rows(lambda idx: 0.0, 3, confidence=1.5)
 
 

@@ -4,20 +4,59 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from torch import nn
 
 from hpcnb.perfmodel.allreduce import AlphaBeta
 from hpcnb.perfmodel.distributed import (
     DistributedConfig,
     DistributedReport,
+    resolve_builder,
     run_distributed_benchmark,
+    small_convnet,
 )
+from hpcnb.perfmodel.protocol import PerfmodelError
+from hpcnb.plugins import PluginError
+
+FACTORIES = "perfmodel_user_factories"  # a module outside the package, written per test
+FACTORY_SOURCE = """
+from torch import nn
+
+from hpcnb.perfmodel.distributed import small_convnet
+
+NOT_CALLABLE = 3
+
+
+def convnet(width=16, num_classes=10, in_channels=3):
+    return small_convnet(width=width, num_classes=num_classes, in_channels=in_channels)
+
+
+def linear(features=4, num_classes=3):
+    return nn.Sequential(nn.Flatten(), nn.Linear(features, num_classes))
+"""
+
+
+@pytest.fixture
+def user_factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The module name of a factory module in ``tmp_path``, put on ``sys.path``.
+
+    Spawned ranks receive the parent's ``sys.path``, so they import it too.
+    """
+    (tmp_path / f"{FACTORIES}.py").write_text(FACTORY_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(FACTORIES, None)
+    yield FACTORIES
+    sys.modules.pop(FACTORIES, None)
 
 
 @pytest.mark.slow
-def test_two_process_benchmark_and_ddp() -> None:
+def test_two_process_benchmark_and_ddp(user_factories: str) -> None:
     config = DistributedConfig(
+        builder=f"{user_factories}:convnet",
         message_bytes=(4, 65536, 1 << 20),
         repeats=3,
         warmup=1,
@@ -52,7 +91,7 @@ def test_two_process_benchmark_and_ddp() -> None:
         abs(report.compute_alone_samples[0] - report.step_1proc_samples[0])
         / report.step_1proc_samples[0]
     )
-    with pytest.raises(ValueError, match="processes"):
+    with pytest.raises(PerfmodelError, match="processes"):
         report.error_samples(3)
 
 
@@ -61,8 +100,24 @@ def test_bad_configuration_is_rejected() -> None:
         run_distributed_benchmark(DistributedConfig(world_size=1))
     with pytest.raises(ValueError, match="multiple of 4"):
         run_distributed_benchmark(DistributedConfig(message_bytes=(3, 8)))
-    with pytest.raises(ValueError, match="builder"):
+    with pytest.raises(PluginError, match=r"DistributedConfig\.builder: model factory 'nowhere'"):
         run_distributed_benchmark(DistributedConfig(builder="nowhere"))
+
+
+def test_builder_is_a_model_factory_reference(user_factories: str) -> None:
+    assert resolve_builder(DistributedConfig().builder) is small_convnet
+    model = resolve_builder(f"{user_factories}:linear")(features=6)
+    assert isinstance(model, nn.Module) and model[1].in_features == 6
+    failures = {
+        f"{user_factories}:missing": "has no attribute 'missing'",
+        f"{user_factories}:NOT_CALLABLE": "is a int, not a callable",
+        "perfmodel_no_such_module:convnet": "cannot import 'perfmodel_no_such_module'",
+        "not a reference": "expected 'package.module:attr'",
+    }
+    for reference, message in failures.items():
+        with pytest.raises(PluginError, match=r"^DistributedConfig\.builder: ") as caught:
+            resolve_builder(reference)
+        assert message in str(caught.value), reference
 
 
 def test_error_samples_by_hand() -> None:
@@ -88,7 +143,7 @@ def test_error_samples_by_hand() -> None:
     assert report.error_samples(1) == pytest.approx((1e-3 / 0.011, 0.0))
     assert report.predicted_step(2) == pytest.approx(0.014)
     bare = DistributedReport(**{**report.__dict__, "step_nproc_samples": ()})
-    with pytest.raises(ValueError, match="no per-round samples"):
+    with pytest.raises(PerfmodelError, match="no per-round samples"):
         bare.error_samples(2)
 
 

@@ -211,8 +211,11 @@ def test_within_share_on_a_hand_made_table() -> None:
     assert s.mape == pytest.approx(np.mean([0.05, 0.1, 0.2, 0.3, 0.05, 0.15, 0.0, 0.5]))
     per = family_scores(predicted, measured, ["a"] * 4 + ["b"] * 4)
     assert per["a"].within_10 == 0.5 and per["b"].within_20 == 0.75
-    value, low, high = share_interval(predicted, measured, 0.10, seed=1)
-    assert value == 0.5 and 0.0 <= low <= value <= high <= 1.0
+    estimate = share_interval(predicted, measured, 0.10, seed=1)
+    value, (low, high) = estimate.value, estimate.bounds
+    assert value == 0.5 and 0.0 <= low <= value <= high <= 1.0 and estimate.n == 8
+    with pytest.raises(PerfmodelError, match="tolerance"):
+        share_interval(predicted, measured, -0.1)
     with pytest.raises(PerfmodelError, match="tolerance"):
         within_share(predicted, measured, -0.1)
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpcnb.errors import InvalidStateError
 from hpcnb.perfmodel import ScalingModel, allreduce_time
 from hpcnb.perfmodel.allreduce import fit_alpha_beta, overlapped_step
 from hpcnb.perfmodel.cli import register
+from hpcnb.perfmodel.protocol import PerfmodelError
 from hpcnb.perfmodel.scaling import (
     ScalingDataError,
     ScalingParams,
@@ -71,7 +73,7 @@ def test_ring_and_tree_formulas_by_hand() -> None:
     # tree, p=4: 2*2*(alpha + n*beta)
     assert allreduce_time(4, 1e6, 1e-3, 1e-9, "tree") == pytest.approx(4 * (1e-3 + 1e-3))
     assert allreduce_time(5, 0, 1.0, 0.0, "tree") == pytest.approx(6.0)
-    with pytest.raises(ValueError, match="algorithm"):
+    with pytest.raises(PerfmodelError, match="algorithm"):
         allreduce_time(2, 1, 1, 1, "butterfly")
 
 
@@ -79,7 +81,7 @@ def test_overlap_factor_between_sum_and_max() -> None:
     assert overlapped_step(3.0, 1.0, 0.0) == pytest.approx(4.0)
     assert overlapped_step(3.0, 1.0, 1.0) == pytest.approx(3.0)
     assert overlapped_step(3.0, 1.0, 0.5) == pytest.approx(3.5)
-    with pytest.raises(ValueError, match="overlap"):
+    with pytest.raises(PerfmodelError, match="overlap"):
         overlapped_step(1.0, 1.0, 1.5)
 
 
@@ -149,11 +151,11 @@ def test_malformed_csv_names_file_and_row(
 
 def test_model_api_and_errors() -> None:
     model = ScalingModel()
-    with pytest.raises(RuntimeError, match="before fit"):
+    with pytest.raises(InvalidStateError, match="before fit"):
         model.predict([1], [1], [1])
-    with pytest.raises(ValueError, match="at least 7"):
+    with pytest.raises(PerfmodelError, match="at least 7"):
         model.fit(num_nodes=[1], num_replicas=[1], local_bsz=[1], step_time=[1.0])
-    with pytest.raises(ValueError, match="gradient_bytes"):
+    with pytest.raises(PerfmodelError, match="gradient_bytes"):
         ScalingModel(gradient_bytes=0)
 
 

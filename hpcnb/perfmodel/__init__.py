@@ -10,7 +10,8 @@ The core model is importable from here; the pieces behind it from their modules:
   IQR ÷ median, load average, threads; bounded re-measures; flags; the noise floor).
 * :mod:`~hpcnb.perfmodel.dataset`: zoo × widths × resolutions × batches, cached per machine.
 * :mod:`~hpcnb.perfmodel.estimator`: :class:`ConvMeter`, the FLOPs-only and roofline
-  baselines, leave-one-family-out evaluation, MAPE with a bootstrap interval.
+  baselines, leave-one-family-out evaluation and MAPE (its bootstrap interval:
+  :func:`hpcnb.stats.mape_interval`).
 * :mod:`~hpcnb.perfmodel.opmodel`: :class:`OpCostModel`, per-op-kind terms on IR features,
   and the gradient-boosted reference.
 * :mod:`~hpcnb.perfmodel.evaluation`: share within ±10 % / ±20 %, random split, per family.

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from hpcnb.perfmodel.protocol import PerfmodelError
+
 ALGORITHMS = ("ring", "tree")
 
 __all__ = [
@@ -41,7 +43,7 @@ __all__ = [
 
 def _check_algorithm(algorithm: str) -> None:
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r}: expected one of {ALGORITHMS}")
+        raise PerfmodelError(f"algorithm={algorithm!r}: expected one of {ALGORITHMS}")
 
 
 def message_terms(p: ArrayLike, algorithm: str = "ring") -> tuple[np.ndarray, np.ndarray]:
@@ -55,12 +57,12 @@ def message_terms(p: ArrayLike, algorithm: str = "ring") -> tuple[np.ndarray, np
         algorithm: ``"ring"`` or ``"tree"``.
 
     Raises:
-        ValueError: Unknown algorithm or a rank count below 1.
+        PerfmodelError: Unknown algorithm or a rank count below 1.
     """
     _check_algorithm(algorithm)
     p = np.asarray(p, dtype=float)
     if np.any(p < 1):
-        raise ValueError(f"number of ranks p must be >= 1, got min {p.min()}")
+        raise PerfmodelError(f"number of ranks p must be >= 1, got min {p.min()}")
     if algorithm == "ring":
         a = 2.0 * (p - 1.0)
         b = np.where(p > 1, 2.0 * (p - 1.0) / p, 0.0)
@@ -84,6 +86,9 @@ def allreduce_time(
 
     Returns:
         Seconds, broadcast over ``p`` and ``nbytes``.
+
+    Raises:
+        PerfmodelError: Unknown algorithm or a rank count below 1.
     """
     a, b = message_terms(p, algorithm)
     return a * alpha + b * np.asarray(nbytes, dtype=float) * beta
@@ -98,10 +103,10 @@ def overlapped_step(t_compute: ArrayLike, t_comm: ArrayLike, overlap: float) -> 
         overlap: ``ω`` in [0, 1]: 0 adds the two, 1 takes the maximum.
 
     Raises:
-        ValueError: ``overlap`` outside [0, 1].
+        PerfmodelError: ``overlap`` outside [0, 1].
     """
     if not 0.0 <= overlap <= 1.0:
-        raise ValueError(f"overlap={overlap}: expected a factor in [0, 1]")
+        raise PerfmodelError(f"overlap={overlap}: expected a factor in [0, 1]")
     tc = np.asarray(t_compute, dtype=float)
     ta = np.asarray(t_comm, dtype=float)
     return tc + ta - overlap * np.minimum(tc, ta)
@@ -129,7 +134,12 @@ class AlphaBeta:
         return 1.0 / self.beta if self.beta > 0 else float("inf")
 
     def time(self, p: ArrayLike, nbytes: ArrayLike) -> np.ndarray:
-        """Predict the all-reduce time of ``nbytes`` over ``p`` ranks, seconds."""
+        """Predict the all-reduce time of ``nbytes`` over ``p`` ranks, seconds.
+
+        Args:
+            p: Number of ranks (scalar or array, ≥ 1).
+            nbytes: Message size in bytes.
+        """
         return allreduce_time(p, nbytes, self.alpha, self.beta, self.algorithm)
 
 
@@ -148,7 +158,7 @@ def fit_alpha_beta(
         algorithm: ``"ring"`` or ``"tree"``.
 
     Raises:
-        ValueError: Mismatched lengths, fewer than two samples, ``p = 1`` samples, or
+        PerfmodelError: Mismatched lengths, fewer than two samples, ``p = 1`` samples, or
             non-positive times.
     """
     from scipy.optimize import nnls
@@ -157,13 +167,13 @@ def fit_alpha_beta(
     n = np.asarray(nbytes, dtype=float).ravel()
     t = np.asarray(seconds, dtype=float).ravel()
     if not (len(p) == len(n) == len(t)):
-        raise ValueError(f"p, nbytes, seconds have lengths {len(p)}, {len(n)}, {len(t)}")
+        raise PerfmodelError(f"p, nbytes, seconds have lengths {len(p)}, {len(n)}, {len(t)}")
     if len(t) < 2:
-        raise ValueError(f"need at least two samples to fit alpha and beta, got {len(t)}")
+        raise PerfmodelError(f"need at least two samples to fit alpha and beta, got {len(t)}")
     if np.any(p <= 1):
-        raise ValueError("samples with p <= 1 carry no communication; remove them")
+        raise PerfmodelError("samples with p <= 1 carry no communication; remove them")
     if np.any(~np.isfinite(t)) or np.any(t <= 0):
-        raise ValueError("measured times must be finite and positive")
+        raise PerfmodelError("measured times must be finite and positive")
     a, b = message_terms(p, algorithm)
     design = np.column_stack([a, b * n]) / t[:, None]
     coef, _ = nnls(design, np.ones_like(t))

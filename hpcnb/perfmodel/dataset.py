@@ -92,35 +92,48 @@ def build_network(
         num_classes: Classifier outputs.
 
     Raises:
-        ValueError: Unknown family or non-positive width.
+        PerfmodelError: Unknown family or non-positive width.
     """
     from hpcnb import models
 
     if width <= 0:
-        raise ValueError(f"width={width}: expected a positive multiplier")
-    common = {"num_classes": num_classes, "in_channels": in_channels}
+        raise PerfmodelError(f"width={width}: expected a positive multiplier")
     if family == "resnet":
-        return models.resnet_cifar(depth=20, width=_scale(16, width), **common)
+        return models.resnet_cifar(
+            depth=20, width=_scale(16, width), num_classes=num_classes, in_channels=in_channels
+        )
     if family == "vgg":
         cfg = (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512)
         scaled = tuple(c if c == "M" else _scale(int(c), width) for c in cfg)
-        return models.vgg(cfg=scaled, hidden=_scale(256, width), **common)
+        return models.vgg(
+            cfg=scaled, hidden=_scale(256, width), num_classes=num_classes, in_channels=in_channels
+        )
     if family == "mobilenet_v2":
         settings = ((1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 3, 2), (6, 96, 2, 1))
         scaled_settings = tuple((t, _scale(c, width), n, s) for t, c, n, s in settings)
         return models.mobilenet_v2(
-            settings=scaled_settings, stem=_scale(32, width), last=_scale(640, width), **common
+            settings=scaled_settings,
+            stem=_scale(32, width),
+            last=_scale(640, width),
+            num_classes=num_classes,
+            in_channels=in_channels,
         )
     if family == "shufflenet":
         return models.shufflenet(
             widths=tuple(_scale(c, width, 2) for c in (48, 96, 192)),
             stem=_scale(24, width),
             last=_scale(512, width),
-            **common,
+            num_classes=num_classes,
+            in_channels=in_channels,
         )
     if family == "densenet":
-        return models.densenet(growth=_scale(12, width), stem=_scale(24, width), **common)
-    raise ValueError(f"family={family!r}: expected one of {FAMILIES}")
+        return models.densenet(
+            growth=_scale(12, width),
+            stem=_scale(24, width),
+            num_classes=num_classes,
+            in_channels=in_channels,
+        )
+    raise PerfmodelError(f"family={family!r}: expected one of {FAMILIES}")
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,9 @@ class GridConfig:
         in_channels: Input channels.
         timing: Thread count, warm-up and repeats.
         seed: Seed of weights and inputs.
+
+    Raises:
+        PerfmodelError: An unknown family, or a width, resolution or batch out of range.
     """
 
     families: tuple[str, ...] = FAMILIES
@@ -148,13 +164,13 @@ class GridConfig:
     def __post_init__(self) -> None:
         for family in self.families:
             if family not in FAMILIES:
-                raise ValueError(f"GridConfig.families: {family!r} not in {FAMILIES}")
+                raise PerfmodelError(f"GridConfig.families: {family!r} not in {FAMILIES}")
         if not self.widths or min(self.widths) <= 0:
-            raise ValueError(f"GridConfig.widths={self.widths}: need positive multipliers")
+            raise PerfmodelError(f"GridConfig.widths={self.widths}: need positive multipliers")
         if not self.resolutions or min(self.resolutions) < 8:
-            raise ValueError(f"GridConfig.resolutions={self.resolutions}: need sizes >= 8")
+            raise PerfmodelError(f"GridConfig.resolutions={self.resolutions}: need sizes >= 8")
         if not self.batches or min(self.batches) < 2:
-            raise ValueError(
+            raise PerfmodelError(
                 f"GridConfig.batches={self.batches}: need sizes >= 2 (BatchNorm in training)"
             )
 

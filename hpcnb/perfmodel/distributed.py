@@ -13,14 +13,28 @@ One launch starts ``world_size`` processes on localhost (``torch.multiprocessing
    together, the slowest rank's duration of that round), so that the report carries
    samples and per-round prediction errors (:meth:`DistributedReport.error_samples`).
 
-The model is named by an importable ``"module:function"`` string plus keyword arguments,
-so that the spawned processes can build it themselves. Every process pins its torch
-thread pool (``threads``) so that ranks do not fight over cores.
+The model is built by a *model factory* named by a ``"package.module:function"`` reference
+(:func:`hpcnb.plugins.load`) plus keyword arguments, so that the spawned processes can
+build it themselves; the factory may live in any importable module, the package's own
+:func:`small_convnet` is the default. Every process pins its torch thread pool
+(``threads``) so that ranks do not fight over cores.
+
+Example:
+    Any importable callable returning a module is a factory, here a linear classifier of
+    12 input features:
+
+    >>> config = DistributedConfig(
+    ...     builder="torch.nn:Linear",
+    ...     builder_kwargs={"in_features": 12, "out_features": 10},
+    ...     input_shape=(12,),
+    ... )
+    >>> resolve_builder(config.builder)(**config.builder_kwargs)
+    Linear(in_features=12, out_features=10, bias=True)
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import json
 import math
 import socket
@@ -30,19 +44,32 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hpcnb.errors import HpcnbError
 from hpcnb.perfmodel.allreduce import AlphaBeta, fit_alpha_beta, overlapped_step
+from hpcnb.perfmodel.protocol import PerfmodelError
+from hpcnb.plugins import PluginError, load
 from hpcnb.timing import pinned_threads
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.distributed import ProcessGroup
 
 __all__ = [
     "DistributedConfig",
     "DistributedReport",
+    "DistributedRunError",
     "resolve_builder",
     "run_distributed_benchmark",
+    "small_convnet",
 ]
+
+
+class DistributedRunError(HpcnbError, RuntimeError):
+    """A distributed launch failed: a rank died, or the launch exceeded its timeout."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +81,8 @@ class DistributedConfig:
         message_bytes: All-reduce message sizes to time, bytes (multiples of 4).
         repeats: Timed repetitions per measurement (median taken).
         warmup: Untimed repetitions before timing.
-        builder: ``"module:function"`` building the DDP model.
+        builder: Model factory building the DDP model, a ``"package.module:function"``
+            reference (:func:`hpcnb.plugins.load`); called with ``builder_kwargs``.
         builder_kwargs: Keyword arguments of the builder.
         input_shape: Shape of one sample, e.g. ``(3, 32, 32)``.
         num_classes: Classes of the random labels.
@@ -62,6 +90,9 @@ class DistributedConfig:
         threads: torch threads per process.
         timeout_s: Give up (and kill the processes) after this many seconds.
         seed: Seed of model weights and data.
+
+    Raises:
+        PerfmodelError: A setting out of range (the builder is resolved at launch).
     """
 
     world_size: int = 2
@@ -79,15 +110,15 @@ class DistributedConfig:
 
     def __post_init__(self) -> None:
         if self.world_size < 2:
-            raise ValueError(f"world_size={self.world_size}: need at least 2 ranks")
+            raise PerfmodelError(f"world_size={self.world_size}: need at least 2 ranks")
         if len(self.message_bytes) < 2 or any(b < 4 or b % 4 for b in self.message_bytes):
-            raise ValueError(
+            raise PerfmodelError(
                 f"message_bytes={self.message_bytes}: need >= 2 sizes, each a multiple of 4"
             )
         if self.repeats < 1 or self.warmup < 0 or self.threads < 1:
-            raise ValueError("repeats and threads must be >= 1, warmup >= 0")
+            raise PerfmodelError("repeats and threads must be >= 1, warmup >= 0")
         if self.local_batch < 1 or self.timeout_s <= 0:
-            raise ValueError(
+            raise PerfmodelError(
                 f"local_batch={self.local_batch}, timeout_s={self.timeout_s}: need >= 1, > 0"
             )
 
@@ -161,19 +192,29 @@ class DistributedReport:
                 ranks computing at once (they share this machine); else the solo time.
 
         Raises:
-            ValueError: ``processes`` is neither 1 nor ``world_size``.
+            PerfmodelError: ``processes`` is neither 1 nor ``world_size``.
         """
         if processes == 1:
             return self.compute_alone_s
         if processes != self.world_size:
-            raise ValueError(f"processes={processes}: measured only 1 and {self.world_size}")
+            raise PerfmodelError(f"processes={processes}: measured only 1 and {self.world_size}")
         compute = self.compute_together_s if colocated else self.compute_alone_s
         return float(overlapped_step(compute, self.communication_s(processes), overlap))
 
     def prediction_error(
         self, processes: int, overlap: float = 0.0, colocated: bool = True
     ) -> float:
-        """Relative error of :meth:`predicted_step` against the measured DDP step."""
+        """Relative error of :meth:`predicted_step` against the measured DDP step.
+
+        Args:
+            processes: 1 or ``world_size``.
+            overlap: Overlap factor ω of compute and all-reduce.
+            colocated: Predict ``world_size`` processes from the co-located compute time
+                (else the solo time).
+
+        Raises:
+            PerfmodelError: ``processes`` is neither 1 nor ``world_size``.
+        """
         measured = self.step_1proc_s if processes == 1 else self.step_nproc_s
         return abs(self.predicted_step(processes, overlap, colocated) - measured) / measured
 
@@ -190,17 +231,17 @@ class DistributedReport:
             overlap: Overlap factor ω of compute and all-reduce.
 
         Raises:
-            ValueError: ``processes`` is neither 1 nor ``world_size``, or the report has no
-                per-round samples.
+            PerfmodelError: ``processes`` is neither 1 nor ``world_size``, or the report has
+                no per-round samples.
         """
         if processes not in (1, self.world_size):
-            raise ValueError(f"processes={processes}: measured only 1 and {self.world_size}")
+            raise PerfmodelError(f"processes={processes}: measured only 1 and {self.world_size}")
         if processes == 1:
             compute, measured = self.compute_alone_samples, self.step_1proc_samples
         else:
             compute, measured = self.compute_together_samples, self.step_nproc_samples
         if not measured or len(compute) != len(measured):
-            raise ValueError("this report holds no per-round samples")
+            raise PerfmodelError("this report holds no per-round samples")
         comm = self.communication_s(processes)
         return tuple(
             abs(float(overlapped_step(c, comm, overlap)) - m) / m
@@ -208,7 +249,7 @@ class DistributedReport:
         )
 
 
-def small_convnet(width: int = 16, num_classes: int = 10, in_channels: int = 3) -> Any:
+def small_convnet(width: int = 16, num_classes: int = 10, in_channels: int = 3) -> nn.Module:
     """Build a small ConvNet (3 conv–BN–ReLU stages, global pooling, a classifier).
 
     Args:
@@ -232,25 +273,29 @@ def small_convnet(width: int = 16, num_classes: int = 10, in_channels: int = 3) 
     return nn.Sequential(*layers)
 
 
-def resolve_builder(spec: str) -> Callable[..., Any]:
-    """Return the callable named by ``"module:function"``.
+def resolve_builder(reference: str) -> Callable[..., nn.Module]:
+    """Return the model factory named by ``reference`` (:attr:`DistributedConfig.builder`).
+
+    Args:
+        reference: ``"package.module:function"``, imported by :func:`hpcnb.plugins.load`.
 
     Raises:
-        ValueError: The string is not of that form or the function does not exist.
+        PluginError: The reference is malformed, does not import, or names something that
+            is not callable; the message says it came from ``DistributedConfig.builder``.
     """
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"builder={spec!r}: expected 'module:function'")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"builder={spec!r}: cannot import ({exc})") from exc
-    if not callable(fn):
-        raise ValueError(f"builder={spec!r}: not callable")
-    return fn
+        factory: Callable[..., nn.Module] = load(reference, what="model factory")
+    except PluginError as exc:
+        raise PluginError(f"DistributedConfig.builder: {exc}") from None
+    if not callable(factory):
+        raise PluginError(
+            f"DistributedConfig.builder: model factory {reference!r} is a "
+            f"{type(factory).__name__}, not a callable returning a torch module"
+        )
+    return factory
 
 
-def _median_max(fn: Callable[[], None], repeats: int, warmup: int) -> float:
+def _median_max(fn: Callable[[], object], repeats: int, warmup: int) -> float:
     import torch
     import torch.distributed as dist
 
@@ -290,7 +335,7 @@ def _measure(rank: int, config: DistributedConfig, port: int, out: str) -> None:
         for nbytes in config.message_bytes:
             buf = torch.ones(max(nbytes // 4, 1), dtype=torch.float32)
             allreduce.append(
-                _median_max(lambda b=buf: dist.all_reduce(b), config.repeats, config.warmup)
+                _median_max(functools.partial(dist.all_reduce, buf), config.repeats, config.warmup)
             )
         solo = dist.new_group([0])
         build = resolve_builder(config.builder)
@@ -299,7 +344,7 @@ def _measure(rank: int, config: DistributedConfig, port: int, out: str) -> None:
         y = torch.randint(0, config.num_classes, (config.local_batch,))
         loss_fn = nn.CrossEntropyLoss()
 
-        def make_step(group: Any, ddp: bool) -> Callable[[], None]:
+        def make_step(group: ProcessGroup | None, ddp: bool) -> Callable[[], None]:
             torch.manual_seed(config.seed)
             model = build(**config.builder_kwargs)
             if ddp:
@@ -313,7 +358,7 @@ def _measure(rank: int, config: DistributedConfig, port: int, out: str) -> None:
 
             return step
 
-        def interleaved(group: Any, sync: bool) -> list[list[float]]:
+        def interleaved(group: ProcessGroup | None, sync: bool) -> list[list[float]]:
             # Alternate plain and DDP steps so that both see the same background load.
             steps = (make_step(group, False), make_step(group, True))
             times: list[list[float]] = [[], []]
@@ -366,9 +411,9 @@ def run_distributed_benchmark(config: DistributedConfig | None = None) -> Distri
         config: What to measure (defaults: 2 ranks, a small ConvNet on 32×32 inputs).
 
     Raises:
-        ValueError: The builder cannot be imported (the other settings are checked when a
+        PluginError: The builder cannot be resolved (the other settings are checked when a
             :class:`DistributedConfig` is made).
-        RuntimeError: A rank failed or the launch exceeded ``timeout_s``.
+        DistributedRunError: A rank failed or the launch exceeded ``timeout_s``.
     """
     import torch.multiprocessing as mp
 
@@ -387,19 +432,19 @@ def run_distributed_benchmark(config: DistributedConfig | None = None) -> Distri
         try:
             while not ctx.join(timeout=1.0):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(
+                    raise DistributedRunError(
                         f"distributed benchmark exceeded timeout_s={config.timeout_s}"
                     )
         except mp.ProcessExitedException as exc:
             # A rank that dies while shutting down after rank 0 wrote the result is harmless.
             if not Path(out).is_file():
-                raise RuntimeError(f"distributed benchmark: a rank failed ({exc})") from exc
+                raise DistributedRunError(f"distributed benchmark: a rank failed ({exc})") from exc
         finally:
             for proc in ctx.processes:
                 if proc.is_alive():
                     proc.terminate()
         if not Path(out).is_file():
-            raise RuntimeError("distributed benchmark finished without a result from rank 0")
+            raise DistributedRunError("distributed benchmark finished without a result from rank 0")
         data = json.loads(Path(out).read_text())
     sizes = tuple(int(b) for b in config.message_bytes)
     times = tuple(float(t) for t in data["allreduce_s"])

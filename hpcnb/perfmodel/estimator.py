@@ -51,7 +51,6 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core
 from hpcnb.perfmodel.protocol import PerfmodelError, ProtocolTiming
-from hpcnb.records import mean_interval
 
 MODES = ("inference", "training")
 
@@ -63,12 +62,10 @@ __all__ = [
     "Measurement",
     "LinearSecondsModel",
     "Roofline",
-    "absolute_percentage_errors",
     "design_matrix",
     "feature_names",
     "leave_one_family_out",
     "mape",
-    "mape_interval",
     "relative_nnls",
     "measured_seconds",
     "step_time_function",
@@ -109,11 +106,18 @@ class Measurement:
 
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r}: expected one of {MODES}")
+        raise PerfmodelError(f"mode={mode!r}: expected one of {MODES}")
 
 
 def feature_names(mode: str) -> list[str]:
-    """Column names of :func:`design_matrix` for ``mode``."""
+    """Column names of :func:`design_matrix` for ``mode``.
+
+    Args:
+        mode: ``"inference"`` or ``"training"``.
+
+    Raises:
+        PerfmodelError: Unknown mode.
+    """
     _check_mode(mode)
     names = [
         "gemm_kernels",
@@ -137,6 +141,9 @@ def design_matrix(
         mode: ``"inference"`` or ``"training"``.
         cache_bytes: Cache size separating resident from spilling nodes (default: this
             machine's per-core L2, :func:`hpcnb.perfmodel.features.cache_bytes_per_core`).
+
+    Raises:
+        PerfmodelError: Unknown mode.
     """
     _check_mode(mode)
     cache = float(cache_bytes if cache_bytes is not None else cache_bytes_per_core())
@@ -158,74 +165,55 @@ def design_matrix(
 
 
 def measured_seconds(rows: Sequence[Measurement], mode: str) -> np.ndarray:
-    """Return the measured seconds of each row for ``mode``."""
+    """Return the measured seconds of each row for ``mode``.
+
+    Args:
+        rows: Measurements.
+        mode: ``"inference"`` (the ``no_grad`` forward pass) or ``"training"`` (one step).
+
+    Raises:
+        PerfmodelError: Unknown mode.
+    """
     _check_mode(mode)
     return np.array([r.inference_s if mode == "inference" else r.training_s for r in rows])
 
 
 def mape(predicted: ArrayLike, measured: ArrayLike) -> float:
-    """Mean absolute percentage error, as a fraction (0.1 = 10 %)."""
+    """Mean absolute percentage error, as a fraction (0.1 = 10 %).
+
+    The interval of a MAPE is :func:`hpcnb.stats.mape_interval`.
+
+    Args:
+        predicted: Predicted values.
+        measured: Measured values (positive), as many as ``predicted``.
+    """
     p = np.asarray(predicted, dtype=float)
     m = np.asarray(measured, dtype=float)
     return float(np.mean(np.abs(p - m) / m))
 
 
-def absolute_percentage_errors(predicted: ArrayLike, measured: ArrayLike) -> np.ndarray:
-    """Per-row absolute percentage errors ``|p - m| / m``, as fractions.
-
-    Raises:
-        ValueError: Mismatched lengths, or a measured value that is not finite and positive.
-    """
-    p = np.asarray(predicted, dtype=float).ravel()
-    m = np.asarray(measured, dtype=float).ravel()
-    if p.shape != m.shape or p.size == 0:
-        raise ValueError(f"predicted has {p.size} values, measured {m.size}; need equal, > 0")
-    if np.any(~np.isfinite(m)) or np.any(m <= 0):
-        raise ValueError("measured values must be finite and positive")
-    return np.abs(p - m) / m
-
-
-def mape_interval(
-    predicted: ArrayLike,
-    measured: ArrayLike,
-    *,
-    groups: Sequence[object] | None = None,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """MAPE with a seeded bootstrap interval of the mean of the per-row errors.
-
-    Without ``groups`` the value is :func:`mape` over all rows and the rows are resampled
-    with replacement. With ``groups`` the value is the mean of the groups' MAPEs (each
-    group counts once, e.g. one model of a trace collection) and rows are resampled within
-    each group (:func:`hpcnb.records.mean_interval`).
-
-    Args:
-        predicted: Predicted values.
-        measured: Measured values (finite, positive).
-        groups: Optional group label of each row.
-        confidence: Coverage of the interval.
-        resamples: Bootstrap resamples.
-        seed: Seed of the resampling generator.
-
-    Returns:
-        ``(mape, low, high)`` as fractions; the number of rows is ``len(measured)``.
-    """
-    ape = absolute_percentage_errors(predicted, measured)
-    return mean_interval(ape, groups=groups, confidence=confidence, resamples=resamples, seed=seed)
-
-
 def relative_nnls(
     X: np.ndarray, y: np.ndarray, offset: np.ndarray | float = 0.0
 ) -> tuple[float, np.ndarray]:
-    """``θ0, θ ≥ 0`` minimising ``Σ ((offset + θ0 + X θ - y) / y)²`` (offset: a fixed part)."""
+    """``θ0, θ ≥ 0`` minimising ``Σ ((offset + θ0 + X θ - y) / y)²``.
+
+    Args:
+        X: Features ``(n, k)``.
+        y: Measured seconds ``(n,)``, finite and positive.
+        offset: A fixed part of every prediction (scalar or ``(n,)``), not fitted.
+
+    Returns:
+        ``(θ0, θ)``: the intercept and the ``k`` coefficients.
+
+    Raises:
+        PerfmodelError: Mismatched shapes, no rows, or a time that is not finite and positive.
+    """
     from scipy.optimize import nnls
 
     if X.ndim != 2 or len(X) != len(y):
-        raise ValueError(f"X has shape {X.shape}, y has {len(y)} entries; expected (n, k), n")
+        raise PerfmodelError(f"X has shape {X.shape}, y has {len(y)} entries; expected (n, k), n")
     if len(y) == 0 or np.any(~np.isfinite(y)) or np.any(y <= 0):
-        raise ValueError("targets must be a non-empty set of finite positive times")
+        raise PerfmodelError("targets must be a non-empty set of finite positive times")
     scale = np.maximum(np.abs(X).max(axis=0), 1e-300)  # column scaling for conditioning
     A = np.column_stack([np.ones(len(y)), X / scale]) / y[:, None]
     coef, _ = nnls(A, 1.0 - np.asarray(offset) / y, maxiter=50 * A.shape[1])
@@ -296,7 +284,12 @@ class FlopsOnly(RegressorMixin, BaseEstimator):
     """
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> FlopsOnly:
-        """Fit the line by relative non-negative least squares; return ``self``."""
+        """Fit the line by relative non-negative least squares; return ``self``.
+
+        Args:
+            X: Total FLOPs of each row, ``(n,)`` or ``(n, 1)`` (:meth:`flops_column`).
+            y: Measured seconds ``(n,)``.
+        """
         X = np.asarray(X, dtype=float).reshape(len(np.asarray(y)), -1)
         self.intercept_, self.coef_ = relative_nnls(X, np.asarray(y, dtype=float))
         self.n_features_in_ = X.shape[1]
@@ -309,7 +302,15 @@ class FlopsOnly(RegressorMixin, BaseEstimator):
 
     @staticmethod
     def flops_column(rows: Sequence[Measurement], mode: str) -> np.ndarray:
-        """Total FLOPs of each row (forward for inference, measured training FLOPs)."""
+        """Total FLOPs of each row (forward for inference, measured training FLOPs).
+
+        Args:
+            rows: Measurements (features and batch are used).
+            mode: ``"inference"`` or ``"training"``.
+
+        Returns:
+            The column ``(n, 1)``.
+        """
         _check_mode(mode)
         per = [
             r.features.forward_flops if mode == "inference" else r.features.train_flops
@@ -328,12 +329,15 @@ class Roofline:
         peak_flops: Measured FLOP/s.
         bandwidth: Measured bytes/s.
         mode: ``"inference"`` or ``"training"``.
+
+    Raises:
+        PerfmodelError: Unknown mode, or a rate that is not positive.
     """
 
     def __init__(self, peak_flops: float, bandwidth: float, mode: str = "inference") -> None:
         _check_mode(mode)
         if peak_flops <= 0 or bandwidth <= 0:
-            raise ValueError(f"peak_flops={peak_flops}, bandwidth={bandwidth}: expected > 0")
+            raise PerfmodelError(f"peak_flops={peak_flops}, bandwidth={bandwidth}: expected > 0")
         self.peak_flops = peak_flops
         self.bandwidth = bandwidth
         self.mode = mode
@@ -385,16 +389,16 @@ def leave_one_family_out(
         families: Family of each row.
 
     Raises:
-        ValueError: Fewer than two families or mismatched lengths.
+        PerfmodelError: Fewer than two families or mismatched lengths.
     """
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
     fam = np.asarray(families)
     if not (len(X) == len(y) == len(fam)):
-        raise ValueError(f"X, y, families have lengths {len(X)}, {len(y)}, {len(fam)}")
+        raise PerfmodelError(f"X, y, families have lengths {len(X)}, {len(y)}, {len(fam)}")
     names = list(dict.fromkeys(fam.tolist()))
     if len(names) < 2:
-        raise ValueError(f"need at least two families to hold one out, got {names}")
+        raise PerfmodelError(f"need at least two families to hold one out, got {names}")
     pred = np.empty_like(y)
     per: dict[str, float] = {}
     for name in names:

@@ -5,7 +5,8 @@ predictions whose relative error is within ±10 % (and ±20 %) rather than a mea
 is pulled by a few bad rows, a share says how often a prediction can be trusted. This module
 computes both, for held-out families (:func:`hpcnb.perfmodel.estimator.leave_one_family_out`)
 and for a random split (:func:`random_split`: k-fold cross-validation over rows), per family
-(:func:`family_scores`), and with bootstrap intervals over rows (:func:`share_interval`).
+(:func:`family_scores`), and with bootstrap intervals over rows (:func:`share_interval`, an
+:class:`hpcnb.stats.Estimate`; the MAPE's is :func:`hpcnb.stats.mape_interval`).
 
 Example:
     >>> within_share([1.05, 1.15, 0.7, 1.0], [1.0, 1.0, 1.0, 1.0], 0.10)
@@ -24,9 +25,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator
 
-from hpcnb.perfmodel.estimator import absolute_percentage_errors
 from hpcnb.perfmodel.protocol import PerfmodelError
-from hpcnb.records import bootstrap_rows
+from hpcnb.stats import Estimate, absolute_percentage_errors, bootstrap_rows
 
 __all__ = ["Scores", "family_scores", "random_split", "score", "share_interval", "within_share"]
 
@@ -41,7 +41,8 @@ def within_share(predicted: ArrayLike, measured: ArrayLike, tolerance: float) ->
 
     Raises:
         PerfmodelError: A negative tolerance.
-        ValueError: Mismatched lengths or non-positive measured values.
+        StatisticsError: Mismatched lengths or a measured value that is not finite and
+            positive (:func:`hpcnb.stats.absolute_percentage_errors`).
     """
     if not tolerance >= 0:
         raise PerfmodelError(f"within_share: tolerance={tolerance}, expected >= 0")
@@ -67,7 +68,16 @@ class Scores:
 
 
 def score(predicted: ArrayLike, measured: ArrayLike) -> Scores:
-    """MAPE and the ±10 % / ±20 % shares of ``predicted`` against ``measured``."""
+    """MAPE and the ±10 % / ±20 % shares of ``predicted`` against ``measured``.
+
+    Args:
+        predicted: Predicted values.
+        measured: Measured values (finite, positive).
+
+    Raises:
+        StatisticsError: Mismatched lengths or a measured value that is not finite and
+            positive.
+    """
     ape = absolute_percentage_errors(predicted, measured)
     return Scores(
         mape=float(ape.mean()),
@@ -81,6 +91,11 @@ def family_scores(
     predicted: ArrayLike, measured: ArrayLike, families: Sequence[str]
 ) -> dict[str, Scores]:
     """:func:`score` of each family's rows, in order of first appearance.
+
+    Args:
+        predicted: Predicted values.
+        measured: Measured values (finite, positive).
+        families: Family of each row.
 
     Raises:
         PerfmodelError: ``families`` does not label every row.
@@ -100,12 +115,32 @@ def share_interval(
     *,
     seed: int = 0,
     resamples: int = 2000,
-) -> tuple[float, float, float]:
+) -> Estimate:
     """:func:`within_share` with a seeded bootstrap interval over rows.
 
+    Args:
+        predicted: Predicted values.
+        measured: Measured values (finite, positive).
+        tolerance: Relative tolerance (0.10 = ±10 %).
+        seed: Seed of the resampling generator.
+        resamples: Bootstrap resamples.
+
     Returns:
-        ``(share, low, high)`` (see :func:`hpcnb.records.bootstrap_rows`).
+        The share as an :class:`~hpcnb.stats.Estimate` with its 95 % interval and ``n`` rows
+        (:func:`hpcnb.stats.bootstrap_rows`).
+
+    Raises:
+        PerfmodelError: A negative tolerance.
+        StatisticsError: Mismatched lengths or a measured value that is not finite and
+            positive.
+
+    Example:
+        >>> e = share_interval([1.05, 1.15, 0.7, 1.0], [1.0, 1.0, 1.0, 1.0], 0.10, resamples=200)
+        >>> e.value, e.n
+        (0.5, 4)
     """
+    if not tolerance >= 0:
+        raise PerfmodelError(f"share_interval: tolerance={tolerance}, expected >= 0")
     ape = absolute_percentage_errors(predicted, measured)
     hit = (ape <= tolerance + 1e-12).astype(float)
     return bootstrap_rows(

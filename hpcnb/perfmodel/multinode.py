@@ -22,6 +22,7 @@ from torch import nn
 
 from hpcnb.perfmodel.allreduce import allreduce_time, overlapped_step
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
+from hpcnb.perfmodel.protocol import PerfmodelError
 
 __all__ = ["Cluster", "TrainingCost", "runtime_vs_nodes", "training_cost"]
 
@@ -38,6 +39,10 @@ class Cluster:
         latency_s: Latency per message step in seconds (``α``).
         overlap: Overlap factor ``ω`` of compute and all-reduce in [0, 1].
         algorithm: ``"ring"`` or ``"tree"``.
+
+    Raises:
+        PerfmodelError: A rate that is not positive, a negative overhead or latency, or an
+            overlap outside [0, 1].
     """
 
     name: str = "cluster"
@@ -50,14 +55,14 @@ class Cluster:
 
     def __post_init__(self) -> None:
         if self.node_flops <= 0 or self.link_gbps <= 0:
-            raise ValueError(
+            raise PerfmodelError(
                 f"Cluster {self.name!r}: node_flops={self.node_flops} and "
                 f"link_gbps={self.link_gbps} must be positive"
             )
         if self.step_overhead_s < 0 or self.latency_s < 0:
-            raise ValueError(f"Cluster {self.name!r}: overhead and latency must be >= 0")
+            raise PerfmodelError(f"Cluster {self.name!r}: overhead and latency must be >= 0")
         if not 0.0 <= self.overlap <= 1.0:
-            raise ValueError(f"Cluster {self.name!r}: overlap={self.overlap} not in [0, 1]")
+            raise PerfmodelError(f"Cluster {self.name!r}: overlap={self.overlap} not in [0, 1]")
 
     @property
     def beta(self) -> float:
@@ -121,15 +126,15 @@ def runtime_vs_nodes(
         ``{p: seconds per iteration}``.
 
     Raises:
-        ValueError: ``batch`` below 1 or a node count below 1 or above ``batch``.
+        PerfmodelError: ``batch`` below 1 or a node count below 1 or above ``batch``.
     """
     if batch < 1:
-        raise ValueError(f"batch={batch}: expected >= 1")
+        raise PerfmodelError(f"batch={batch}: expected >= 1")
     cost = training_cost(model, input_shape)
     out: dict[int, float] = {}
     for p in nodes:
         if p < 1 or p > batch:
-            raise ValueError(f"nodes: {p} is outside 1..batch={batch}")
+            raise PerfmodelError(f"nodes: {p} is outside 1..batch={batch}")
         local = math.ceil(batch / p)
         if compute_time is not None:
             compute = float(compute_time(local))

@@ -195,6 +195,10 @@ class BoostedReference(RegressorMixin, BaseEstimator):
     def fit(self, X: ArrayLike, y: ArrayLike) -> BoostedReference:
         """Fit the trees on ``log1p(X)`` → ``log(y)``; return ``self``.
 
+        Args:
+            X: Features ``(n, k)`` (negative values are clipped to 0).
+            y: Measured seconds ``(n,)``.
+
         Raises:
             PerfmodelError: Non-positive or non-finite times.
         """

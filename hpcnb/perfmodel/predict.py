@@ -148,6 +148,10 @@ class LatencyPredictor:
     def predict_features(self, features: NetworkFeatures, batch: int) -> LatencyEstimate:
         """Predicted latency of a network given its features, at ``batch``.
 
+        Args:
+            features: The network's features (:func:`~hpcnb.perfmodel.features.network_features`).
+            batch: Batch size (a positive integer).
+
         Raises:
             PerfmodelError: A batch below 1.
         """
@@ -161,7 +165,16 @@ class LatencyPredictor:
         )
 
     def predict(self, model: nn.Module, input_shape: Sequence[int], batch: int) -> LatencyEstimate:
-        """Predicted latency of ``model`` on samples of ``input_shape`` at ``batch``."""
+        """Predicted latency of ``model`` on samples of ``input_shape`` at ``batch``.
+
+        Args:
+            model: The network (any module the IR can trace).
+            input_shape: One sample's shape, e.g. ``(3, 32, 32)``.
+            batch: Batch size (a positive integer).
+
+        Raises:
+            PerfmodelError: A batch below 1.
+        """
         features = network_features(
             model, tuple(int(s) for s in input_shape), training=self.mode == "training"
         )

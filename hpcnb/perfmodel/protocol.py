@@ -61,7 +61,7 @@ __all__ = [
 
 
 class PerfmodelError(HpcnbError, ValueError):
-    """Bad input to the perfmodel measurement protocol or predictor; names what and where."""
+    """Bad input to a perfmodel model, measurement or predictor; names what and where."""
 
 
 def dispersion(samples: Sequence[float]) -> float:
@@ -142,7 +142,16 @@ class NoisePolicy:
             raise PerfmodelError(f"NoisePolicy.retries={self.retries}: expected 0..10")
 
     def flags(self, disp: float, load: float, cores: int) -> tuple[str, ...]:
-        """Reasons a timing with this dispersion and 1-minute load counts as noisy."""
+        """Reasons a timing with this dispersion and 1-minute load counts as noisy.
+
+        Args:
+            disp: The timing's IQR ÷ median.
+            load: The 1-minute load average when it was taken (``nan``: unknown).
+            cores: Logical cores of the machine.
+
+        Returns:
+            ``"dispersion"`` and/or ``"load"``; empty when the timing is quiet.
+        """
         out = []
         if disp > self.max_dispersion:
             out.append("dispersion")
@@ -219,16 +228,18 @@ class ProtocolTiming:
         """Rebuild a timing from :meth:`to_json` output.
 
         Raises:
-            PerfmodelError: A required field is missing or has no samples.
+            PerfmodelError: A required field is missing or malformed (no samples, not three
+                load averages).
         """
         try:
             samples = tuple(float(s) for s in data["samples"])
             if not samples:
                 raise PerfmodelError("timing entry has no samples")
+            one, five, fifteen = (float(v) for v in data["load"])
             return cls(
                 samples=samples,
                 dispersion=float(data["dispersion"]),
-                load=tuple(float(v) for v in data["load"]),  # type: ignore[arg-type]
+                load=(one, five, fifteen),
                 cores=int(data["cores"]),
                 threads=dict(data.get("threads", {})),
                 attempts=int(data.get("attempts", 1)),
@@ -244,6 +255,10 @@ class ProtocolTiming:
 
 def preference(flags: Sequence[str], median: float) -> tuple[bool, bool, float]:
     """Sort key of attempts (smaller is better): under load, too dispersed, median seconds.
+
+    Args:
+        flags: The attempt's flags (:meth:`NoisePolicy.flags`).
+        median: The attempt's median seconds.
 
     Example:
         >>> preference(("load",), 1.0) > preference(("dispersion",), 2.0) > preference((), 3.0)

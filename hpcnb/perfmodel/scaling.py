@@ -40,8 +40,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidStateError
 from hpcnb.perfmodel.allreduce import message_terms, overlapped_step
+from hpcnb.perfmodel.protocol import PerfmodelError
 
 PLACEMENT_COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
 SCALABILITY_COLUMNS = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
@@ -291,6 +292,10 @@ class ScalingModel:
         loss: ``scipy.optimize.least_squares`` loss on the log residuals: ``"linear"``
             (plain least squares, the default) or a robust one such as ``"soft_l1"``.
         f_scale: Residual scale at which the robust loss starts to flatten.
+
+    Raises:
+        PerfmodelError: An unknown algorithm, a non-positive gradient size, or an overlap
+            outside [0, 1].
     """
 
     def __init__(
@@ -303,9 +308,9 @@ class ScalingModel:
     ) -> None:
         message_terms(2, algorithm)  # validates the name
         if gradient_bytes is not None and gradient_bytes <= 0:
-            raise ValueError(f"gradient_bytes={gradient_bytes}: expected a positive size")
+            raise PerfmodelError(f"gradient_bytes={gradient_bytes}: expected a positive size")
         if fixed_overlap is not None and not 0.0 <= fixed_overlap <= 1.0:
-            raise ValueError(f"fixed_overlap={fixed_overlap}: expected a factor in [0, 1]")
+            raise PerfmodelError(f"fixed_overlap={fixed_overlap}: expected a factor in [0, 1]")
         self.algorithm = algorithm
         self.gradient_bytes = gradient_bytes
         self.fixed_overlap = fixed_overlap
@@ -344,7 +349,7 @@ class ScalingModel:
             ``self``, with ``params_`` and ``train_mape_`` set.
 
         Raises:
-            ValueError: Fewer than 7 samples or no multi-replica sample.
+            PerfmodelError: Fewer than 7 samples or no multi-replica sample.
         """
         from scipy.optimize import least_squares
 
@@ -356,9 +361,11 @@ class ScalingModel:
         bsz = np.asarray(local_bsz, dtype=float)
         t = np.asarray(step_time, dtype=float)
         if len(t) < 7:
-            raise ValueError(f"need at least 7 measured steps to fit 7 parameters, got {len(t)}")
+            raise PerfmodelError(
+                f"need at least 7 measured steps to fit 7 parameters, got {len(t)}"
+            )
         if not np.any(reps > 1):
-            raise ValueError("no sample with more than one replica: communication unobservable")
+            raise PerfmodelError("no sample with more than one replica: communication unobservable")
         n = 1.0 if self.gradient_bytes is None else float(self.gradient_bytes)
         # Initial guess: compute line from single-replica rows (or all rows), comm from the rest.
         single = reps == 1 if np.sum(reps == 1) >= 2 else np.ones_like(t, dtype=bool)
@@ -409,11 +416,16 @@ class ScalingModel:
     ) -> np.ndarray:
         """Predict seconds per step.
 
+        Args:
+            num_nodes: Nodes of each row.
+            num_replicas: Data-parallel replicas of each row.
+            local_bsz: Per-replica batch size of each row.
+
         Raises:
-            RuntimeError: The model was not fitted.
+            InvalidStateError: The model was not fitted.
         """
         if not hasattr(self, "params_"):
-            raise RuntimeError("ScalingModel.predict called before fit")
+            raise InvalidStateError("ScalingModel.predict called before fit")
         return self._step(
             self.params_.as_array(),
             np.asarray(num_nodes, dtype=float),
@@ -550,9 +562,13 @@ def extrapolate_nodes(
     return ScalingValidation(directory.name, model, test, pred, mape, model.train_mape_)
 
 
+#: Placements of the synthetic tables, per-node GPU counts of up to 4 nodes.
 SYNTHETIC_PLACEMENTS = (
-    "1", "2", "3", "4", "11", "12", "22", "13", "33", "44", "111", "222", "1111", "2434", "4444",
-)  # fmt: skip
+    *("1", "2", "3", "4"),  # one node
+    *("11", "12", "22", "13", "33", "44"),  # two nodes
+    *("111", "222"),  # three nodes
+    *("1111", "2434", "4444"),  # four nodes
+)
 SYNTHETIC_SCALES = ((6, 6), (6, 12), (8, 16), (12, 24), (16, 32), (16, 64))
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hpcnb.perfmodel.protocol import PerfmodelError
 from hpcnb.timing import Clock, Timing, median_time, pinned_threads
 
 __all__ = [
@@ -57,6 +58,10 @@ class TimingConfig:
         warmup: Untimed iterations first.
         repeats: Timed iterations (median reported).
         clock: ``"wall"`` (elapsed) or ``"cpu"`` (process CPU time; one thread only).
+
+    Raises:
+        PerfmodelError: An unknown clock, the CPU clock with several threads, or a count
+            out of range.
     """
 
     threads: int = 1
@@ -66,14 +71,14 @@ class TimingConfig:
 
     def __post_init__(self) -> None:
         if self.clock not in ("wall", "cpu"):
-            raise ValueError(f"TimingConfig.clock={self.clock!r}: expected 'wall' or 'cpu'")
+            raise PerfmodelError(f"TimingConfig.clock={self.clock!r}: expected 'wall' or 'cpu'")
         if self.clock == "cpu" and self.threads != 1:
-            raise ValueError(
+            raise PerfmodelError(
                 f"TimingConfig(clock='cpu', threads={self.threads}): the CPU clock measures "
                 "runtime only with one thread; use clock='wall'"
             )
         if self.threads < 1 or self.warmup < 0 or self.repeats < 1:
-            raise ValueError(
+            raise PerfmodelError(
                 f"TimingConfig(threads={self.threads}, warmup={self.warmup}, "
                 f"repeats={self.repeats}): need threads >= 1, warmup >= 0, repeats >= 1"
             )
