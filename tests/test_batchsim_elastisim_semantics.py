@@ -87,8 +87,11 @@ def scaled(total: float, units: int = 1, cost: float = 0.0) -> ScaledWork:
 
 
 def test_rigid_jobs_start_in_order_and_the_walk_stops():
-    jobs = [Job(1, 0, JobType.RIGID, 3, FixedWork(10)), Job(2, 0, JobType.RIGID, 2, FixedWork(5)),
-            Job(3, 0, JobType.RIGID, 1, FixedWork(1))]  # fmt: skip
+    jobs = [
+        Job(1, 0, JobType.RIGID, 3, FixedWork(10)),
+        Job(2, 0, JobType.RIGID, 2, FixedWork(5)),
+        Job(3, 0, JobType.RIGID, 1, FixedWork(1)),
+    ]
     result = simulate(jobs, Platform(4), ElastiSimFCFS())
     check_invariants(result, jobs)
     # job 3 would fit at 0, but job 2 stops the walk: no backfilling
@@ -114,9 +117,10 @@ def test_moldable_jobs_take_min_of_free_and_maximum_else_stop():
 def test_malleable_job_expands_at_its_scheduling_point_and_pays_reconfiguration():
     # job 2 starts on min(2 free, 4) = 2 nodes: 4 units of 10/2 = 5 s. At t=10 job 1 ends
     # and job 2 sits at a point: it grows to 4, pays 1 s, runs 2 units of 2.5 s: 16.
-    jobs = [Job(1, 0, JobType.RIGID, 2, FixedWork(10)),
-            Job(2, 0, JobType.MALLEABLE, 4, scaled(40, 4, cost=1.0), num_nodes_min=1,
-                num_nodes_max=4)]  # fmt: skip
+    jobs = [
+        Job(1, 0, JobType.RIGID, 2, FixedWork(10)),
+        Job(2, 0, JobType.MALLEABLE, 4, scaled(40, 4, cost=1.0), num_nodes_min=1, num_nodes_max=4),
+    ]
     result = simulate(jobs, Platform(4), ElastiSimFCFS())
     check_invariants(result, jobs)
     assert rows(result).loc[2, "end"] == pytest.approx(16.0)
@@ -127,9 +131,11 @@ def test_malleable_expansion_any_invocation_reserves_nodes_point_does_not():
     # job 1 ends at 7, in the middle of job 2's unit (5..10). "any" grows job 2 at once
     # (nodes reserved until its point at 10), so job 3 (t=8) waits for job 2's end;
     # "point" leaves the nodes free at 8 and job 3 starts at once.
-    jobs = [Job(1, 0, JobType.RIGID, 2, FixedWork(7)),
-            Job(2, 0, JobType.MALLEABLE, 4, scaled(40, 4), num_nodes_min=1, num_nodes_max=4),
-            Job(3, 8, JobType.RIGID, 1, FixedWork(5))]  # fmt: skip
+    jobs = [
+        Job(1, 0, JobType.RIGID, 2, FixedWork(7)),
+        Job(2, 0, JobType.MALLEABLE, 4, scaled(40, 4), num_nodes_min=1, num_nodes_max=4),
+        Job(3, 8, JobType.RIGID, 1, FixedWork(5)),
+    ]
     anytime = rows(simulate(jobs, Platform(4), ElastiSimFCFS("any")))
     point_result = simulate(jobs, Platform(4), ElastiSimFCFS("point"))
     at_point = rows(point_result)
@@ -159,8 +165,7 @@ class Stepping(WorkModel):
 def test_evolving_requests_shrink_granted_growth_only_when_nodes_are_free():
     # alone: 4 nodes, 1.5 s units; shrink to 2 at 1.5 (granted), grow to 4 at 4.5
     # (granted: 2 free): 1.5 + 3 + 1.5 = 6
-    evolving = Job(1, 0, JobType.EVOLVING, 4, Stepping(6, [2, 4]), num_nodes_min=1,
-                   num_nodes_max=4)  # fmt: skip
+    evolving = Job(1, 0, JobType.EVOLVING, 4, Stepping(6, [2, 4]), num_nodes_min=1, num_nodes_max=4)
     alone = rows(simulate([evolving], Platform(4), ElastiSimFCFS()))
     assert alone.loc[1, "end"] == pytest.approx(6.0) and alone.loc[1, "resizes"] == 2
     # a rigid job takes the 2 freed nodes at t=2: the growth at 4.5 is refused, the last
@@ -172,9 +177,10 @@ def test_evolving_requests_shrink_granted_growth_only_when_nodes_are_free():
 
 def test_adaptive_jobs_are_molded_and_evolve_but_the_policy_never_expands_them():
     def case(kind: JobType):
-        return [Job(1, 0, JobType.RIGID, 2, FixedWork(3)),
-                Job(2, 0, kind, 4, Stepping(12, [None, None]), num_nodes_min=1,
-                    num_nodes_max=4)]  # fmt: skip
+        return [
+            Job(1, 0, JobType.RIGID, 2, FixedWork(3)),
+            Job(2, 0, kind, 4, Stepping(12, [None, None]), num_nodes_min=1, num_nodes_max=4),
+        ]
 
     adaptive = rows(simulate(case(JobType.ADAPTIVE), Platform(4), ElastiSimFCFS()))
     malleable = rows(simulate(case(JobType.MALLEABLE), Platform(4), ElastiSimFCFS()))
@@ -183,16 +189,22 @@ def test_adaptive_jobs_are_molded_and_evolve_but_the_policy_never_expands_them()
     assert malleable.loc[2, "resizes"] == 1 and malleable.loc[2, "end"] < 18.0
     # an adaptive job's own evolving request is granted like an evolving job's
     # (on 2 nodes a 4 s unit; the rigid job ends at 4; the request for 4 is granted)
-    grown = [Job(1, 0, JobType.RIGID, 2, FixedWork(4)),
-             Job(2, 0, JobType.ADAPTIVE, 4, Stepping(8, [4, None]), num_nodes_min=1,
-                 num_nodes_max=4)]  # fmt: skip
+    grown = [
+        Job(1, 0, JobType.RIGID, 2, FixedWork(4)),
+        Job(2, 0, JobType.ADAPTIVE, 4, Stepping(8, [4, None]), num_nodes_min=1, num_nodes_max=4),
+    ]
     r = rows(simulate(grown, Platform(4), ElastiSimFCFS()))
     assert r.loc[2, "max_nodes"] == 4 and r.loc[2, "end"] == pytest.approx(4 + 2 + 2)
 
 
 # -- the example input ---------------------------------------------------------------------
-ELASTISIM_TURNAROUND = {"adaptive": 28908, "rigid": 28152, "malleable": 26609,
-                        "moldable": 28307, "evolving": 34521}  # fmt: skip
+ELASTISIM_TURNAROUND = {
+    "adaptive": 28908,
+    "rigid": 28152,
+    "malleable": 26609,
+    "moldable": 28307,
+    "evolving": 34521,
+}
 
 
 def example_jobs() -> Path:
@@ -207,8 +219,9 @@ def test_example_per_type_turnaround_within_five_percent_of_elastisim():
     from hpcnb.batchsim.elastisim import read_elastisim
 
     data = read_elastisim(example_jobs())
-    result = simulate(data.jobs, data.platform, make_scheduler("elastisim-fcfs"),
-                      **data.simulation_options())  # fmt: skip
+    result = simulate(
+        data.jobs, data.platform, make_scheduler("elastisim-fcfs"), **data.simulation_options()
+    )
     check_invariants(result, data.jobs)
     means = result.jobs.groupby("type")["turnaround"].mean()
     errors = {k: abs(means[k] / v - 1) for k, v in ELASTISIM_TURNAROUND.items()}

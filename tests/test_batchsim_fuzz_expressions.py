@@ -184,13 +184,61 @@ def test_800_kb_expression_fails_fast_and_tokenizes_in_linear_time():
 
 # -- expressions: fuzzing ---------------------------------------------------------------
 
-_TOKENS = ["1", "0", "2.5", "1e3", "1e400", ".5", "x", "y", "num_nodes", "min", "max", "log",
-           "sqrt", "ceil", "abs", "__import__", "open", "(", ")", ",", "+", "-", "*", "/", "%",
-           "^", "?", ":", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!", " ", ".", "[",
-           "]", "'", "\n", "é", "\x00", "𝑥"]  # fmt: skip
+_TOKENS = [
+    "1",
+    "0",
+    "2.5",
+    "1e3",
+    "1e400",
+    ".5",
+    "x",
+    "y",
+    "num_nodes",
+    "min",
+    "max",
+    "log",
+    "sqrt",
+    "ceil",
+    "abs",
+    "__import__",
+    "open",
+    "(",
+    ")",
+    ",",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "^",
+    "?",
+    ":",
+    "==",
+    "!=",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "&&",
+    "||",
+    "!",
+    " ",
+    ".",
+    "[",
+    "]",
+    "'",
+    "\n",
+    "é",
+    "\x00",
+    "𝑥",
+]
 
-_FUZZ = settings(max_examples=300, deadline=timedelta(seconds=TIME_BOUND_S), derandomize=True,
-                 suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+_FUZZ = settings(
+    max_examples=300,
+    deadline=timedelta(seconds=TIME_BOUND_S),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @_FUZZ
@@ -235,8 +283,22 @@ def test_fuzz_non_text_and_variables(value, variable):
 # Expression trees rendered with the fewest parentheses the grammar needs, compared with
 # a reference tree walker: the compiler must agree with the grammar's precedence and
 # associativity, and the evaluator with its semantics (short-circuits, errors).
-_LEVEL = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "+": 4,
-          "-": 4, "*": 5, "/": 5, "%": 5, "^": 7}  # fmt: skip
+_LEVEL = {
+    "||": 1,
+    "&&": 2,
+    "==": 3,
+    "!=": 3,
+    "<": 3,
+    "<=": 3,
+    ">": 3,
+    ">=": 3,
+    "+": 4,
+    "-": 4,
+    "*": 5,
+    "/": 5,
+    "%": 5,
+    "^": 7,
+}
 _ATOM = 8
 
 
@@ -298,8 +360,14 @@ def _reference(node: tuple, env: dict[str, float]) -> float:
         return _reference(node[2] if _reference(node[1], env) else node[3], env)
     if kind == "call":
         args = [_reference(a, env) for a in node[2]]
-        function = {"min": min, "max": max, "sqrt": math.sqrt, "abs": abs, "log": math.log,
-                    "ceil": lambda v: float(math.ceil(v))}[node[1]]  # fmt: skip
+        function = {
+            "min": min,
+            "max": max,
+            "sqrt": math.sqrt,
+            "abs": abs,
+            "log": math.log,
+            "ceil": lambda v: float(math.ceil(v)),
+        }[node[1]]
         try:
             return _checked(function(*args), args)
         except (ArithmeticError, ValueError) as exc:
@@ -313,11 +381,20 @@ def _reference(node: tuple, env: dict[str, float]) -> float:
     b = _reference(node[3], env)
     if op in ("&&", "||"):
         return float(bool(b))
-    functions = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
-                 "/": lambda: a / b, "%": lambda: math.fmod(a, b), "^": lambda: a**b,
-                 "==": lambda: float(a == b), "!=": lambda: float(a != b),
-                 "<": lambda: float(a < b), "<=": lambda: float(a <= b),
-                 ">": lambda: float(a > b), ">=": lambda: float(a >= b)}  # fmt: skip
+    functions = {
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "*": lambda: a * b,
+        "/": lambda: a / b,
+        "%": lambda: math.fmod(a, b),
+        "^": lambda: a**b,
+        "==": lambda: float(a == b),
+        "!=": lambda: float(a != b),
+        "<": lambda: float(a < b),
+        "<=": lambda: float(a <= b),
+        ">": lambda: float(a > b),
+        ">=": lambda: float(a >= b),
+    }
     try:
         return _checked(functions[op](), [a, b])
     except (ArithmeticError, ValueError) as exc:
@@ -335,11 +412,17 @@ def _extend(children: st.SearchStrategy) -> st.SearchStrategy:
         st.tuples(st.just("bin"), st.sampled_from(sorted(_LEVEL)), children, children),
         st.tuples(st.just("un"), st.sampled_from(["-", "+", "!"]), children),
         st.tuples(st.just("cond"), children, children, children),
-        st.tuples(st.just("call"), st.sampled_from(["min", "max"]),
-                  st.lists(children, min_size=2, max_size=3).map(tuple)),
-        st.tuples(st.just("call"), st.sampled_from(["sqrt", "abs", "log", "ceil"]),
-                  children.map(lambda c: (c,))),
-    )  # fmt: skip
+        st.tuples(
+            st.just("call"),
+            st.sampled_from(["min", "max"]),
+            st.lists(children, min_size=2, max_size=3).map(tuple),
+        ),
+        st.tuples(
+            st.just("call"),
+            st.sampled_from(["sqrt", "abs", "log", "ceil"]),
+            children.map(lambda c: (c,)),
+        ),
+    )
 
 
 @_FUZZ
@@ -390,8 +473,13 @@ def _project(folder: Path, jobs: Any, model: Any, platform_xml: str | None = Non
 
 
 def _job(**fields: Any) -> dict[str, Any]:
-    job = {"type": "rigid", "submit_time": 0, "num_nodes": 2, "application_model": "app.json",
-           "arguments": {"iterations": 3, "flops": 4e9, "alpha": 0.5}}  # fmt: skip
+    job = {
+        "type": "rigid",
+        "submit_time": 0,
+        "num_nodes": 2,
+        "application_model": "app.json",
+        "arguments": {"iterations": 3, "flops": 4e9, "alpha": 0.5},
+    }
     job.update(fields)
     return job
 
@@ -405,13 +493,22 @@ def _model(**phase: Any) -> dict[str, Any]:
 
 
 _HOSTILE_PROJECTS = [
-    ([_job(arguments={"iterations": [1], "flops": 1, "alpha": 1})], _MODEL,
-     "jobs[0].arguments.iterations: expected a number, found a list"),
-    ([_job(arguments={"iterations": 1, "flops": "x", "alpha": 1})], _MODEL,
-     "jobs[0].arguments.flops: expected a number"),
-    ('{"jobs": [{"type": "rigid", "submit_time": 0, "num_nodes": 2, "application_model": '
-     '"app.json", "arguments": {"iterations": 1, "flops": 1' + "0" * 400 + ', "alpha": 1}}]}',
-     _MODEL, "jobs[0].arguments.flops: expected a finite number"),
+    (
+        [_job(arguments={"iterations": [1], "flops": 1, "alpha": 1})],
+        _MODEL,
+        "jobs[0].arguments.iterations: expected a number, found a list",
+    ),
+    (
+        [_job(arguments={"iterations": 1, "flops": "x", "alpha": 1})],
+        _MODEL,
+        "jobs[0].arguments.flops: expected a number",
+    ),
+    (
+        '{"jobs": [{"type": "rigid", "submit_time": 0, "num_nodes": 2, "application_model": '
+        '"app.json", "arguments": {"iterations": 1, "flops": 1' + "0" * 400 + ', "alpha": 1}}]}',
+        _MODEL,
+        "jobs[0].arguments.flops: expected a finite number",
+    ),
     ([_job(num_nodes=-3)], _MODEL, "jobs[0].num_nodes: expected an integer >= 1"),
     ([_job(num_nodes=1.5)], _MODEL, "jobs[0].num_nodes: expected an integer"),
     ([_job(submit_time="soon")], _MODEL, "jobs[0].submit_time: expected a number"),
@@ -424,25 +521,45 @@ _HOSTILE_PROJECTS = [
     ('{"jobs": [NaN]}', _MODEL, "jobs[0]: expected a job object"),
     ([_job()], _model(iterations=[1]), "app.json: phases[0].iterations: in expression"),
     ([_job()], _model(iterations="1e300"), "app.json: phases[0].iterations: 1e+300 iter"),
-    ([_job()], _model(iterations="(-8)^0.5"), "phases[0].iterations: in expression "
-     "'(-8)^0.5' at position 5: -8.0 ^ 0.5: complex result"),
-    ([_job()], {"phases": [{"tasks": [{"type": "cpu", "flops": "1", "coupled": "yes"}]}]},
-     "phases[0].tasks[0].coupled: expected true or false"),
-    ([_job()], {"phases": [{"tasks": [{"type": "bb_read"}]}]},
-     "phases[0].tasks[0]: an I/O task needs 'bytes'"),
-    ([_job()], {"phases": [{"tasks": [{"type": "bb_read", "bytes": 8}]}]},
-     "phases[0].tasks[0]: a burst-buffer task on a platform without burst buffers"),
+    (
+        [_job()],
+        _model(iterations="(-8)^0.5"),
+        "phases[0].iterations: in expression '(-8)^0.5' at position 5: -8.0 ^ 0.5: complex result",
+    ),
+    (
+        [_job()],
+        {"phases": [{"tasks": [{"type": "cpu", "flops": "1", "coupled": "yes"}]}]},
+        "phases[0].tasks[0].coupled: expected true or false",
+    ),
+    (
+        [_job()],
+        {"phases": [{"tasks": [{"type": "bb_read"}]}]},
+        "phases[0].tasks[0]: an I/O task needs 'bytes'",
+    ),
+    (
+        [_job()],
+        {"phases": [{"tasks": [{"type": "bb_read", "bytes": 8}]}]},
+        "phases[0].tasks[0]: a burst-buffer task on a platform without burst buffers",
+    ),
     ([_job()], {"phases": [{"tasks": [{"type": "nvme_read"}]}]}, "phases[0].tasks[0].type"),
-    ([_job()], {"phases": [{"tasks": [{"type": "idle", "delay": "1e300",
-                                       "iterations": "1e15"}]}]},
-     "phases[0].tasks: time segment of inf"),
+    (
+        [_job()],
+        {"phases": [{"tasks": [{"type": "idle", "delay": "1e300", "iterations": "1e15"}]}]},
+        "phases[0].tasks: time segment of inf",
+    ),
     ([_job()], "[" * 200 + "]" * 200, "app.json: JSON nested 200 levels"),
     ([_job()], [], "app.json: expected an object with 'phases'"),
-    ([_job(application_model="missing.json")], _MODEL,
-     "jobs[0].application_model: file 'missing.json' not found"),
-    ([_job(type="malleable", num_nodes_min=1, num_nodes_max=4)], _model(iterations="1e12"),
-     "phases[0].iterations: 1,000,000,000,000 iterations: a resizable job"),
-]  # fmt: skip
+    (
+        [_job(application_model="missing.json")],
+        _MODEL,
+        "jobs[0].application_model: file 'missing.json' not found",
+    ),
+    (
+        [_job(type="malleable", num_nodes_min=1, num_nodes_max=4)],
+        _model(iterations="1e12"),
+        "phases[0].iterations: 1,000,000,000,000 iterations: a resizable job",
+    ),
+]
 
 
 @pytest.mark.parametrize(("jobs", "model", "where"), _HOSTILE_PROJECTS)
@@ -470,9 +587,13 @@ def test_elastisim_limits_are_overridable(tmp_path):
 
 
 def test_elastisim_1e12_iterations_simulate_in_closed_form(tmp_path):
-    model = {"on_init": {"tasks": [{"type": "idle", "delay": 5}]},
-             "phases": [{"iterations": "1e12", "tasks": [_COMPUTE]},
-                        {"iterations": 2, "tasks": [{"type": "idle", "delay": 1}]}]}  # fmt: skip
+    model = {
+        "on_init": {"tasks": [{"type": "idle", "delay": 5}]},
+        "phases": [
+            {"iterations": "1e12", "tasks": [_COMPUTE]},
+            {"iterations": 2, "tasks": [{"type": "idle", "delay": 1}]},
+        ],
+    }
     second = _job(type="moldable", submit_time=1, num_nodes=8, num_nodes_min=8, num_nodes_max=8)
     path = _project(tmp_path, [_job(), second], model)
     data, error = bounded(lambda: read_elastisim(path))
@@ -495,9 +616,14 @@ def _ctx(data: Any) -> RunContext:
 
 
 def test_elastisim_huge_sequence_is_aggregated(tmp_path):
-    sequence = {"type": "sequence", "iterations": "1e9", "tasks": [
-        {"type": "idle", "delay": 1e-6},
-        {"type": "pfs_write", "bytes": 1000, "pattern": "all_ranks"}]}  # fmt: skip
+    sequence = {
+        "type": "sequence",
+        "iterations": "1e9",
+        "tasks": [
+            {"type": "idle", "delay": 1e-6},
+            {"type": "pfs_write", "bytes": 1000, "pattern": "all_ranks"},
+        ],
+    }
     path = _project(tmp_path, [_job()], {"phases": [{"iterations": 3, "tasks": [sequence]}]})
     data, error = bounded(lambda: read_elastisim(path))
     assert error is None, error
@@ -508,8 +634,11 @@ def test_elastisim_huge_sequence_is_aggregated(tmp_path):
 
 
 def test_elastisim_small_sequences_stay_exact(tmp_path):
-    sequence = {"type": "sequence", "iterations": 3, "tasks": [
-        {"type": "idle", "delay": 1}, {"type": "pfs_read", "bytes": 10}]}  # fmt: skip
+    sequence = {
+        "type": "sequence",
+        "iterations": 3,
+        "tasks": [{"type": "idle", "delay": 1}, {"type": "pfs_read", "bytes": 10}],
+    }
     path = _project(tmp_path, [_job()], {"phases": [{"iterations": 2, "tasks": [sequence]}]})
     work = read_elastisim(path).jobs[0].work
     assert work.num_units == 2
@@ -518,14 +647,21 @@ def test_elastisim_small_sequences_stay_exact(tmp_path):
 
 
 def test_elastisim_jobs_larger_than_the_machine_skip_or_strict(tmp_path):
-    jobs = [_job(), _job(num_nodes=14), _job(type="malleable", num_nodes=None, num_nodes_min=9,
-            num_nodes_max=12), _job(type="moldable", num_nodes=None, num_nodes_min=2,
-            num_nodes_max=64), _job(num_gpus_per_node=4)]  # fmt: skip
+    jobs = [
+        _job(),
+        _job(num_nodes=14),
+        _job(type="malleable", num_nodes=None, num_nodes_min=9, num_nodes_max=12),
+        _job(type="moldable", num_nodes=None, num_nodes_min=2, num_nodes_max=64),
+        _job(num_gpus_per_node=4),
+    ]
     path = _project(tmp_path, jobs, _MODEL)
     data = read_elastisim(path)
     assert [j.id for j in data.jobs] == [0, 3]
-    assert data.skipped == ["job 1: 14 nodes > machine of 8", "job 2: 9 nodes > machine of 8",
-                            "job 4: 4 GPUs per node > 0 per node of the machine"]  # fmt: skip
+    assert data.skipped == [
+        "job 1: 14 nodes > machine of 8",
+        "job 2: 9 nodes > machine of 8",
+        "job 4: 4 GPUs per node > 0 per node of the machine",
+    ]
     assert data.jobs[1].num_nodes_max == data.jobs[1].num_nodes == 8  # capped at the machine
     with pytest.raises(WorkloadError, match=r"jobs\[1\]: 14 nodes > machine of 8 \(strict"):
         read_elastisim(path, strict=True)
@@ -549,13 +685,38 @@ def test_elastisim_example_on_a_smaller_machine(tmp_path):
 # -- ElastiSim reader: fuzzing by mutation ----------------------------------------------
 
 _NASTY = st.one_of(
-    st.sampled_from([None, True, False, 0, -1, 1.5, 1e308, -1e308, 1e12, "1e12", "1e300",
-                     "", "x", "(-8)^0.5", "1/0", "(" * 300 + "1" + ")" * 300, [], [1], {},
-                     {"a": 1}, "num_nodes", "phase_iteration", "__import__('os')", 2**70]),
+    st.sampled_from(
+        [
+            None,
+            True,
+            False,
+            0,
+            -1,
+            1.5,
+            1e308,
+            -1e308,
+            1e12,
+            "1e12",
+            "1e300",
+            "",
+            "x",
+            "(-8)^0.5",
+            "1/0",
+            "(" * 300 + "1" + ")" * 300,
+            [],
+            [1],
+            {},
+            {"a": 1},
+            "num_nodes",
+            "phase_iteration",
+            "__import__('os')",
+            2**70,
+        ]
+    ),
     st.integers(min_value=-(10**30), max_value=10**30),
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=8),
-)  # fmt: skip
+)
 
 
 def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
@@ -598,8 +759,12 @@ _BASE = _base_project()
 _FUZZ_LIMITS = ElastiSimLimits(max_units=500, max_segments=200)
 
 
-@settings(max_examples=120, deadline=timedelta(seconds=TIME_BOUND_S), derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@settings(
+    max_examples=120,
+    deadline=timedelta(seconds=TIME_BOUND_S),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     st.booleans(),
     st.integers(min_value=0, max_value=10**6),
@@ -616,13 +781,15 @@ def test_fuzz_elastisim_mutations(in_model, index, action, replacement):
     mutated = _mutate(target, path, action, replacement)
     folder = Path(tempfile.mkdtemp(prefix="hpcnb-fuzz-"))
     try:
-        jobs_path = _project(folder, jobs if in_model else mutated,
-                             mutated if in_model else model, platform)  # fmt: skip
+        jobs_path = _project(
+            folder, jobs if in_model else mutated, mutated if in_model else model, platform
+        )
         data, error = bounded(lambda: read_elastisim(jobs_path, limits=_FUZZ_LIMITS))
         assert error is None or isinstance(error, WorkloadError), repr(error)
         if error is None and data.jobs:
-            _, error = bounded(lambda: simulate(data.jobs, data.platform, FCFS(),
-                                                     **data.simulation_options()))  # fmt: skip
+            _, error = bounded(
+                lambda: simulate(data.jobs, data.platform, FCFS(), **data.simulation_options())
+            )
             allowed = WorkloadError | SimulationError
             assert error is None or isinstance(error, allowed), repr(error)
     finally:
@@ -653,13 +820,15 @@ _LAUGHS = (
     ("xml", "where"),
     [
         (_LAUGHS, "platform.xml: not a valid platform XML"),
-        ("<platform><cluster radical='0-99999999999999' speed='1Gf'/></platform>",
-         "platform.xml: a machine of 100,000,000,000,000 nodes; at most 2,147,483,647"),
+        (
+            "<platform><cluster radical='0-99999999999999' speed='1Gf'/></platform>",
+            "platform.xml: a machine of 100,000,000,000,000 nodes; at most 2,147,483,647",
+        ),
         ("<platform><cluster radical='0-3' speed='eGf'/></platform>", "platform.xml: "),
         ("\x00 not xml", "platform.xml: not a valid platform XML"),
         ("<platform>" + " " * 3 * 2**20 + "</platform>", "ElastiSimLimits.max_platform_bytes"),
     ],
-)  # fmt: skip
+)
 def test_elastisim_hostile_platforms(tmp_path, xml, where):
     path = _project(tmp_path, [_job()], _MODEL, platform_xml=xml)
     _, error = bounded(lambda: read_elastisim(path))
@@ -674,8 +843,9 @@ def test_elastisim_huge_io_blocks_share_the_pfs_without_hanging(tmp_path):
     model = json.loads((folder / "application_model.json").read_text(encoding="utf-8"))
     model["phases"][0]["iterations"] = "1e8"
     jobs = json.loads((folder / "jobs.json").read_text(encoding="utf-8"))["jobs"][:20]
-    jobs = [dict(j, application_model="app.json") for j in jobs
-            if j["type"] in ("rigid", "moldable")][:12]  # fmt: skip
+    jobs = [
+        dict(j, application_model="app.json") for j in jobs if j["type"] in ("rigid", "moldable")
+    ][:12]
     platform = (folder / "crossbar.xml").read_text(encoding="utf-8")
     data = read_elastisim(_project(tmp_path, jobs, model, platform))
     outcome: list[Any] = []

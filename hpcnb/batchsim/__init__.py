@@ -28,6 +28,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from hpcnb.errors import HpcnbError
+
 if TYPE_CHECKING:
     from hpcnb.batchsim.elastisim import read_elastisim
     from hpcnb.batchsim.jobs import FixedWork, Job, JobType, ScaledWork, WorkModel
@@ -42,14 +44,27 @@ __all__ = [
     # The machine: nodes, GPUs, network and parallel file system
     "Platform",
     # Jobs and the work models that time them
-    "Job", "JobType", "WorkModel", "FixedWork", "ScaledWork",
+    "Job",
+    "JobType",
+    "WorkModel",
+    "FixedWork",
+    "ScaledWork",
     # Workloads: SWF traces, ElastiSim inputs, a synthetic generator, malleable conversion
-    "read_swf", "jobs_from_swf", "lublin_feitelson", "MalleablePolicy", "read_elastisim",
+    "read_swf",
+    "jobs_from_swf",
+    "lublin_feitelson",
+    "MalleablePolicy",
+    "read_elastisim",
     # Schedulers and the registry that names them (CLI, experiments)
-    "Scheduler", "SCHEDULERS", "make_scheduler", "register_scheduler",
+    "Scheduler",
+    "SCHEDULERS",
+    "make_scheduler",
+    "register_scheduler",
     # Running a simulation; its result carries the metrics
-    "simulate", "SimulationResult", "check_invariants",
-]  # fmt: skip
+    "simulate",
+    "SimulationResult",
+    "check_invariants",
+]
 
 #: Public name -> the module of this package that defines it.
 _EXPORTS: dict[str, str] = {
@@ -74,11 +89,15 @@ _EXPORTS: dict[str, str] = {
 }
 
 
+class _NoSuchNameError(HpcnbError, AttributeError):
+    """A name this package does not export (an ``AttributeError``, as ``hasattr`` needs)."""
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first use."""
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        raise _NoSuchNameError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

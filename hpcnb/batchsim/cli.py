@@ -2,8 +2,8 @@
 
 Sub-commands::
 
-    hpcnb batchsim simulate WORKLOAD [--scheduler NAME] [--nodes N] [--strict]
-        [--malleable-fraction F] [--seed S] [--on-error error|skip]
+    hpcnb batchsim simulate WORKLOAD [--scheduler NAME|package.module:Class] [--nodes N]
+        [--strict] [--malleable-fraction F] [--seed S] [--on-error error|skip]
         [--allocation first-fit|contiguous|topology] [--network shared|isolated] --out DIR
     hpcnb batchsim generate OUT.swf [--jobs N] [--nodes N] [--seed S]
     hpcnb batchsim schedulers
@@ -13,29 +13,33 @@ Sub-commands::
 ``simulate`` writes ``job_statistics.csv`` (ElastiSim columns), ``node_utilization.csv``
 (per node in ElastiSim's shape with ``--allocation``, else the allocated-node count) and
 ``metrics.json`` into ``DIR`` and prints the metrics. The scheduler defaults to
-``elastisim-fcfs`` for an ElastiSim ``jobs.json`` and ``fcfs`` for an SWF trace. With an
-SWF trace, trace jobs are replayed with their recorded submit times, run times and sizes
-on ``--nodes`` nodes (default: the header's MaxProcs or MaxNodes; one processor = one node); jobs
-with unknown run time or size are reported and skipped. ``--nodes`` is an integer in
-``[1, MAX_NODES]`` (2**31 - 1). ``--malleable-fraction`` converts that share of
-multi-node jobs to malleable ones
-(:class:`~hpcnb.batchsim.workloads.MalleablePolicy`). ``schedulers`` lists the policies;
-``validate-dl`` fits the DL step-time workload model to a measured ``scalability.csv`` and
-prints its parameters and, as the last line, ``MAPE <value>`` on runs left out of the fit.
+``elastisim-fcfs`` for an ElastiSim ``jobs.json`` and ``fcfs`` for an SWF trace; a
+scheduler of your own is named ``package.module:Class`` (a subclass of
+:class:`~hpcnb.batchsim.scheduler.Scheduler`; the module is imported from ``sys.path``,
+so ``PYTHONPATH`` can point at its folder). With an SWF trace, trace jobs are replayed
+with their recorded submit times, run times and sizes on ``--nodes`` nodes (default: the
+header's MaxProcs or MaxNodes; one processor = one node); jobs with unknown run time or
+size are reported and skipped. ``--nodes`` is an integer in ``[1, MAX_NODES]``
+(2**31 - 1). ``--malleable-fraction`` converts that share of multi-node jobs to
+malleable ones (:class:`~hpcnb.batchsim.workloads.MalleablePolicy`). ``schedulers``
+lists the built-in policies, one line each; ``validate-dl`` fits the DL step-time
+workload model to a measured ``scalability.csv`` and prints its parameters and, as the
+last line, ``MAPE <value>`` on runs left out of the fit.
 
 **Jobs larger than the machine** (after ``--nodes``), from either kind of workload, are
 skipped and reported on stderr by default; ``--strict`` makes the first one an error.
 
-**Bad input** (a malformed SWF line, a broken ``.gz`` file, an invalid ElastiSim input
-or expression, any reader limit, a missing file) ends ``simulate`` with exit status 2
-and one line on stderr, ``hpcnb batchsim simulate: <file>:<place>: <reason>``, never a
-traceback; malformed SWF lines are skipped instead with ``--on-error skip``.
+**Bad input** (an unknown scheduler or one that does not import, a malformed SWF line,
+a broken ``.gz`` file, an invalid ElastiSim input or expression, any reader limit, a
+missing file) ends ``simulate`` with exit status 2 and one line on stderr,
+``hpcnb batchsim simulate: <file>:<place>: <reason>`` (for a scheduler: the name and the
+registered ones), never a traceback; malformed SWF lines are skipped instead with
+``--on-error skip``.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 from pathlib import Path
@@ -51,7 +55,7 @@ from hpcnb.batchsim.workloads import (
     lublin_feitelson,
     make_malleable,
 )
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError
 
 __all__ = [
     "generate_command",
@@ -88,24 +92,6 @@ def _fit_machine(
     return kept, notes
 
 
-def _read_elastisim(path: Path, nodes: int | None, strict: bool) -> tuple[Any, bool]:
-    """``read_elastisim`` with the machine size and the policy for oversized jobs.
-
-    Returns:
-        The input and whether the reader applied ``nodes`` itself (readers without the
-        ``num_nodes`` / ``strict`` keywords get them applied here instead).
-    """
-    from hpcnb.batchsim.elastisim import read_elastisim  # imported when used: fast errors
-
-    params = inspect.signature(read_elastisim).parameters
-    kwargs: dict[str, Any] = {}
-    if "strict" in params:
-        kwargs["strict"] = strict
-    if "num_nodes" in params and nodes is not None:
-        kwargs["num_nodes"] = nodes
-    return read_elastisim(path, **kwargs), "num_nodes" in kwargs
-
-
 def _load(
     args: argparse.Namespace,
 ) -> tuple[list[Job], Platform, dict[str, Any], list[str], int]:
@@ -113,18 +99,18 @@ def _load(
     path = Path(args.workload)
     policy = MalleablePolicy(args.malleable_fraction, seed=args.seed)
     if path.suffix == ".json":
-        data, resized = _read_elastisim(path, args.nodes, args.strict)
-        notes = [f"{path}: skipped {note}" for note in getattr(data, "skipped", [])]
+        from hpcnb.batchsim.elastisim import read_elastisim  # imported when used: fast errors
+
+        data = read_elastisim(path, num_nodes=args.nodes, strict=args.strict)
+        notes = [f"{path}: skipped {note}" for note in data.skipped]
         platform = data.platform
-        if args.nodes and not resized:
-            platform = Platform(**{**platform.__dict__, "num_nodes": args.nodes})
         jobs, oversized = _fit_machine(list(data.jobs), platform, path, args.strict)
         if policy.fraction > 0:
             jobs = make_malleable(jobs, platform.num_nodes, policy)
         notes += oversized
         return jobs, platform, data.simulation_options(), notes, len(notes)
     if not (path.name.endswith(".swf") or path.name.endswith(".swf.gz")):
-        raise ValueError(f"{path}: expected a .swf, .swf.gz or ElastiSim jobs .json file")
+        raise InvalidInputError(f"{path}: expected a .swf, .swf.gz or ElastiSim jobs .json file")
     trace = read_swf(path, on_error=args.on_error)
     loaded = jobs_from_swf(trace, args.nodes, policy, strict=args.strict)
     notes = list(trace.skipped) + [f"{path}: skipped {s}" for s in loaded.skipped]
@@ -166,8 +152,10 @@ def simulate_command(args: argparse.Namespace) -> int:
     metrics = json.loads(paths["metrics"].read_text(encoding="utf-8"))
     metrics["skipped"] = count
     paths["metrics"].write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    print(f"{len(jobs)} jobs on {platform.num_nodes} nodes under {scheduler.name}: "
-          f"{result.jobs_per_second:,.0f} simulated jobs/s")  # fmt: skip
+    print(
+        f"{len(jobs)} jobs on {platform.num_nodes} nodes under {scheduler.name}: "
+        f"{result.jobs_per_second:,.0f} simulated jobs/s"
+    )
     for key, value in metrics.items():
         print(f"  {key}: {value}")
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
@@ -178,8 +166,11 @@ def generate_command(args: argparse.Namespace) -> int:
     """Write a Lublin–Feitelson workload as SWF; return the exit code."""
     max_jobs = DEFAULT_SWF_LIMITS.max_rows
     if not (1 <= args.jobs <= max_jobs and 1 <= args.nodes <= MAX_NODES):
-        print(f"hpcnb batchsim generate: --jobs must be in [1, {max_jobs}] and --nodes in "
-              f"[1, {MAX_NODES}]", file=sys.stderr)  # fmt: skip
+        print(
+            f"hpcnb batchsim generate: --jobs must be in [1, {max_jobs}] and --nodes in "
+            f"[1, {MAX_NODES}]",
+            file=sys.stderr,
+        )
         return 2
     trace = lublin_feitelson(args.jobs, args.nodes, args.seed)
     path = write_swf(trace, args.output)
@@ -188,9 +179,9 @@ def generate_command(args: argparse.Namespace) -> int:
 
 
 def schedulers_command(args: argparse.Namespace) -> int:
-    """Print each scheduler's name and summary line; return 0."""
-    for name, factory in sorted(SCHEDULERS.items()):
-        summary = next(iter((factory.__doc__ or "").strip().splitlines()), "")
+    """Print each registered scheduler's name and the first line of its docstring; return 0."""
+    for name, cls in SCHEDULERS.items():
+        summary = next(iter((cls.__doc__ or "").strip().splitlines()), "")
         print(f"{name:14s} {summary}")
     return 0
 
@@ -206,8 +197,11 @@ def validate_dl_command(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"hpcnb batchsim validate-dl: {exc}", file=sys.stderr)
         return 2
-    protocol = (f"fit on <= {args.train_max_nodes} nodes" if args.train_max_nodes
-                else f"{args.folds}-fold cross-validation")  # fmt: skip
+    protocol = (
+        f"fit on <= {args.train_max_nodes} nodes"
+        if args.train_max_nodes
+        else f"{args.folds}-fold cross-validation"
+    )
     print(f"{model.expression}")
     for key, value in model.params.items():
         print(f"  {key} = {value:.6g}")
@@ -242,43 +236,83 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="batchsim_command", required=True)
     sim = sub.add_parser("simulate", help="simulate an SWF trace or an ElastiSim jobs.json")
     sim.add_argument("workload", help=".swf, .swf.gz or ElastiSim jobs.json")
-    sim.add_argument("--scheduler", default=None, choices=sorted(SCHEDULERS),
-                     help="policy (default: elastisim-fcfs for an ElastiSim jobs.json, "
-                     "fcfs for an SWF trace)")  # fmt: skip
-    sim.add_argument("--nodes", type=_nodes, default=None,
-                     help="machine size, 1..2**31-1 (default: the workload's)")  # fmt: skip
-    sim.add_argument("--strict", action="store_true",
-                     help="fail on a job larger than the machine (default: skip it)")  # fmt: skip
-    sim.add_argument("--malleable-fraction", type=_fraction, default=0.0,
-                     help="share of multi-node jobs made malleable, 0..1 "
-                     "(default: %(default)s)")  # fmt: skip
-    sim.add_argument("--seed", type=int, default=0,
-                     help="seed of the malleable choice (default: %(default)s)")  # fmt: skip
-    sim.add_argument("--on-error", choices=("error", "skip"), default="error",
-                     help="malformed SWF lines: fail (default) or skip and report")  # fmt: skip
-    sim.add_argument("--allocation", default=None, choices=("first-fit", "contiguous", "topology"),
-                     help="give nodes identity with this placement policy (per-node "
-                     "node_utilization.csv); default: nodes counted")  # fmt: skip
-    sim.add_argument("--network", default=None, choices=("shared", "isolated"),
-                     help="PFS and links shared by jobs (default) or contention-free")  # fmt: skip
+    sim.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="NAME",
+        help="a built-in policy (`hpcnb batchsim schedulers` lists them) or your own "
+        "Scheduler subclass as package.module:Class (default: elastisim-fcfs for an "
+        "ElastiSim jobs.json, fcfs for an SWF trace)",
+    )
+    sim.add_argument(
+        "--nodes",
+        type=_nodes,
+        default=None,
+        help="machine size, 1..2**31-1 (default: the workload's)",
+    )
+    sim.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail on a job larger than the machine (default: skip it)",
+    )
+    sim.add_argument(
+        "--malleable-fraction",
+        type=_fraction,
+        default=0.0,
+        help="share of multi-node jobs made malleable, 0..1 (default: %(default)s)",
+    )
+    sim.add_argument(
+        "--seed", type=int, default=0, help="seed of the malleable choice (default: %(default)s)"
+    )
+    sim.add_argument(
+        "--on-error",
+        choices=("error", "skip"),
+        default="error",
+        help="malformed SWF lines: fail (default) or skip and report",
+    )
+    sim.add_argument(
+        "--allocation",
+        default=None,
+        choices=("first-fit", "contiguous", "topology"),
+        help="give nodes identity with this placement policy (per-node "
+        "node_utilization.csv); default: nodes counted",
+    )
+    sim.add_argument(
+        "--network",
+        default=None,
+        choices=("shared", "isolated"),
+        help="PFS and links shared by jobs (default) or contention-free",
+    )
     sim.add_argument("--out", required=True, help="output folder")
     gen = sub.add_parser("generate", help="write a Lublin-Feitelson synthetic SWF workload")
     gen.add_argument("output", help="output .swf or .swf.gz")
-    gen.add_argument("--jobs", type=int, default=10000,
-                     help="jobs to generate (default: %(default)s)")  # fmt: skip
-    gen.add_argument("--nodes", type=int, default=256,
-                     help="machine size the jobs are drawn for (default: %(default)s)")  # fmt: skip
-    gen.add_argument("--seed", type=int, default=0,
-                     help="seed of the generator (default: %(default)s)")  # fmt: skip
-    sub.add_parser("schedulers", help="list the scheduling policies")
+    gen.add_argument(
+        "--jobs", type=int, default=10000, help="jobs to generate (default: %(default)s)"
+    )
+    gen.add_argument(
+        "--nodes",
+        type=int,
+        default=256,
+        help="machine size the jobs are drawn for (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--seed", type=int, default=0, help="seed of the generator (default: %(default)s)"
+    )
+    sub.add_parser("schedulers", help="list the built-in scheduling policies")
     val = sub.add_parser("validate-dl", help="validate the DL workload model on measured data")
     val.add_argument("model_dir", help="folder with scalability.csv (Pollux format)")
-    val.add_argument("--train-max-nodes", type=int, default=None,
-                     help="extrapolate: fit on <= N nodes (default: cross-validation)")  # fmt: skip
-    val.add_argument("--folds", type=int, default=5,
-                     help="cross-validation folds (default: %(default)s)")  # fmt: skip
-    val.add_argument("--seed", type=int, default=0,
-                     help="seed of the fold split (default: %(default)s)")  # fmt: skip
+    val.add_argument(
+        "--train-max-nodes",
+        type=int,
+        default=None,
+        help="extrapolate: fit on <= N nodes (default: cross-validation)",
+    )
+    val.add_argument(
+        "--folds", type=int, default=5, help="cross-validation folds (default: %(default)s)"
+    )
+    val.add_argument(
+        "--seed", type=int, default=0, help="seed of the fold split (default: %(default)s)"
+    )
     parser.set_defaults(func=handler)
 
 

@@ -113,16 +113,23 @@ def _read_platform(path: Path, limits: ElastiSimLimits) -> Platform:
     except OSError as exc:
         raise WorkloadError(path, "", f"cannot read the platform ({exc.strerror or exc})") from None
     if size > limits.max_platform_bytes:
-        raise WorkloadError(path, "", f"{size:,} bytes; at most {limits.max_platform_bytes:,} "
-                            "are read (ElastiSimLimits.max_platform_bytes)")  # fmt: skip
+        raise WorkloadError(
+            path,
+            "",
+            f"{size:,} bytes; at most {limits.max_platform_bytes:,} "
+            "are read (ElastiSimLimits.max_platform_bytes)",
+        )
     try:
         platform = read_platform_xml(path)
     except (ValueError, OSError, ArithmeticError) as exc:
         reason = str(exc).removeprefix(f"{path}: ") or type(exc).__name__
         raise WorkloadError(path, "", reason.splitlines()[0]) from None
     if platform.num_nodes > MAX_NODES:
-        raise WorkloadError(path, "", f"a machine of {platform.num_nodes:,} nodes; at most "
-                            f"{MAX_NODES:,} are simulated")  # fmt: skip
+        raise WorkloadError(
+            path,
+            "",
+            f"a machine of {platform.num_nodes:,} nodes; at most {MAX_NODES:,} are simulated",
+        )
     return platform
 
 
@@ -147,8 +154,9 @@ def _sizes(item: Mapping[str, Any], file: Path, path: str) -> tuple[int, int, in
     hi = given.get("num_nodes_max", size)
     size = size or hi
     if not size:
-        raise WorkloadError(file, path, "no size: give num_nodes, or num_nodes_min and "
-                            "num_nodes_max")  # fmt: skip
+        raise WorkloadError(
+            file, path, "no size: give num_nodes, or num_nodes_min and num_nodes_max"
+        )
     return size, lo, hi
 
 
@@ -190,40 +198,155 @@ def read_elastisim(
     limits = _DEFAULT_LIMITS if limits is None else limits
     jobs_file = Path(jobs_file)
     base = jobs_file.parent
+    items = _job_items(jobs_file, limits)
+    config_path, config = _configuration(base, limits)
+    if not isinstance(platform, Platform):
+        platform = _find_platform(platform, config, config_path, jobs_file, limits)
+    platform = _machine(platform, num_nodes, jobs_file)
+    reader = _JobReader(jobs_file, platform, limits, strict)
+    jobs = [job for k, item in enumerate(items) if (job := reader.job(k, item)) is not None]
+    interval, on_point, clip = _options(config, config_path)
+    return ElastiSimInput(jobs, platform, config, interval, on_point, clip, reader.skipped)
+
+
+def _job_items(jobs_file: Path, limits: ElastiSimLimits) -> list[Any]:
+    """Read ``jobs.json`` and return its ``jobs`` list (unchecked items)."""
     raw = load_json(jobs_file, limits)
     if not isinstance(raw, dict) or not isinstance(raw.get("jobs"), list):
         found = describe(raw.get("jobs") if isinstance(raw, dict) else raw)
-        raise WorkloadError(jobs_file, "jobs" if isinstance(raw, dict) else "",
-                            f"expected an object with a 'jobs' list, found {found}")  # fmt: skip
-    config_path, config = _configuration(base, limits)
-    if not isinstance(platform, Platform):
-        xml = platform if platform is not None else config.get("platform_file")
-        if xml is None:
-            raise WorkloadError(jobs_file, "", "no platform given and no configuration.json "
-                                "with a 'platform_file' beside it")  # fmt: skip
-        if not isinstance(xml, str | Path):
-            raise WorkloadError(config_path, "platform_file", f"expected a file name, found "
-                                f"{describe(xml)}")  # fmt: skip
-        found_xml = _resolve(base, str(xml))
-        if found_xml is None:
-            where = (config_path, "platform_file") if platform is None else (jobs_file, "")
-            raise WorkloadError(*where, f"platform file {str(xml)!r} not found (looked in {base})")
-        platform = _read_platform(found_xml, limits)
+        raise WorkloadError(
+            jobs_file,
+            "jobs" if isinstance(raw, dict) else "",
+            f"expected an object with a 'jobs' list, found {found}",
+        )
+    return raw["jobs"]
+
+
+def _find_platform(
+    given: str | Path | None,
+    config: Mapping[str, Any],
+    config_path: Path,
+    jobs_file: Path,
+    limits: ElastiSimLimits,
+) -> Platform:
+    """Read the platform XML given, else the ``platform_file`` of the configuration."""
+    base = jobs_file.parent
+    xml = given if given is not None else config.get("platform_file")
+    if xml is None:
+        raise WorkloadError(
+            jobs_file,
+            "",
+            "no platform given and no configuration.json with a 'platform_file' beside it",
+        )
+    if not isinstance(xml, str | Path):
+        raise WorkloadError(
+            config_path, "platform_file", f"expected a file name, found {describe(xml)}"
+        )
+    found_xml = _resolve(base, str(xml))
+    if found_xml is None:
+        where = (config_path, "platform_file") if given is None else (jobs_file, "")
+        raise WorkloadError(*where, f"platform file {str(xml)!r} not found (looked in {base})")
+    return _read_platform(found_xml, limits)
+
+
+def _machine(platform: Platform, num_nodes: int | None, jobs_file: Path) -> Platform:
+    """Apply ``num_nodes`` to the platform; refuse a machine above :data:`MAX_NODES`."""
     if num_nodes is not None:
-        if (isinstance(num_nodes, bool) or not isinstance(num_nodes, int)
-                or not 1 <= num_nodes <= MAX_NODES):  # fmt: skip
-            raise WorkloadError(jobs_file, "", f"num_nodes={num_nodes!r}: expected the machine "
-                                f"size, an integer in [1, {MAX_NODES:,}]")  # fmt: skip
+        if (
+            isinstance(num_nodes, bool)
+            or not isinstance(num_nodes, int)
+            or not 1 <= num_nodes <= MAX_NODES
+        ):
+            raise WorkloadError(
+                jobs_file,
+                "",
+                f"num_nodes={num_nodes!r}: expected the machine "
+                f"size, an integer in [1, {MAX_NODES:,}]",
+            )
         platform = dataclasses.replace(platform, num_nodes=num_nodes)
     if platform.num_nodes > MAX_NODES:
-        raise WorkloadError(jobs_file, "", f"a machine of {platform.num_nodes:,} nodes; at most "
-                            f"{MAX_NODES:,} are simulated")  # fmt: skip
-    machine, gpus = platform.num_nodes, platform.gpus_per_node
-    models: dict[str, ApplicationModel] = {}
-    jobs: list[Job] = []
-    skipped: list[str] = []
-    for k, item in enumerate(raw["jobs"]):
+        raise WorkloadError(
+            jobs_file,
+            "",
+            f"a machine of {platform.num_nodes:,} nodes; at most {MAX_NODES:,} are simulated",
+        )
+    return platform
+
+
+@dataclass(frozen=True)
+class _JobFields:
+    """A job entry's checked fields, before its application model is bound."""
+
+    kind: JobType
+    submit: float
+    size: int
+    lo: int
+    hi: int
+    gpus: int
+    walltime: float | None
+    arguments: dict[str, float]
+
+
+class _JobReader:
+    """Turns the items of ``jobs.json`` into jobs, one at a time.
+
+    Application models are read once per file name and kept; jobs larger than the
+    machine are listed in :attr:`skipped` (or raise, when ``strict``).
+    """
+
+    def __init__(
+        self, jobs_file: Path, platform: Platform, limits: ElastiSimLimits, strict: bool
+    ) -> None:
+        self.jobs_file = jobs_file
+        self.platform = platform
+        self.limits = limits
+        self.strict = strict
+        self.models: dict[str, ApplicationModel] = {}
+        self.skipped: list[str] = []
+
+    def job(self, k: int, item: Any) -> Job | None:
+        """Return job ``k`` of ``jobs.json``, or ``None`` if it is skipped."""
         path = f"jobs[{k}]"
+        fields = self._fields(item, path)
+        problem = self._oversized(fields)
+        if problem:
+            if self.strict:
+                raise WorkloadError(
+                    self.jobs_file,
+                    path,
+                    f"{problem} (strict: jobs larger than the machine are errors)",
+                )
+            self.skipped.append(f"job {k}: {problem}")
+            return None
+        size, hi = fields.size, fields.hi
+        if fields.kind is not JobType.RIGID:  # a job never gets more than the machine
+            machine = self.platform.num_nodes
+            size, hi = min(size, machine), min(hi, machine)
+        model = self._model(item["application_model"], path)
+        try:
+            work = model.bind(
+                fields.arguments,
+                size,
+                platform=self.platform,
+                scheduling_points=fields.kind.resizable,
+            )
+            return Job(
+                k,
+                fields.submit,
+                fields.kind,
+                size,
+                work,
+                fields.lo,
+                hi,
+                fields.walltime or None,
+                fields.gpus,
+            )
+        except ValueError as exc:  # WorkloadError of the model, or Job's own checks
+            raise WorkloadError(self.jobs_file, path, str(exc)) from None
+
+    def _fields(self, item: Any, path: str) -> _JobFields:
+        """Check a job entry's fields (all but the application model's contents)."""
+        jobs_file = self.jobs_file
         if not isinstance(item, dict):
             raise WorkloadError(jobs_file, path, f"expected a job object, found {describe(item)}")
         for key in ("type", "submit_time", "application_model"):
@@ -231,9 +354,11 @@ def read_elastisim(
                 raise WorkloadError(jobs_file, path, f"missing field {key!r}")
         kind_raw = item["type"]
         if not isinstance(kind_raw, str) or kind_raw not in JobType.__members__.values():
-            raise WorkloadError(jobs_file, f"{path}.type", f"{describe(kind_raw)}: expected one "
-                                f"of {[t.value for t in JobType]}")  # fmt: skip
-        kind = JobType(kind_raw)
+            raise WorkloadError(
+                jobs_file,
+                f"{path}.type",
+                f"{describe(kind_raw)}: expected one of {[t.value for t in JobType]}",
+            )
         submit = number(item["submit_time"], jobs_file, f"{path}.submit_time", minimum=0)
         size, lo, hi = _sizes(item, jobs_file, path)
         gpn = item.get("num_gpus_per_node")
@@ -242,51 +367,58 @@ def read_elastisim(
         if walltime is not None and walltime != 0:
             walltime = number(walltime, jobs_file, f"{path}.walltime", minimum=0)
         arguments = _arguments(item.get("arguments"), jobs_file, f"{path}.arguments")
-        need = size if kind is JobType.RIGID else (lo or size)
-        problem = ""
+        return _JobFields(JobType(kind_raw), submit, size, lo, hi, gpn, walltime, arguments)
+
+    def _oversized(self, fields: _JobFields) -> str:
+        """Why the job does not fit the machine, or ``""``."""
+        machine, gpus = self.platform.num_nodes, self.platform.gpus_per_node
+        need = fields.size if fields.kind is JobType.RIGID else (fields.lo or fields.size)
         if need > machine:
-            problem = f"{need} nodes > machine of {machine}"
-        elif gpn > gpus:
-            problem = f"{gpn} GPUs per node > {gpus} per node of the machine"
-        if problem:
-            if strict:
-                raise WorkloadError(jobs_file, path, f"{problem} (strict: jobs larger than the "
-                                    "machine are errors)")  # fmt: skip
-            skipped.append(f"job {k}: {problem}")
-            continue
-        if kind is not JobType.RIGID:  # a job never gets more than the machine
-            size, hi = min(size, machine), min(hi, machine)
-        name = item["application_model"]
+            return f"{need} nodes > machine of {machine}"
+        if fields.gpus > gpus:
+            return f"{fields.gpus} GPUs per node > {gpus} per node of the machine"
+        return ""
+
+    def _model(self, name: Any, path: str) -> ApplicationModel:
+        """The application model file ``name`` of job ``path``, read once per name."""
+        jobs_file = self.jobs_file
+        where = f"{path}.application_model"
         if not isinstance(name, str) or not name:
-            raise WorkloadError(jobs_file, f"{path}.application_model",
-                                f"expected a file name, found {describe(name)}")  # fmt: skip
+            raise WorkloadError(jobs_file, where, f"expected a file name, found {describe(name)}")
         try:
-            if name not in models:
-                model_path = _resolve(base, name)
+            if name not in self.models:
+                model_path = _resolve(jobs_file.parent, name)
                 if model_path is None:
-                    raise WorkloadError(jobs_file, f"{path}.application_model",
-                                        f"file {name!r} not found (looked in {base})")  # fmt: skip
-                models[name] = read_application_model(model_path, limits=limits)
+                    raise WorkloadError(
+                        jobs_file, where, f"file {name!r} not found (looked in {jobs_file.parent})"
+                    )
+                self.models[name] = read_application_model(model_path, limits=self.limits)
         except WorkloadError as exc:
             if exc.file == str(jobs_file):
                 raise
-            raise WorkloadError(jobs_file, f"{path}.application_model", str(exc)) from None
-        try:
-            work = models[name].bind(arguments, size, platform=platform,
-                                     scheduling_points=kind.resizable)  # fmt: skip
-            jobs.append(Job(k, submit, kind, size, work, lo, hi, walltime or None, gpn))
-        except ValueError as exc:  # WorkloadError of the model, or Job's own checks
-            raise WorkloadError(jobs_file, path, str(exc)) from None
+            raise WorkloadError(jobs_file, where, str(exc)) from None
+        return self.models[name]
+
+
+def _options(config: Mapping[str, Any], config_path: Path) -> tuple[float, bool, bool]:
+    """Return the configuration's scheduling options; refuse ``allow_oversubscription``.
+
+    Returns:
+        ``(scheduling_interval, schedule_on_scheduling_point, clip_evolving_requests)``.
+    """
     interval = config.get("scheduling_interval")
-    interval = 0.0 if not interval else number(interval, config_path, "scheduling_interval",
-                                                minimum=0)  # fmt: skip
-    options = {}
-    for key in ("schedule_on_scheduling_point", "clip_evolving_requests"):
-        options[key] = boolean(config.get(key, True), config_path, key)
-    if boolean(config.get("allow_oversubscription", False), config_path,
-               "allow_oversubscription"):  # fmt: skip
+    interval = (
+        0.0 if not interval else number(interval, config_path, "scheduling_interval", minimum=0)
+    )
+    on_point = boolean(
+        config.get("schedule_on_scheduling_point", True),
+        config_path,
+        "schedule_on_scheduling_point",
+    )
+    clip = boolean(
+        config.get("clip_evolving_requests", True), config_path, "clip_evolving_requests"
+    )
+    if boolean(config.get("allow_oversubscription", False), config_path, "allow_oversubscription"):
         reason = "several jobs per node are not simulated (one job per node); set it to false"
         raise WorkloadError(config_path, "allow_oversubscription", reason)
-    return ElastiSimInput(jobs, platform, config, interval,
-                          options["schedule_on_scheduling_point"],
-                          options["clip_evolving_requests"], skipped)  # fmt: skip
+    return interval, on_point, clip

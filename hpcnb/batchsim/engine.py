@@ -34,10 +34,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, cast
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from hpcnb.batchsim.platform import (
     merge_segments,
     nominal_duration,
 )
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError, InvalidStateError
 
 __all__ = [
     "Event",
@@ -174,7 +174,7 @@ class JobRecord:
         "target",
         "unit",
         "unit_end",
-    )  # fmt: skip
+    )
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -239,6 +239,10 @@ class SchedulerView:
     def start(self, rec: JobRecord, nodes: int | None = None) -> None:
         """Start a waiting job on ``nodes`` nodes (default: its ``num_nodes``).
 
+        Args:
+            rec: A job of :attr:`queue`.
+            nodes: Nodes to start it on (default: its ``num_nodes``).
+
         Raises:
             SchedulerError: The job is not waiting, the size is outside the job's range
                 (rigid jobs only take their own size) or not enough nodes are free.
@@ -261,6 +265,10 @@ class SchedulerView:
         Growth reserves nodes now; the new size takes effect at the job's scheduling
         point (now, if it sits at one).
 
+        Args:
+            rec: A running resizable job.
+            nodes: Its new size, within its ``[num_nodes_min, num_nodes_max]``.
+
         Raises:
             SchedulerError: Not running, not resizable, size out of range, or not
                 enough free nodes.
@@ -280,13 +288,29 @@ class SchedulerView:
         self._sim._resize(rec, n)
 
     def expand(self, rec: JobRecord, nodes: int) -> None:
-        """Grow a running job to ``nodes`` nodes (see :meth:`resize`)."""
+        """Grow a running job to ``nodes`` nodes (see :meth:`resize`).
+
+        Args:
+            rec: A running resizable job.
+            nodes: Its new size, above its current target.
+
+        Raises:
+            SchedulerError: ``nodes`` is not above the target, or :meth:`resize` refuses.
+        """
         if nodes <= rec.target:
             raise SchedulerError(f"expand(job {rec.id}, {nodes}): not above {rec.target}")
         self.resize(rec, nodes)
 
     def shrink(self, rec: JobRecord, nodes: int) -> None:
-        """Shrink a running job to ``nodes`` nodes (see :meth:`resize`)."""
+        """Shrink a running job to ``nodes`` nodes (see :meth:`resize`).
+
+        Args:
+            rec: A running resizable job.
+            nodes: Its new size, below its current target.
+
+        Raises:
+            SchedulerError: ``nodes`` is not below the target, or :meth:`resize` refuses.
+        """
         if nodes >= rec.target:
             raise SchedulerError(f"shrink(job {rec.id}, {nodes}): not below {rec.target}")
         self.resize(rec, nodes)
@@ -348,13 +372,18 @@ class SchedulingPolicy(Protocol):
     name: str
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Act on the system; called once per time stamp at which something happened."""
+        """Act on the system; called once per time stamp at which something happened.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         ...
 
 
 @dataclass(frozen=True)
 class SimulationTrace:
-    """Raw output of :meth:`Simulator.run`.
+    """Raw output of :meth:`Simulator.run` (and :meth:`Simulator.trace`).
 
     Attributes:
         records: Every job's final :class:`JobRecord`, in submit order.
@@ -377,6 +406,11 @@ class SimulationTrace:
 class Simulator:
     """Run a set of jobs on a platform under a scheduler.
 
+    As in SimPy, :meth:`run` loops over :meth:`step`, which handles one event;
+    :meth:`reset` sets up a run (``run(jobs)`` calls it), :meth:`peek` tells when the next
+    event happens and ``run(until=t)`` stops after the events at ``t``, so a run can be
+    advanced piece by piece and inspected between the pieces (:meth:`trace`).
+
     Args:
         platform: The machine.
         scheduler: Decides what runs (a :class:`SchedulingPolicy`, usually a subclass of
@@ -393,6 +427,26 @@ class Simulator:
             of :data:`~hpcnb.batchsim.nodes.ALLOCATION_POLICIES`: nodes get ids, the
             per-node state is logged (:attr:`SimulationTrace.node_log`) and, on a platform
             with a topology, collectives run as flows over its links.
+
+    Raises:
+        InvalidInputError: An unknown ``allocation``, ``network`` or ``fairness``.
+
+    Attributes:
+        records: The jobs' records of the current run, in submit order.
+        invocations: Scheduler invocations so far in the current run.
+        events: Events handled so far in the current run.
+
+    Example:
+        >>> from hpcnb.batchsim.jobs import FixedWork
+        >>> from hpcnb.batchsim.scheduler import FCFS
+        >>> sim = Simulator(Platform(2), FCFS())
+        >>> sim.reset([Job(1, 0.0, JobType.RIGID, 2, FixedWork(5.0)),
+        ...            Job(2, 1.0, JobType.RIGID, 1, FixedWork(1.0))])
+        >>> _ = sim.run(until=1.0)
+        >>> sim.now, [r.status.value for r in sim.records], sim.peek()
+        (1.0, ['running', 'waiting'], 5.0)
+        >>> [r.end_time for r in sim.run().records]
+        [5.0, 6.0]
     """
 
     def __init__(
@@ -408,13 +462,14 @@ class Simulator:
         allocation: str | None = None,
     ) -> None:
         if allocation is not None and allocation not in ALLOCATION_POLICIES:
-            raise ValueError(f"allocation={allocation!r}: expected None or one of "
-                             f"{ALLOCATION_POLICIES}")  # fmt: skip
+            raise InvalidInputError(
+                f"allocation={allocation!r}: expected None or one of {ALLOCATION_POLICIES}"
+            )
         self.allocation = allocation
         if network not in ("shared", "isolated"):
-            raise ValueError(f"network={network!r}: expected 'shared' or 'isolated'")
+            raise InvalidInputError(f"network={network!r}: expected 'shared' or 'isolated'")
         if fairness not in ("flow", "ptask"):
-            raise ValueError(f"fairness={fairness!r}: expected 'flow' or 'ptask'")
+            raise InvalidInputError(f"fairness={fairness!r}: expected 'flow' or 'ptask'")
         self.network = network
         self.fairness = fairness
         self.node_links = node_links
@@ -423,6 +478,7 @@ class Simulator:
         self.interval = float(scheduling_interval)
         self.on_point = on_scheduling_point
         self.clip = clip_evolving_requests
+        self.reset()
 
     # -- internal actions -------------------------------------------------------------
     def _push(self, time: float, payload: _Payload) -> None:
@@ -467,8 +523,9 @@ class Simulator:
         except ValueError as exc:
             raise SimulationError(f"{exc} (check the work model)") from None
         p = self.platform
-        nominal = nominal_duration(segments, p.pfs_read_bandwidth, p.pfs_write_bandwidth,
-                                   ctx.pfs_sharers)  # fmt: skip
+        nominal = nominal_duration(
+            segments, p.pfs_read_bandwidth, p.pfs_write_bandwidth, ctx.pfs_sharers
+        )
         rec.unit_end = self._view.time + nominal
         rec.segments = deque(segments)
         if not segments:  # an empty unit still ends through an event, never inside a call
@@ -525,14 +582,15 @@ class Simulator:
         private = self.platform.communication_time(pattern, nbytes, n) if pattern else 0.0
         duration = max(compute, private)
         topology = self.platform.topology
-        usage: dict[object, float] = {}
+        usage: dict[Hashable, float] = {}
         if self._pool is not None and topology is not None and n > 1 and duration > 0:
             groups = [topology.group(h) for h in rec.hosts[:n]]
             out, inn = group_traffic(pattern, nbytes, groups)
             for direction, traffic in (("up", out), ("down", inn)):
                 for g, amount in traffic.items():
-                    resource = (direction, g) if self.network == "shared" else (direction, g,
-                                                                                rec.id)  # fmt: skip
+                    resource = (
+                        (direction, g) if self.network == "shared" else (direction, g, rec.id)
+                    )
                     self._net.add_resource(resource, topology.uplink_bandwidth)
                     usage[resource] = amount
         if not usage:
@@ -623,99 +681,182 @@ class Simulator:
             rec.active = rec.target
         self._schedule_unit(rec, extra, ctx)
 
-    # -- main loop --------------------------------------------------------------------
-    def run(self, jobs: Sequence[Job]) -> SimulationTrace:
-        """Simulate ``jobs`` to the end.
-
-        Raises:
-            ValueError: A job does not fit the machine or ids repeat.
-            SchedulerError: The scheduler ordered something impossible.
-            SimulationError: Jobs are left waiting with nothing more to happen.
-        """
+    # -- the run: state, one event, the loop -------------------------------------------
+    def _records(self, jobs: Sequence[Job]) -> list[JobRecord]:
+        """Check that ``jobs`` fit the machine and have distinct ids; their records by seq."""
         n_nodes = self.platform.num_nodes
         ids = set()
         for job in jobs:
             if job.num_nodes_min > n_nodes:
-                raise ValueError(f"job {job.id}: needs {job.num_nodes_min} nodes, "
-                                 f"the machine has {n_nodes}")  # fmt: skip
+                raise InvalidInputError(
+                    f"job {job.id}: needs {job.num_nodes_min} nodes, the machine has {n_nodes}"
+                )
             if job.gpus_per_node > self.platform.gpus_per_node:
-                raise ValueError(f"job {job.id}: needs {job.gpus_per_node} GPUs per node, "
-                                 f"the nodes have {self.platform.gpus_per_node}")  # fmt: skip
+                raise InvalidInputError(
+                    f"job {job.id}: needs {job.gpus_per_node} GPUs per node, "
+                    f"the nodes have {self.platform.gpus_per_node}"
+                )
             if job.id in ids:
-                raise ValueError(f"job id {job.id} appears twice")
+                raise InvalidInputError(f"job id {job.id} appears twice")
             ids.add(job.id)
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
         records = [JobRecord(jobs[i]) for i in order]
         for k, rec in enumerate(records):
             rec.seq = k
+        return records
+
+    def reset(self, jobs: Sequence[Job] = ()) -> None:
+        """Set up a new run of ``jobs``: every job pending, the clock at their first event.
+
+        All state of a run lives in the attributes set here; :meth:`step` and :meth:`run`
+        advance it.
+
+        Args:
+            jobs: The workload (any order; submit order is used, ties by position).
+
+        Raises:
+            InvalidInputError: A job does not fit the machine or ids repeat.
+        """
+        records = self._records(jobs)
+        platform = self.platform
+        self.records = records
         self._heap: list[tuple[float, Event, int, _Payload]] = []
         self._seq = 0
-        self._view = view = SchedulerView(self)
+        self._view = SchedulerView(self)
         self._usage_t: list[float] = [0.0]
         self._usage_n: list[int] = [0]
-        self._open = len(records)
-        self._net = FlowNetwork({"pfs_read": self.platform.pfs_read_bandwidth,
-                                 "pfs_write": self.platform.pfs_write_bandwidth})  # fmt: skip
-        self._reasons: set[InvocationReason] = set()
+        self._open = len(records)  # jobs not yet ended
+        self._net = FlowNetwork(
+            {"pfs_read": platform.pfs_read_bandwidth, "pfs_write": platform.pfs_write_bandwidth}
+        )
+        self._reasons: set[InvocationReason] = set()  # of the time stamp being handled
+        self._paused: list[JobRecord] = []  # jobs that reached a point at that time stamp
+        self._in_time_stamp = False  # whether events of the current time stamp remain
         self._pfs_users = 0  # running jobs whose work does PFS I/O (for estimates)
-        self._pool = None
+        self._pool: NodePool | None = None
         if self.allocation is not None:
-            self._pool = NodePool(n_nodes, self.platform.topology, self.allocation,
-                                  self.platform.hosts)  # fmt: skip
+            self._pool = NodePool(
+                platform.num_nodes, platform.topology, self.allocation, platform.hosts
+            )
         self._contexts: dict[int, RunContext] = {}
-        self._paused: list[JobRecord] = []
+        self.invocations = 0
+        self.events = 0
         for rec in records:
             self._push(rec.job.submit_time, _Submission(rec))
         if self.interval > 0 and records:
             self._push(records[0].job.submit_time, _Tick())
-        invocations = events = 0
+
+    @property
+    def now(self) -> float:
+        """The simulated time of the last event handled (s)."""
+        return self._view.time
+
+    def peek(self) -> float:
+        """Return the time of the next event, or ``inf`` when none is left."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def step(self) -> None:
+        """Handle the next event.
+
+        After the last event of a time stamp, the scheduler is invoked (once, with the
+        reasons gathered at that time stamp) and the jobs paused at scheduling points
+        resume.
+
+        Raises:
+            InvalidStateError: No event is left (:meth:`peek` is ``inf``).
+            SchedulerError: The scheduler ordered something impossible.
+            SimulationError: Jobs are left waiting with nothing more to happen.
+        """
         heap = self._heap
-        scheduler = self.scheduler
-        while heap:
-            now = heap[0][0]
-            view.time = now
-            self._reasons = reasons = set()
-            self._paused = paused = []
-            while heap and heap[0][0] == now:
-                payload = heapq.heappop(heap)[3]
-                events += 1
-                match payload:
-                    case _Submission(rec):
-                        rec.status = JobStatus.WAITING
-                        view.queue.append(rec)
-                        reasons.add(InvocationReason.JOB_SUBMIT)
-                    case _SegmentEnd(rec, epoch):
-                        if epoch == rec.epoch:
-                            self._next_segment(rec)
-                    case _LinkCompletion(token):
-                        if token != self._net.token:
-                            continue
-                        done = self._net.pop_finished(now)
-                        self._reschedule_flows()
-                        for rec in done:
-                            rec.link = False
-                            self._next_segment(rec)
-                    case _Tick():
-                        reasons.add(InvocationReason.PERIODIC)
-                        if self._open > 0:
-                            self._push(now + self.interval, _Tick())
-            if reasons and (view.queue or paused or view.running):
-                invocations += 1
-                scheduler.schedule(view, frozenset(reasons))
-            for rec in paused:
-                rec.evolving_request = None
-                self._resume(rec)
-            if view.queue and not view.running and all(e[1] is Event.PERIODIC for e in heap):
-                raise SimulationError(
-                    f"{len(view.queue)} job(s) still waiting (first: job {view.queue[0].id}) "
-                    f"at t={now} with nothing left to happen; scheduler {scheduler.name!r} "
-                    "never started them"
-                )
+        if not heap:
+            raise InvalidStateError("step(): no event left; the simulation has ended")
+        now = heap[0][0]
+        if not self._in_time_stamp:
+            self._view.time = now
+            self._reasons = set()
+            self._paused = []
+            self._in_time_stamp = True
+        payload = heapq.heappop(heap)[3]
+        self.events += 1
+        self._handle(payload, now)
+        if not heap or heap[0][0] != now:
+            self._in_time_stamp = False
+            self._invoke(now)
+
+    def _handle(self, payload: _Payload, now: float) -> None:
+        """Apply one event at time ``now``."""
+        match payload:
+            case _Submission(rec):
+                rec.status = JobStatus.WAITING
+                self._view.queue.append(rec)
+                self._reasons.add(InvocationReason.JOB_SUBMIT)
+            case _SegmentEnd(rec, epoch):
+                if epoch == rec.epoch:
+                    self._next_segment(rec)
+            case _LinkCompletion(token):
+                if token != self._net.token:
+                    return
+                done = cast("list[JobRecord]", self._net.pop_finished(now))
+                self._reschedule_flows()
+                for rec in done:
+                    rec.link = False
+                    self._next_segment(rec)
+            case _Tick():
+                self._reasons.add(InvocationReason.PERIODIC)
+                if self._open > 0:
+                    self._push(now + self.interval, _Tick())
+
+    def _invoke(self, now: float) -> None:
+        """End the time stamp ``now``: invoke the scheduler, resume paused jobs, check."""
+        view, reasons, paused = self._view, self._reasons, self._paused
+        if reasons and (view.queue or paused or view.running):
+            self.invocations += 1
+            self.scheduler.schedule(view, frozenset(reasons))
+        for rec in paused:
+            rec.evolving_request = None
+            self._resume(rec)
+        if view.queue and not view.running and all(e[1] is Event.PERIODIC for e in self._heap):
+            raise SimulationError(
+                f"{len(view.queue)} job(s) still waiting (first: job {view.queue[0].id}) "
+                f"at t={now} with nothing left to happen; scheduler {self.scheduler.name!r} "
+                "never started them"
+            )
+
+    def run(self, jobs: Sequence[Job] | None = None, until: float | None = None) -> SimulationTrace:
+        """Simulate ``jobs`` to the end (or the run set up last, up to ``until``).
+
+        Args:
+            jobs: The workload; it starts a new run (:meth:`reset`). ``None`` continues
+                the current run.
+            until: Handle only the events at times up to and including this one; ``None``
+                runs until no event is left.
+
+        Returns:
+            The trace of the run so far (complete when no event is left).
+
+        Raises:
+            InvalidInputError: A job does not fit the machine or ids repeat.
+            SchedulerError: The scheduler ordered something impossible.
+            SimulationError: Jobs are left waiting with nothing more to happen.
+        """
+        if jobs is not None:
+            self.reset(jobs)
+        heap = self._heap
+        if until is None:
+            while heap:
+                self.step()
+        else:
+            while heap and heap[0][0] <= until:
+                self.step()
+        return self.trace()
+
+    def trace(self) -> SimulationTrace:
+        """Return the records and counters of the current run."""
         return SimulationTrace(
-            records,
+            self.records,
             np.asarray(self._usage_t, dtype=np.float64),
             np.asarray(self._usage_n, dtype=np.int64),
-            invocations,
-            events,
+            self.invocations,
+            self.events,
             None if self._pool is None else self._pool.log_rows,
         )

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError, InvalidTypeError
 
 __all__ = [
     "Expression",
@@ -91,8 +91,9 @@ class ExpressionError(HpcnbError, ValueError):
             summary = f"expression {expression!r}"
         shown = shown.replace("\n", " ").replace("\t", " ").replace("\r", " ")
         pointer = " " * offset + "^"
-        super().__init__(f"in {summary} at position {position}: {message}\n"
-                         f"    {shown}\n    {pointer}")  # fmt: skip
+        super().__init__(
+            f"in {summary} at position {position}: {message}\n    {shown}\n    {pointer}"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,9 @@ class ExpressionLimits:
         for name in ("max_length", "max_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ExpressionLimits.{name}={value!r}: expected an integer >= 1")
+                raise InvalidInputError(
+                    f"ExpressionLimits.{name}={value!r}: expected an integer >= 1"
+                )
 
 
 DEFAULT_LIMITS = ExpressionLimits()
@@ -164,8 +167,22 @@ _BINARY: dict[str, Callable[[float, float], Any]] = {
 }
 
 # binary precedences (higher binds tighter); unary prefix operators sit at 6, '^' at 7
-_PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3,
-               "+": 4, "-": 4, "*": 5, "/": 5, "%": 5, "^": 7}  # fmt: skip
+_PRECEDENCE = {
+    "||": 1,
+    "&&": 2,
+    "==": 3,
+    "!=": 3,
+    "<": 3,
+    "<=": 3,
+    ">": 3,
+    ">=": 3,
+    "+": 4,
+    "-": 4,
+    "*": 5,
+    "/": 5,
+    "%": 5,
+    "^": 7,
+}
 _UNARY_PRECEDENCE = 6
 _COMPARISON = 3
 
@@ -203,8 +220,10 @@ class _Compiler:
     def _open(self, frame: list[Any]) -> None:
         self.depth += 1
         if self.depth > self.limits.max_depth:
-            raise self.error(frame[2], f"nested deeper than {self.limits.max_depth} levels "
-                             "(ExpressionLimits.max_depth)")  # fmt: skip
+            raise self.error(
+                frame[2],
+                f"nested deeper than {self.limits.max_depth} levels (ExpressionLimits.max_depth)",
+            )
         self.stack.append(frame)
 
     def _pop_operator(self) -> None:
@@ -282,9 +301,12 @@ class _Compiler:
         """
         text, limits = self.text, self.limits
         if len(text) > limits.max_length:
-            raise self.error(limits.max_length + 1, f"expression of {len(text):,} characters; "
-                             f"at most {limits.max_length:,} allowed "
-                             "(ExpressionLimits.max_length)")  # fmt: skip
+            raise self.error(
+                limits.max_length + 1,
+                f"expression of {len(text):,} characters; "
+                f"at most {limits.max_length:,} allowed "
+                "(ExpressionLimits.max_length)",
+            )
         tokens = self._tokenize()
         if tokens[0][0] == "end":
             raise self.error(tokens[0][2] + 1, "empty expression")
@@ -295,91 +317,111 @@ class _Compiler:
             i += 1
             where = start + 1
             if kind == "end":
-                if expect_operand:
-                    raise self.error(where, "expected a number, a name or '(', "
-                                     "found 'end of expression'")  # fmt: skip
-                self._reduce(0)
-                if self.stack:
-                    frame = self.stack[-1]
-                    wanted = ":" if frame[0] == "?" else ")"
-                    raise self.error(where, f"expected {wanted!r}, found 'end of expression'")
-                return tuple(self.program)
+                return self._finish(where, expect_operand)
             if expect_operand:
-                if kind == "num":
-                    value = float(tok)
-                    if not math.isfinite(value):
-                        raise self.error(where, f"number {tok[:40]!r} is too large")
-                    self._emit(_PUSH, value, where)
-                    expect_operand = False
-                elif kind == "name":
-                    if tokens[i][1] == "(" and tokens[i][0] == "op":
-                        if tok not in _FUNCTIONS:
-                            raise self.error(where, f"function {tok!r} is not allowed")
-                        i += 1
-                        self._open(["call", tok, where, 1])
-                    else:
-                        self.names.add(tok)
-                        self._emit(_VAR, tok, where)
-                        expect_operand = False
-                elif tok in ("-", "+", "!"):
-                    self.stack.append(["un", tok, where, None])
-                elif tok == "(":
-                    self._open(["(", tok, where, None])
-                else:
-                    raise self.error(where, f"expected a number, a name or '(', found {tok!r}")
-                continue
-            # an operator is expected
-            if kind != "op":
-                raise self.error(where, f"unexpected {tok!r}")
-            if tok in _PRECEDENCE:
-                prec = _PRECEDENCE[tok]
-                # '^' is right-associative, comparisons do not chain, the rest is left-assoc.
-                self._reduce(prec if prec not in (_COMPARISON, _PRECEDENCE["^"]) else prec + 1)
-                top = self.stack[-1] if self.stack else None
-                if prec == _COMPARISON and top and top[0] == "bin" and (
-                    _PRECEDENCE[top[1]] == _COMPARISON
-                ):  # fmt: skip
-                    raise self.error(where, f"unexpected {tok!r}")
-                jump = None
-                if tok == "&&":
-                    jump = self._emit(_ANDJ, None, where)
-                elif tok == "||":
-                    jump = self._emit(_ORJ, None, where)
-                self.stack.append(["bin", tok, where, jump])
-                expect_operand = True
-            elif tok == "?":
-                self._reduce(1)
-                self._open(["?", tok, where, self._emit(_JZ, None, where)])
-                expect_operand = True
-            elif tok == ":":
-                self._reduce(0)
-                if not self.stack or self.stack[-1][0] != "?":
-                    raise self.error(where, "unexpected ':'")
-                frame = self.stack[-1]
-                jump = self._emit(_JMP, None, where)
-                self._patch(frame[3])
-                frame[0], frame[1], frame[3] = ":", ":", jump
-                expect_operand = True
-            elif tok == ",":
-                frame = self._close_group(",", where)
-                if frame[0] != "call":
-                    raise self.error(where, "unexpected ','")
-                frame[3] += 1
-                expect_operand = True
-            elif tok == ")":
-                frame = self._close_group(")", where)
-                self.stack.pop()
-                self.depth -= 1
-                if frame[0] == "call":
-                    name, argc = frame[1], frame[3]
-                    lo, hi, _ = _FUNCTIONS[name]
-                    if argc < lo or (hi >= 0 and argc > hi):
-                        more = "" if hi == lo else " or more"
-                        message = f"{name}() takes {lo} argument(s){more}, got {argc}"
-                        raise self.error(frame[2], message)
-                    self._emit(_CALL, (name, argc), frame[2])
-            else:  # '(' or '!' where an operator belongs
-                raise self.error(where, f"unexpected {tok!r}")
+                i, expect_operand = self._operand(tokens, i, kind, tok, where)
+            else:
+                expect_operand = self._operator(kind, tok, where)
+
+    def _finish(self, where: int, expect_operand: bool) -> tuple[_Instruction, ...]:
+        """At the end of the text: close what is open and return the program."""
+        if expect_operand:
+            raise self.error(where, "expected a number, a name or '(', found 'end of expression'")
+        self._reduce(0)
+        if self.stack:
+            frame = self.stack[-1]
+            wanted = ":" if frame[0] == "?" else ")"
+            raise self.error(where, f"expected {wanted!r}, found 'end of expression'")
+        return tuple(self.program)
+
+    def _operand(
+        self, tokens: list[tuple[str, str, int]], i: int, kind: str, tok: str, where: int
+    ) -> tuple[int, bool]:
+        """Handle a token where an operand is expected (``tokens[i]`` comes next).
+
+        Returns:
+            The index of the next token and whether an operand is still expected.
+        """
+        if kind == "num":
+            value = float(tok)
+            if not math.isfinite(value):
+                raise self.error(where, f"number {tok[:40]!r} is too large")
+            self._emit(_PUSH, value, where)
+            return i, False
+        if kind == "name":
+            if tokens[i][1] == "(" and tokens[i][0] == "op":
+                if tok not in _FUNCTIONS:
+                    raise self.error(where, f"function {tok!r} is not allowed")
+                self._open(["call", tok, where, 1])
+                return i + 1, True
+            self.names.add(tok)
+            self._emit(_VAR, tok, where)
+            return i, False
+        if tok in ("-", "+", "!"):
+            self.stack.append(["un", tok, where, None])
+        elif tok == "(":
+            self._open(["(", tok, where, None])
+        else:
+            raise self.error(where, f"expected a number, a name or '(', found {tok!r}")
+        return i, True
+
+    def _operator(self, kind: str, tok: str, where: int) -> bool:
+        """Handle a token where an operator is expected; return whether an operand follows."""
+        if kind != "op":
+            raise self.error(where, f"unexpected {tok!r}")
+        if tok in _PRECEDENCE:
+            self._binary(tok, where)
+        elif tok == "?":
+            self._reduce(1)
+            self._open(["?", tok, where, self._emit(_JZ, None, where)])
+        elif tok == ":":
+            self._reduce(0)
+            if not self.stack or self.stack[-1][0] != "?":
+                raise self.error(where, "unexpected ':'")
+            frame = self.stack[-1]
+            jump = self._emit(_JMP, None, where)
+            self._patch(frame[3])
+            frame[0], frame[1], frame[3] = ":", ":", jump
+        elif tok == ",":
+            frame = self._close_group(",", where)
+            if frame[0] != "call":
+                raise self.error(where, "unexpected ','")
+            frame[3] += 1
+        elif tok == ")":
+            self._close_paren(where)
+            return False
+        else:  # '(' or '!' where an operator belongs
+            raise self.error(where, f"unexpected {tok!r}")
+        return True
+
+    def _binary(self, tok: str, where: int) -> None:
+        """Push the binary operator ``tok`` after popping those that bind tighter."""
+        prec = _PRECEDENCE[tok]
+        # '^' is right-associative, comparisons do not chain, the rest is left-assoc.
+        self._reduce(prec if prec not in (_COMPARISON, _PRECEDENCE["^"]) else prec + 1)
+        top = self.stack[-1] if self.stack else None
+        if prec == _COMPARISON and top and top[0] == "bin" and _PRECEDENCE[top[1]] == _COMPARISON:
+            raise self.error(where, f"unexpected {tok!r}")
+        jump = None
+        if tok == "&&":
+            jump = self._emit(_ANDJ, None, where)
+        elif tok == "||":
+            jump = self._emit(_ORJ, None, where)
+        self.stack.append(["bin", tok, where, jump])
+
+    def _close_paren(self, where: int) -> None:
+        """Close the innermost ``(`` or function call; emit the call and check its arity."""
+        frame = self._close_group(")", where)
+        self.stack.pop()
+        self.depth -= 1
+        if frame[0] == "call":
+            name, argc = frame[1], frame[3]
+            lo, hi, _ = _FUNCTIONS[name]
+            if argc < lo or (hi >= 0 and argc > hi):
+                more = "" if hi == lo else " or more"
+                message = f"{name}() takes {lo} argument(s){more}, got {argc}"
+                raise self.error(frame[2], message)
+            self._emit(_CALL, (name, argc), frame[2])
 
 
 def _number(value: Any) -> float | None:
@@ -432,8 +474,9 @@ class Expression:
         if value is None:
             shown = repr(raw)
             shown = shown if len(shown) <= 60 else shown[:60] + "..."
-            raise self._error(pos, f"variable {name!r} is {shown}, expected a finite number "
-                              "(below 1.8e308)")  # fmt: skip
+            raise self._error(
+                pos, f"variable {name!r} is {shown}, expected a finite number (below 1.8e308)"
+            )
         return value
 
     def evaluate(self, variables: Mapping[str, float] | None = None) -> float:
@@ -446,8 +489,9 @@ class Expression:
         """
         env: Mapping[str, float] = {} if variables is None else variables
         if not isinstance(env, Mapping):
-            raise self._error(1, f"variables must be a mapping of names to numbers, "
-                              f"got {type(env).__name__}")  # fmt: skip
+            raise self._error(
+                1, f"variables must be a mapping of names to numbers, got {type(env).__name__}"
+            )
         program = self.program
         stack: list[float] = []
         push, pop, isfinite = stack.append, stack.pop, math.isfinite
@@ -557,7 +601,7 @@ def parse_expression(text: Any, *, limits: ExpressionLimits | None = None) -> Ex
     """
     limits = DEFAULT_LIMITS if limits is None else limits
     if not isinstance(limits, ExpressionLimits):
-        raise TypeError(f"limits={limits!r}: expected an ExpressionLimits")
+        raise InvalidTypeError(f"limits={limits!r}: expected an ExpressionLimits")
     if isinstance(text, str):
         if len(text) <= _CACHED_LENGTH:
             return _parse_cached(text, limits)
@@ -568,8 +612,9 @@ def parse_expression(text: Any, *, limits: ExpressionLimits | None = None) -> Ex
     shown = shown if len(shown) <= 80 else shown[:80] + "..."
     value = _number(text)
     if value is None:
-        raise ExpressionError(shown, 1, f"expected a string or a finite number, got "
-                              f"{type(text).__name__}")  # fmt: skip
+        raise ExpressionError(
+            shown, 1, f"expected a string or a finite number, got {type(text).__name__}"
+        )
     if not math.isfinite(value):
         raise ExpressionError(shown, 1, "expected a finite number")
     return Expression(shown, ((_PUSH, value, 1),), frozenset())

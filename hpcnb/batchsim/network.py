@@ -119,6 +119,8 @@ def _one_resource(flows: Sequence[FlowSpec], capacity: float) -> list[float]:
         order.append((bound, i, count * u))
     order.sort()
     for k, (bound, i, weight) in enumerate(order):
+        if load <= 0:  # the running difference cancelled (one flow's weight dwarfed the rest)
+            load = math.fsum(w for _, _, w in order[k:])
         level = max(0.0, capacity) / load
         if bound > level:  # this flow and all with larger bounds share the level
             for _, j, _ in order[k:]:

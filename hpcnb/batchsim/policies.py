@@ -20,9 +20,11 @@
   resizable jobs, each only if the run time it saves exceeds twice the
   reconfiguration cost.
 
-This module also holds the scheduler registry: :data:`SCHEDULERS` (name -> class or
-factory), :func:`make_scheduler` (the one lookup by name that the command line and the
-experiment drivers use) and :func:`register_scheduler`, which opens it to user policies.
+This module also holds the scheduler registry: :data:`SCHEDULERS` (a
+:class:`~hpcnb.plugins.Registry` of :class:`Scheduler` subclasses by name),
+:func:`make_scheduler` (the one lookup that the command line and the experiment drivers
+use: a registered name, or ``"package.module:Class"`` for a scheduler of your own) and
+:func:`register_scheduler`, which adds a user policy under a name.
 
 Example:
     >>> from hpcnb.batchsim.scheduler import FCFS
@@ -42,13 +44,13 @@ from __future__ import annotations
 import heapq
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from typing import Any
 
 from hpcnb.batchsim.engine import InvocationReason, JobRecord, JobStatus, SchedulerView
 from hpcnb.batchsim.jobs import JobType
 from hpcnb.batchsim.scheduler import FCFS, SJF, ConservativeBackfilling, EasyBackfilling, Scheduler
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import InvalidInputError
+from hpcnb.plugins import PluginError, Registry, is_reference
 
 __all__ = [
     "DRF",
@@ -56,8 +58,6 @@ __all__ = [
     "ElastiSimFCFS",
     "SRTF",
     "MalleableEasy",
-    "SchedulerFactory",
-    "SchedulerRegistryError",
     "expand_into_idle",
     "make_scheduler",
     "register_scheduler",
@@ -87,6 +87,11 @@ def shrink_to_admit(view: SchedulerView, need: int, victims: list[JobRecord]) ->
     Counts nodes already free and nodes of shrinks still pending. Shrinks nothing if
     the victims' headroom cannot cover the gap.
 
+    Args:
+        view: The scheduler's view, whose ``shrink`` action is used.
+        need: Nodes that must be free.
+        victims: Running resizable jobs that may be shrunk, first shrunk first.
+
     Returns:
         Whether enough nodes are (or will be, at the victims' next scheduling points)
         free.
@@ -111,6 +116,11 @@ def expand_into_idle(view: SchedulerView, candidates: list[JobRecord], gain: flo
 
     A job grows only if the run time saved exceeds ``gain`` times the reconfiguration
     cost of the growth.
+
+    Args:
+        view: The scheduler's view, whose ``expand`` action is used.
+        candidates: Running resizable jobs that may grow, first served first.
+        gain: Least ratio of run time saved to reconfiguration cost for a growth.
     """
     ctx = view.ctx
     for i, rec in enumerate(candidates):
@@ -128,12 +138,17 @@ def expand_into_idle(view: SchedulerView, candidates: list[JobRecord], gain: flo
 
 
 class SRTF(Scheduler):
-    """Shortest remaining time first, shrinking longer malleable jobs (module docstring)."""
+    """Shortest remaining time first; shrinks longer resizable jobs to admit shorter ones."""
 
     name = "srtf"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start by remaining time; shrink longer resizable jobs; expand when idle."""
+        """Start by remaining time; shrink longer resizable jobs; expand when idle.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
         order = sorted((view.requested_time(r), i, r) for i, r in enumerate(view.queue))
@@ -162,12 +177,17 @@ class SRTF(Scheduler):
 
 
 class DRF(Scheduler):
-    """Dominant resource fairness over nodes and GPUs (see the module docstring)."""
+    """Dominant resource fairness over nodes and GPUs: the least-served user goes first."""
 
     name = "drf"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Serve the user with the smallest dominant share, repeatedly."""
+        """Serve the user with the smallest dominant share, repeatedly.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
         total_nodes = view.total_nodes
@@ -198,7 +218,12 @@ class DRF(Scheduler):
 
 
 class MalleableEasy(EasyBackfilling):
-    """EASY backfilling that shrinks and expands resizable jobs (module docstring)."""
+    """EASY backfilling that shrinks resizable jobs for the queue head and grows them when idle.
+
+    Args:
+        gain: A job grows into idle nodes only if the run time saved exceeds ``gain``
+            times the reconfiguration cost.
+    """
 
     name = "malleable"
 
@@ -206,7 +231,12 @@ class MalleableEasy(EasyBackfilling):
         self.gain = gain
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """EASY pass; shrink to admit the head; expand into idle nodes when nothing waits."""
+        """EASY pass; shrink to admit the head; expand into idle nodes when nothing waits.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         super().schedule(view, reasons)
         if view.queue:
             head = view.queue[0]
@@ -246,17 +276,27 @@ class ElastiSimFCFS(Scheduler):
 
     def __init__(self, expand: str = "any") -> None:
         if expand not in ("point", "any"):
-            raise ValueError(f"ElastiSimFCFS(expand={expand!r}): expected 'point' or 'any'")
+            raise InvalidInputError(f"ElastiSimFCFS(expand={expand!r}): expected 'point' or 'any'")
         self.expand = expand
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Grant evolving requests, then walk the jobs in submission order."""
+        """Grant evolving requests, then walk the jobs in submission order.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
         if view.free_nodes <= 0:  # nothing can start or grow
             return
-        growable = [r for r in view.running if r.type is JobType.MALLEABLE
-                    and r.target == r.nodes and (r.at_point or self.expand == "any")]  # fmt: skip
+        growable = [
+            r
+            for r in view.running
+            if r.type is JobType.MALLEABLE
+            and r.target == r.nodes
+            and (r.at_point or self.expand == "any")
+        ]
         growable.sort(key=lambda r: r.seq)
         for rec in heapq.merge(growable, list(view.queue), key=lambda r: r.seq):
             if view.free_nodes <= 0:
@@ -277,91 +317,90 @@ class ElastiSimFCFS(Scheduler):
             view.start(rec, size)
 
 
-SchedulerFactory = Callable[[], Scheduler]
-"""What the registry holds: a :class:`Scheduler` subclass or a callable returning a scheduler."""
+def _check_scheduler(obj: Any) -> str | None:
+    """The registry's check: an error text unless ``obj`` is a :class:`Scheduler` subclass."""
+    if isinstance(obj, type) and issubclass(obj, Scheduler):
+        return None
+    if isinstance(obj, Scheduler):
+        return f"{obj!r} is an instance; register its class, a subclass of Scheduler"
+    if isinstance(obj, type):
+        shown = obj.__name__
+    elif hasattr(obj, "__name__"):  # a function or a module
+        shown = f"{obj.__name__} (a {type(obj).__name__})"
+    else:
+        shown = repr(obj) if len(repr(obj)) <= 60 else repr(obj)[:60] + "..."
+    return f"{shown} is not a subclass of hpcnb.batchsim.scheduler.Scheduler"
 
 
-class SchedulerRegistryError(HpcnbError, ValueError):
-    """A scheduler name is unknown or already taken, or what was registered is no scheduler."""
-
-
-_REGISTRY: dict[str, SchedulerFactory] = {}
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]*")
 
-#: The registered schedulers by name (a read-only view; add with :func:`register_scheduler`).
-SCHEDULERS: Mapping[str, SchedulerFactory] = MappingProxyType(_REGISTRY)
+#: The registered schedulers by name: a :class:`~hpcnb.plugins.Registry` of
+#: :class:`Scheduler` subclasses (add with :func:`register_scheduler`).
+SCHEDULERS: Registry[type[Scheduler]] = Registry("scheduler", check=_check_scheduler)
 
 
-def register_scheduler(name: str, factory: SchedulerFactory, *, replace: bool = False) -> None:
+def register_scheduler(name: str, cls: type[Scheduler], *, replace: bool = False) -> None:
     """Make a scheduler available by name to :func:`make_scheduler`, the CLI and experiments.
 
     Args:
         name: Lower-case name (letters, digits, ``_ . + -``), as given to
             ``hpcnb batchsim simulate --scheduler``.
-        factory: A :class:`Scheduler` subclass, or a callable without arguments that
-            returns a new scheduler (for instance ``functools.partial(MalleableEasy,
-            gain=0.5)``).
+        cls: A :class:`Scheduler` subclass; :func:`make_scheduler` calls it with the
+            keyword arguments it is given.
         replace: Replace a scheduler already registered under ``name`` (else an error).
 
     Raises:
-        SchedulerRegistryError: The name is malformed or taken, or ``factory`` is neither
-            a :class:`Scheduler` subclass nor a callable.
+        PluginError: The name is malformed or taken, or ``cls`` is not a
+            :class:`Scheduler` subclass.
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise SchedulerRegistryError(
+        raise PluginError(
             f"register_scheduler({name!r}): a name is lower-case letters, digits and _ . + - "
             "(starting with a letter or digit)"
         )
-    if isinstance(factory, type):
-        if not issubclass(factory, Scheduler):
-            raise SchedulerRegistryError(
-                f"register_scheduler({name!r}, {factory.__name__}): not a subclass of "
-                "hpcnb.batchsim.scheduler.Scheduler"
-            )
-    elif isinstance(factory, Scheduler) or not callable(factory):
-        raise SchedulerRegistryError(
-            f"register_scheduler({name!r}, {factory!r}): expected a Scheduler subclass or a "
-            "callable returning a new scheduler, not an instance"
-        )
-    if name in _REGISTRY and not replace:
-        raise SchedulerRegistryError(
-            f"register_scheduler({name!r}): the name is taken by {_REGISTRY[name]!r}; pick "
-            "another name or pass replace=True"
-        )
-    _REGISTRY[name] = factory
+    SCHEDULERS.register(name, cls, replace=replace)
 
 
 def unregister_scheduler(name: str) -> None:
     """Remove a registered scheduler.
 
-    Raises:
-        SchedulerRegistryError: No scheduler has that name.
-    """
-    if _REGISTRY.pop(name, None) is None:
-        raise SchedulerRegistryError(f"unregister_scheduler({name!r}): no such scheduler")
-
-
-def make_scheduler(name: str) -> Scheduler:
-    """Return a new scheduler by its registered name (case-insensitive).
-
-    Built-in names: ``fcfs``, ``sjf``, ``srtf``, ``drf``, ``easy``, ``conservative``,
-    ``malleable``, ``elastisim-fcfs``; others are added with :func:`register_scheduler`.
+    Args:
+        name: The registered name.
 
     Raises:
-        SchedulerRegistryError: Unknown name (the message lists the known ones), or the
-            registered factory returned something that is not a :class:`Scheduler`.
+        PluginError: No scheduler has that name.
     """
-    factory = _REGISTRY.get(name.lower())
-    if factory is None:
-        known = sorted(_REGISTRY)
-        raise SchedulerRegistryError(f"unknown scheduler {name!r}; expected one of {known}")
-    scheduler = factory()
-    if not isinstance(scheduler, Scheduler):
-        raise SchedulerRegistryError(
-            f"scheduler {name!r}: {factory!r} returned a {type(scheduler).__name__}, "
-            "not a Scheduler"
-        )
-    return scheduler
+    if name not in SCHEDULERS:
+        raise PluginError(f"unregister_scheduler({name!r}): no such scheduler")
+    SCHEDULERS.unregister(name)
+
+
+def make_scheduler(name: str, **kwargs: Any) -> Scheduler:
+    """Return a new scheduler by its registered name, or import it by reference.
+
+    Built-in names (case-insensitive): ``fcfs``, ``sjf``, ``srtf``, ``drf``, ``easy``,
+    ``conservative``, ``malleable``, ``elastisim-fcfs``; others are added with
+    :func:`register_scheduler`. ``"package.module:Class"`` imports ``package.module``
+    and uses its :class:`Scheduler` subclass ``Class`` (``"package.module:"`` imports a
+    module that registers one scheduler).
+
+    Args:
+        name: A registered name or a ``"package.module:Class"`` reference.
+        **kwargs: Keyword arguments of the scheduler's class (``gain=0.5`` for
+            ``malleable``).
+
+    Raises:
+        PluginError: Unknown name (the message lists the registered ones), or a reference
+            that does not import or does not name a :class:`Scheduler` subclass.
+
+    Example:
+        >>> make_scheduler("malleable", gain=0.5).gain
+        0.5
+        >>> make_scheduler("hpcnb.batchsim.scheduler:EasyBackfilling")
+        EasyBackfilling()
+    """
+    key = name if is_reference(name) else name.lower()
+    return SCHEDULERS.get(key)(**kwargs)
 
 
 # The built-in policies. A new policy of this package is written above and added here.

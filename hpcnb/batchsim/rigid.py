@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from hpcnb.batchsim.swf import MAX_NODES
+from hpcnb.errors import InvalidInputError
 
 __all__ = ["KERNEL_POLICIES", "simulate_rigid_arrays"]
 
@@ -62,6 +63,105 @@ def _heap_pop(keys: np.ndarray, vals: np.ndarray, n: int) -> int:
 
 
 @numba.njit(cache=True)
+def _start_job(
+    j: int,
+    now: float,
+    start: np.ndarray,
+    runtime: np.ndarray,
+    heap_keys: np.ndarray,
+    heap_vals: np.ndarray,
+    heap_n: int,
+    running: np.ndarray,
+    where: np.ndarray,
+    r_len: int,
+) -> tuple[int, int]:
+    """Start job ``j`` at ``now``: its completion into the heap, it into the running set.
+
+    Returns:
+        The new heap size and running-set size.
+    """
+    start[j] = now
+    heap_n = _heap_push(heap_keys, heap_vals, heap_n, now + runtime[j], j)
+    where[j] = r_len
+    running[r_len] = j
+    return heap_n, r_len + 1
+
+
+@numba.njit(cache=True)
+def _release(
+    now: float,
+    size: np.ndarray,
+    heap_keys: np.ndarray,
+    heap_vals: np.ndarray,
+    heap_n: int,
+    running: np.ndarray,
+    where: np.ndarray,
+    r_len: int,
+    free: int,
+) -> tuple[int, int, int]:
+    """End every job whose completion is at ``now``; free its nodes.
+
+    Returns:
+        The new heap size, running-set size and free nodes.
+    """
+    while heap_n > 0 and heap_keys[0] == now:
+        j = heap_vals[0]
+        heap_n = _heap_pop(heap_keys, heap_vals, heap_n)
+        free += size[j]
+        k = where[j]
+        r_len -= 1
+        running[k] = running[r_len]
+        where[running[k]] = k
+        where[j] = -1
+    return heap_n, r_len, free
+
+
+@numba.njit(cache=True)
+def _shadow(
+    now: float,
+    free: int,
+    need: int,
+    start: np.ndarray,
+    estimate: np.ndarray,
+    size: np.ndarray,
+    running: np.ndarray,
+    r_len: int,
+    ends: np.ndarray,
+    sizes: np.ndarray,
+) -> tuple[float, int]:
+    """EASY's shadow time and extra nodes for a head that needs ``need`` nodes.
+
+    ``ends`` and ``sizes`` are scratch arrays of at least ``r_len`` entries.
+    """
+    for m in range(r_len):
+        r = running[m]
+        ends[m] = max(now, start[r] + estimate[r])
+        sizes[m] = size[r]
+    order = np.argsort(ends[:r_len], kind="mergesort")
+    avail = free
+    m = 0
+    while m < r_len:
+        end = ends[order[m]]
+        while m < r_len and ends[order[m]] == end:
+            avail += sizes[order[m]]
+            m += 1
+        if avail >= need:
+            return end, avail - need
+    return np.inf, 0
+
+
+@numba.njit(cache=True)
+def _compact(queue: np.ndarray, q_len: int, start: np.ndarray) -> int:
+    """Drop the started jobs from the queue, keeping its order; return its new length."""
+    w = 0
+    for p in range(q_len):
+        if np.isnan(start[queue[p]]):
+            queue[w] = queue[p]
+            w += 1
+    return w
+
+
+@numba.njit(cache=True)
 def _kernel(
     submit: np.ndarray,
     runtime: np.ndarray,
@@ -90,15 +190,9 @@ def _kernel(
             now = submit[nxt]
         if heap_n > 0 and heap_keys[0] < now:
             now = heap_keys[0]
-        while heap_n > 0 and heap_keys[0] == now:
-            j = heap_vals[0]
-            heap_n = _heap_pop(heap_keys, heap_vals, heap_n)
-            free += size[j]
-            k = where[j]
-            r_len -= 1
-            running[k] = running[r_len]
-            where[running[k]] = k
-            where[j] = -1
+        heap_n, r_len, free = _release(
+            now, size, heap_keys, heap_vals, heap_n, running, where, r_len, free
+        )
         while nxt < n and submit[nxt] == now:
             queue[q_len] = nxt
             q_len += 1
@@ -109,35 +203,17 @@ def _kernel(
         i = 0
         while i < q_len and size[queue[i]] <= free:
             j = queue[i]
-            start[j] = now
             free -= size[j]
-            heap_n = _heap_push(heap_keys, heap_vals, heap_n, now + runtime[j], j)
-            where[j] = r_len
-            running[r_len] = j
-            r_len += 1
+            heap_n, r_len = _start_job(
+                j, now, start, runtime, heap_keys, heap_vals, heap_n, running, where, r_len
+            )
             i += 1
         started_any = i > 0
         if policy == 1 and i < q_len - 1 and free > 0:
-            need = size[queue[i]]
-            for m in range(r_len):
-                r = running[m]
-                ends[m] = max(now, start[r] + estimate[r])
-                sizes[m] = size[r]
-            order = np.argsort(ends[:r_len], kind="mergesort")
-            avail = free
-            shadow = np.inf
-            extra = 0
-            m = 0
-            while m < r_len:
-                end = ends[order[m]]
-                while m < r_len and ends[order[m]] == end:
-                    avail += sizes[order[m]]
-                    m += 1
-                if avail >= need:
-                    shadow = end
-                    extra = avail - need
-                    break
-            for p in range(i + 1, q_len):
+            shadow, extra = _shadow(
+                now, free, size[queue[i]], start, estimate, size, running, r_len, ends, sizes
+            )
+            for p in range(i + 1, q_len):  # backfill
                 if free == 0:
                     break
                 j = queue[p]
@@ -151,20 +227,13 @@ def _kernel(
                     ok = True
                     extra -= s
                 if ok:
-                    start[j] = now
                     free -= s
-                    heap_n = _heap_push(heap_keys, heap_vals, heap_n, now + runtime[j], j)
-                    where[j] = r_len
-                    running[r_len] = j
-                    r_len += 1
+                    heap_n, r_len = _start_job(
+                        j, now, start, runtime, heap_keys, heap_vals, heap_n, running, where, r_len
+                    )
                     started_any = True
         if started_any:
-            w = 0
-            for p in range(q_len):
-                if np.isnan(start[queue[p]]):
-                    queue[w] = queue[p]
-                    w += 1
-            q_len = w
+            q_len = _compact(queue, q_len, start)
     return start
 
 
@@ -188,32 +257,39 @@ def simulate_rigid_arrays(
         policy: ``"fcfs"`` or ``"easy"``.
 
     Raises:
-        ValueError: Unknown policy, arrays of different lengths, unsorted or non-finite
+        InvalidInputError: Unknown policy, arrays of different lengths, unsorted or non-finite
             submit times, non-finite or negative run times or estimates, a machine size
             outside ``[1, MAX_NODES]``, or a job size outside ``[1, total_nodes]``.
     """
     if policy not in KERNEL_POLICIES:
-        raise ValueError(f"policy={policy!r}: expected one of {sorted(KERNEL_POLICIES)}")
+        raise InvalidInputError(f"policy={policy!r}: expected one of {sorted(KERNEL_POLICIES)}")
     if (
         isinstance(total_nodes, bool)
         or not isinstance(total_nodes, (int, np.integer))
         or not (1 <= total_nodes <= MAX_NODES)
     ):
-        raise ValueError(f"total_nodes={total_nodes!r}: expected an integer in [1, {MAX_NODES}]")
+        raise InvalidInputError(
+            f"total_nodes={total_nodes!r}: expected an integer in [1, {MAX_NODES}]"
+        )
     submit = np.ascontiguousarray(submit, dtype=np.float64)
     runtime = np.ascontiguousarray(runtime, dtype=np.float64)
     estimate = np.ascontiguousarray(estimate, dtype=np.float64)
     sizes = np.asarray(size)
     if not submit.shape == runtime.shape == estimate.shape == sizes.shape or submit.ndim != 1:
-        raise ValueError("submit, runtime, estimate and size must be 1-D arrays of one length")
+        raise InvalidInputError(
+            "submit, runtime, estimate and size must be 1-D arrays of one length"
+        )
     if sizes.size and not (np.all(sizes >= 1) and np.all(sizes <= total_nodes)):
-        raise ValueError(f"job sizes must be in [1, {total_nodes}]")
+        raise InvalidInputError(f"job sizes must be in [1, {total_nodes}]")
     size = np.ascontiguousarray(sizes, dtype=np.int64)
-    if not (np.all(np.isfinite(submit)) and np.all(np.isfinite(runtime))
-            and np.all(np.isfinite(estimate))):  # fmt: skip
-        raise ValueError("submit times, run times and estimates must be finite")
+    if not (
+        np.all(np.isfinite(submit))
+        and np.all(np.isfinite(runtime))
+        and np.all(np.isfinite(estimate))
+    ):
+        raise InvalidInputError("submit times, run times and estimates must be finite")
     if np.any(runtime < 0) or np.any(estimate < 0):
-        raise ValueError("run times and estimates must be >= 0")
+        raise InvalidInputError("run times and estimates must be >= 0")
     if submit.size and np.any(np.diff(submit) < 0):
-        raise ValueError("submit times must be non-decreasing")
+        raise InvalidInputError("submit times must be non-decreasing")
     return _kernel(submit, runtime, estimate, size, int(total_nodes), KERNEL_POLICIES[policy])

@@ -12,8 +12,9 @@ that fits (:meth:`Scheduler.start_size`).
 
 A scheduler is known by name (``hpcnb batchsim simulate --scheduler NAME``, the
 experiment drivers) once registered with
-:func:`~hpcnb.batchsim.policies.register_scheduler`; the built-in ones are registered
-at the end of :mod:`~hpcnb.batchsim.policies`.
+:func:`~hpcnb.batchsim.policies.register_scheduler` (the built-in ones are registered
+at the end of :mod:`~hpcnb.batchsim.policies`), or by reference without registering:
+``--scheduler package.module:Class`` imports the module and runs its subclass.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterable
 
 from hpcnb.batchsim.engine import InvocationReason, JobRecord, SchedulerView
 from hpcnb.batchsim.jobs import JobType
+from hpcnb.errors import InvalidStateError
 
 __all__ = [
     "FCFS",
@@ -48,12 +50,23 @@ class Scheduler:
     name = "base"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Act on the system; called once per time stamp at which something happened."""
+        """Act on the system; called once per time stamp at which something happened.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         raise NotImplementedError
 
     @staticmethod
     def start_size(view: SchedulerView, rec: JobRecord, free: int | None = None) -> int | None:
-        """Return the size to start ``rec`` with on ``free`` nodes, or ``None`` if none fits."""
+        """Return the size to start ``rec`` with on ``free`` nodes, or ``None`` if none fits.
+
+        Args:
+            view: The scheduler's view (its free nodes are the default ``free``).
+            rec: The waiting job.
+            free: Nodes to fit the job into (default: the nodes free now).
+        """
         free = view.free_nodes if free is None else free
         job = rec.job
         if job.num_nodes <= free:
@@ -92,7 +105,12 @@ class FCFS(Scheduler):
     name = "fcfs"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start jobs in submit order until the first that does not fit."""
+        """Start jobs in submit order until the first that does not fit.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
         for rec in list(view.queue):
@@ -108,7 +126,12 @@ class SJF(Scheduler):
     name = "sjf"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start waiting jobs by increasing requested time (ties: submit order)."""
+        """Start waiting jobs by increasing requested time (ties: submit order).
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
         order = sorted(enumerate(view.queue), key=lambda p: (view.requested_time(p[1]), p[0]))
@@ -161,7 +184,12 @@ class EasyBackfilling(Scheduler):
     name = "easy"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start in order, reserve for the head, backfill the rest."""
+        """Start in order, reserve for the head, backfill the rest.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
         queue = list(view.queue)
@@ -208,7 +236,12 @@ class ConservativeBackfilling(Scheduler):
     name = "conservative"
 
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Rebuild the reservation profile and start the jobs whose slot is now."""
+        """Rebuild the reservation profile and start the jobs whose slot is now.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
         if InvocationReason.EVOLVING_REQUEST in reasons:
             self.grant_evolving_requests(view)
         now = view.time
@@ -242,7 +275,7 @@ class ConservativeBackfilling(Scheduler):
                 j += 1
             if j >= len(times) or times[j] >= end:
                 return k
-        raise AssertionError("profile ends with all nodes free; a slot always exists")
+        raise InvalidStateError("profile ends with all nodes free; a slot always exists")
 
     @staticmethod
     def _reserve(times: list[float], free: list[int], k: int, need: int, end: float) -> None:

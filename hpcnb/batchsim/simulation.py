@@ -32,15 +32,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from hpcnb.batchsim.engine import JobStatus, Simulator
+from hpcnb.batchsim.engine import JobStatus, SimulationTrace, Simulator
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType
 from hpcnb.batchsim.nodes import NODE_UTILIZATION_COLUMNS
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling, Scheduler
+from hpcnb.errors import InvalidInputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +63,18 @@ JOB_STATISTICS_COLUMNS = (
     "Makespan",
     "Turnaround Time",
     "Status",
+)
+#: The :attr:`SimulationResult.columns` that fill each of those columns.
+_STATISTICS_SOURCES = (
+    "id",
+    "type",
+    "submit",
+    "start",
+    "end",
+    "wait",
+    "runtime",
+    "turnaround",
+    "status",
 )
 
 
@@ -172,10 +185,8 @@ class SimulationResult:
         }
 
     def _statistics_columns(self) -> dict[str, np.ndarray]:
-        c = self.columns
-        return dict(zip(JOB_STATISTICS_COLUMNS, (c["id"], c["type"], c["submit"], c["start"],
-                    c["end"], c["wait"], c["runtime"], c["turnaround"], c["status"]),
-                    strict=True))  # fmt: skip
+        pairs = zip(JOB_STATISTICS_COLUMNS, _STATISTICS_SOURCES, strict=True)
+        return {name: self.columns[key] for name, key in pairs}
 
     def job_statistics(self) -> pd.DataFrame:
         """Return ElastiSim's ``job_statistics.csv`` table (Makespan = end − start)."""
@@ -287,60 +298,111 @@ def simulate(
             with a fixed run time, no periodic invocations, and the scheduler exactly
             :class:`~hpcnb.batchsim.scheduler.FCFS` or
             :class:`~hpcnb.batchsim.scheduler.EasyBackfilling` (not a subclass).
+
+    Raises:
+        InvalidInputError: A job does not fit the machine, ids repeat, or an option is
+            unknown.
+        SchedulerError: The scheduler ordered something impossible.
+        SimulationError: Jobs are left waiting with nothing more to happen.
     """
     t0 = time.perf_counter()
     use_kernel = compiled and allocation is None
     kernel = _rigid_kernel(jobs, scheduler, scheduling_interval) if use_kernel else None
     if kernel is not None:
-        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
-        ordered = [jobs[i] for i in order]
-        for job in ordered:
-            if job.num_nodes > platform.num_nodes:
-                raise ValueError(f"job {job.id}: needs {job.num_nodes} nodes, "
-                                 f"the machine has {platform.num_nodes}")  # fmt: skip
-            if job.gpus_per_node > platform.gpus_per_node:
-                raise ValueError(f"job {job.id}: needs {job.gpus_per_node} GPUs per node, "
-                                 f"the nodes have {platform.gpus_per_node}")  # fmt: skip
-        if len({j.id for j in ordered}) != len(ordered):
-            raise ValueError("job ids are not unique")
-        submit = np.array([j.submit_time for j in ordered])
-        runtime = np.array([j.work.runtime for j in ordered])  # type: ignore[attr-defined]
-        estimate = np.array([j.walltime if j.walltime is not None else j.work.runtime
-                             for j in ordered])  # type: ignore[attr-defined]  # fmt: skip
-        size = np.array([j.num_nodes for j in ordered], dtype=np.int64)
-        from hpcnb.batchsim.rigid import simulate_rigid_arrays  # Numba: only when used
-
-        start = simulate_rigid_arrays(submit, runtime, estimate, size, platform.num_nodes, kernel)
-        end = start + runtime
-        wall = time.perf_counter() - t0
-        df = _table({
-            "id": [j.id for j in ordered], "type": "rigid", "user": [j.user for j in ordered],
-            "submit": submit, "start": start, "end": end, "status": "completed", "nodes": size,
-            "min_nodes": size, "max_nodes": size, "requested_nodes": size, "resizes": 0,
-        })  # fmt: skip
-        times, used = _usage(start, end, size)
-        return SimulationResult(df, times, used, platform.num_nodes, scheduler.name, wall, 0, True)
-    sim = Simulator(platform, scheduler, scheduling_interval, on_scheduling_point,
-                    clip_evolving_requests, network, fairness, node_links,
-                    allocation)  # fmt: skip
+        return _simulate_compiled(jobs, platform, scheduler, kernel, t0)
+    sim = Simulator(
+        platform,
+        scheduler,
+        scheduling_interval,
+        on_scheduling_point,
+        clip_evolving_requests,
+        network,
+        fairness,
+        node_links,
+        allocation,
+    )
     trace = sim.run(jobs)
+    return _engine_result(trace, platform, scheduler, time.perf_counter() - t0)
+
+
+def _simulate_compiled(
+    jobs: Sequence[Job], platform: Platform, scheduler: Scheduler, kernel: str, t0: float
+) -> SimulationResult:
+    """Run rigid fixed-time ``jobs`` on the compiled ``kernel``; ``t0`` is the start clock."""
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
+    ordered = [jobs[i] for i in order]
+    for job in ordered:
+        if job.num_nodes > platform.num_nodes:
+            raise InvalidInputError(
+                f"job {job.id}: needs {job.num_nodes} nodes, the machine has {platform.num_nodes}"
+            )
+        if job.gpus_per_node > platform.gpus_per_node:
+            raise InvalidInputError(
+                f"job {job.id}: needs {job.gpus_per_node} GPUs per node, "
+                f"the nodes have {platform.gpus_per_node}"
+            )
+    if len({j.id for j in ordered}) != len(ordered):
+        raise InvalidInputError("job ids are not unique")
+    submit = np.array([j.submit_time for j in ordered])
+    runtimes = [cast(FixedWork, j.work).runtime for j in ordered]
+    runtime = np.array(runtimes)
+    estimate = np.array(
+        [
+            j.walltime if j.walltime is not None else r
+            for j, r in zip(ordered, runtimes, strict=True)
+        ]
+    )
+    size = np.array([j.num_nodes for j in ordered], dtype=np.int64)
+    from hpcnb.batchsim.rigid import simulate_rigid_arrays  # Numba: only when used
+
+    start = simulate_rigid_arrays(submit, runtime, estimate, size, platform.num_nodes, kernel)
+    end = start + runtime
     wall = time.perf_counter() - t0
+    columns = {
+        "id": [j.id for j in ordered],
+        "type": "rigid",
+        "user": [j.user for j in ordered],
+        "submit": submit,
+        "start": start,
+        "end": end,
+        "status": "completed",
+        "nodes": size,
+        "min_nodes": size,
+        "max_nodes": size,
+        "requested_nodes": size,
+        "resizes": 0,
+    }
+    times, used = _usage(start, end, size)
+    return SimulationResult(
+        _table(columns), times, used, platform.num_nodes, scheduler.name, wall, 0, True
+    )
+
+
+def _engine_result(
+    trace: SimulationTrace, platform: Platform, scheduler: Scheduler, wall: float
+) -> SimulationResult:
+    """The result of a run of the general engine, from its trace."""
     recs = trace.records
     starts_size = [r.resizes[0][1] if r.resizes else r.active for r in recs]
     sizes_seen = [
         [s, *(new for _, _, new in r.resizes)] for r, s in zip(recs, starts_size, strict=True)
     ]
-    df = _table({
-        "id": [r.id for r in recs], "type": [r.type.value for r in recs],
-        "user": [r.job.user for r in recs], "submit": [r.job.submit_time for r in recs],
-        "start": [r.start_time for r in recs], "end": [r.end_time for r in recs],
-        "status": [r.status.value for r in recs], "nodes": starts_size,
-        "min_nodes": [min(s) for s in sizes_seen], "max_nodes": [max(s) for s in sizes_seen],
+    columns = {
+        "id": [r.id for r in recs],
+        "type": [r.type.value for r in recs],
+        "user": [r.job.user for r in recs],
+        "submit": [r.job.submit_time for r in recs],
+        "start": [r.start_time for r in recs],
+        "end": [r.end_time for r in recs],
+        "status": [r.status.value for r in recs],
+        "nodes": starts_size,
+        "min_nodes": [min(s) for s in sizes_seen],
+        "max_nodes": [max(s) for s in sizes_seen],
         "requested_nodes": [r.job.num_nodes for r in recs],
         "resizes": [len(r.resizes) for r in recs],
-    })  # fmt: skip
+    }
     return SimulationResult(
-        df,
+        _table(columns),
         trace.usage_times,
         trace.usage_nodes,
         platform.num_nodes,
@@ -361,6 +423,10 @@ def check_invariants(result: SimulationResult, jobs: Sequence[Job] | None = None
     exactly once (one row per job, completed or killed, finite end >= start);
     start >= submit; rigid jobs keep their size; sizes stay in the job's range (jobs
     killed while waiting hold no nodes).
+
+    Args:
+        result: The simulation's result.
+        jobs: The jobs simulated, to check sizes against their ranges (optional).
     """
     df = result.jobs
     if result.usage_nodes.size:
