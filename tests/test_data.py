@@ -197,22 +197,38 @@ def test_built_wheel_ships_package_data(tmp_path):
     """Build the wheel, install it without dependencies into a fresh venv, use it elsewhere."""
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(wheels), str(REPO)],
-        check=True, timeout=300, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     wheel = next(wheels.glob("hpcnb-*.whl"))
     env_dir = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
     python = env_dir / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)],
-        check=True, timeout=300, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     # The project's environment (numpy etc.) after the wheel; its editable hook is not run.
     deps = [p for p in sys.path if p.endswith("site-packages")]
     Path(site, "project_env.pth").write_text("\n".join(deps) + "\n")
@@ -224,9 +240,13 @@ def test_built_wheel_ships_package_data(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
-        [str(python), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        [str(python), "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env=env,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) > 1000
 
@@ -243,8 +263,7 @@ def test_stand_in_notice_says_how_to_fetch(capsys):
 CIFAR = "cifar10/cifar-10-python.tar.gz"
 
 
-def test_cli_list_shows_the_large_files_and_fetch_takes_their_names(isolated, monkeypatch,
-                                                                     capsys):  # fmt: skip
+def test_cli_list_shows_the_large_files_and_fetch_takes_their_names(isolated, monkeypatch, capsys):
     from hpcnb.data.registry import large_files
 
     assert CIFAR in large_files()

@@ -9,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from hpcnb import models
 from hpcnb.ir import KINDS, IRTraceError, trace
-from hpcnb.ir.graph import COUNTED_KINDS
+from hpcnb.ir.kinds import COUNTED_KINDS
 
 ZOO_NAMES = sorted(models.ZOO)
 

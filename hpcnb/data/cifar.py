@@ -44,7 +44,7 @@ from hpcnb.data.registry import (
     large_files,
     path,
 )
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError
 
 __all__ = [
     "ARCHIVE",
@@ -250,11 +250,12 @@ def cifar10(
         download: Download the registered archive when it is not found locally.
 
     Raises:
+        InvalidInputError: ``val_fraction`` is not in [0, 1).
         DataNotFoundError: The archive is not available and ``download`` is false.
         CifarFormatError: The archive is malformed.
     """
     if not 0 <= val_fraction < 1:
-        raise ValueError(f"cifar10: val_fraction={val_fraction}, expected in [0, 1)")
+        raise InvalidInputError(f"cifar10: val_fraction={val_fraction}, expected in [0, 1)")
     source = Path(archive) if archive is not None else cifar10_archive(download=download)
     (xtr, ytr), (xte, yte) = read_cifar_archive(source)
     rng = np.random.default_rng(seed)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from hpcnb.data.registry import (
     ChecksumError,
@@ -47,11 +48,14 @@ def _positive_seconds(text: str) -> float:
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"  # pragma: no cover
+    if n < 1000:
+        return f"{n} B"
+    value = n / 1000
+    for unit in ("KB", "MB"):
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -78,12 +82,14 @@ def _fetch(args: argparse.Namespace) -> int:
     known = registry().keys() | large_files().keys()
     unknown = [n for n in names or [] if n not in known]
     if unknown:
-        print(f"error: not in the registry: {', '.join(unknown)} (see 'hpcnb data list')",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: not in the registry: {', '.join(unknown)} (see 'hpcnb data list')",
+            file=sys.stderr,
+        )
         return 2
     done: list[str] = []
 
-    def report(name: str, path: object) -> None:
+    def report(name: str, path: Path) -> None:
         done.append(name)
         if not args.quiet:
             print(f"{name}: {path}")
@@ -107,8 +113,10 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"{name}: {problem}")
     where = available()
     present = sum(not w.startswith(("missing", "corrupt")) for w in where.values())
-    print(f"{present} files verified, {len(problems)} corrupt, "
-          f"{sum(w == 'missing' for w in where.values())} missing")  # fmt: skip
+    print(
+        f"{present} files verified, {len(problems)} corrupt, "
+        f"{sum(w == 'missing' for w in where.values())} missing"
+    )
     return 1 if problems else 0
 
 
@@ -122,17 +130,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inner = parser.add_subparsers(dest="data_command", required=True)
     inner.add_parser("list", help="registered files and large files: size, where found, licence")
     fetch = inner.add_parser("fetch", help="download registered files into the cache")
-    fetch.add_argument("names", nargs="*", metavar="NAME",
-                       help="logical names as 'hpcnb data list' shows them")  # fmt: skip
-    fetch.add_argument("--all", action="store_true",
-                       help="every registered file except the large files")  # fmt: skip
+    fetch.add_argument(
+        "names", nargs="*", metavar="NAME", help="logical names as 'hpcnb data list' shows them"
+    )
+    fetch.add_argument(
+        "--all", action="store_true", help="every registered file except the large files"
+    )
     fetch.add_argument(
         "--quiet",
         action="store_true",
         help="no progress; an unreachable network is a notice, not an error",
     )
-    fetch.add_argument("--timeout", type=_positive_seconds, default=30.0,
-                       help="seconds per connection and read (default: %(default)s)")  # fmt: skip
+    fetch.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds per connection and read (default: %(default)s)",
+    )
     inner.add_parser("verify", help="check local copies against the registry's sha256")
     parser.set_defaults(func=handler)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["DigitsSplit", "ImageSplit", "digits", "text_corpus"]
 
 
@@ -46,10 +48,10 @@ def digits(seed: int = 0, val_fraction: float = 0.15, test_fraction: float = 0.2
         test_fraction: Fraction held out for the final test.
 
     Raises:
-        ValueError: The fractions do not leave a training set.
+        InvalidInputError: The fractions do not leave a training set.
     """
     if not (0 <= val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError(
+        raise InvalidInputError(
             f"val_fraction={val_fraction}, test_fraction={test_fraction}: "
             "each must be in [0, 1) and together below 1"
         )
@@ -73,12 +75,38 @@ def digits(seed: int = 0, val_fraction: float = 0.15, test_fraction: float = 0.2
 
 
 _CORPUS_MODULES = (
-    "argparse", "collections", "contextlib", "dataclasses", "decimal", "difflib",
-    "email", "fractions", "functools", "heapq", "http", "inspect", "ipaddress", "json",
-    "logging", "pathlib", "pickle", "pydoc", "random", "re", "shutil", "statistics",
-    "string", "subprocess", "tarfile", "textwrap", "threading", "typing", "unittest",
-    "urllib", "zipfile",
-)  # fmt: skip
+    "argparse",
+    "collections",
+    "contextlib",
+    "dataclasses",
+    "decimal",
+    "difflib",
+    "email",
+    "fractions",
+    "functools",
+    "heapq",
+    "http",
+    "inspect",
+    "ipaddress",
+    "json",
+    "logging",
+    "pathlib",
+    "pickle",
+    "pydoc",
+    "random",
+    "re",
+    "shutil",
+    "statistics",
+    "string",
+    "subprocess",
+    "tarfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest",
+    "urllib",
+    "zipfile",
+)
 
 
 def text_corpus(max_chars: int | None = None) -> str:

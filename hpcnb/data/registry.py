@@ -418,7 +418,7 @@ def data_path(relative: str | Path) -> Path:
     return candidate
 
 
-def stand_in_notice(what: str, reason: object = "") -> None:
+def stand_in_notice(what: str, reason: str | BaseException = "") -> None:
     """Say, visibly, that a notebook uses a synthetic stand-in and how to get the real data.
 
     In a Jupyter kernel this displays one markdown line; elsewhere it prints it.

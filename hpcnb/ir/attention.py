@@ -30,6 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hpcnb.ir.channels import ChannelAnalysis
+from hpcnb.ir.ops import expect_module
 from hpcnb.ir.rules import fallback
 
 __all__ = ["SlicedMultiheadAttention", "mha_refresh", "mha_rule", "sliced_refresh"]
@@ -62,20 +63,32 @@ _QKV = ("query", "key", "value")
 
 
 def mha_rule(a: ChannelAnalysis, node: fx.Node, in_axes: list[Any]) -> Any:
-    """Channel rule of ``nn.MultiheadAttention`` and :class:`SlicedMultiheadAttention`."""
+    """Channel rule of ``nn.MultiheadAttention`` and :class:`SlicedMultiheadAttention`.
+
+    Args:
+        a: The channel analysis (parameter names relative to the attention module).
+        node: The ``call_module`` node.
+        in_axes: Per positional argument, its per-axis segments.
+
+    Returns:
+        The segments of the output and of the attention weights (None without them).
+    """
     m = a.module_of(node)
-    if isinstance(m, nn.MultiheadAttention) and (
-        not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn
-    ):
-        why = f"nn.MultiheadAttention '{node.target}' with kdim/vdim, bias_k/bias_v or zero attn"
-        return fallback(a, node, why)
+    if not isinstance(m, SlicedMultiheadAttention):
+        m = expect_module(m, nn.MultiheadAttention, f"mha_rule at '{node.name}'")
+        if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+            why = (
+                f"nn.MultiheadAttention '{node.target}' with kdim/vdim, bias_k/bias_v or zero attn"
+            )
+            return fallback(a, node, why)
     qkv = list(in_axes[:3])
     for i in range(len(qkv), 3):
         arg = node.kwargs.get(_QKV[i])
         qkv.append(a.axes.get(arg.name) if isinstance(arg, fx.Node) else None)
     if any(axes is None for axes in qkv):
         return fallback(a, node, f"nn.MultiheadAttention '{node.target}' without q, k, v")
-    out = _tie_attention(a, *qkv, m.num_heads, m.head_dim)
+    q, k, v = qkv
+    out = _tie_attention(a, q, k, v, m.num_heads, m.head_dim)
     weights = a.graph.values[node.name][1]
     if weights is None:
         return [out, None]
@@ -84,20 +97,29 @@ def mha_rule(a: ChannelAnalysis, node: fx.Node, in_axes: list[Any]) -> Any:
 
 
 def mha_refresh(module: nn.Module) -> nn.Module:
-    """The sliced ``nn.MultiheadAttention`` as a :class:`SlicedMultiheadAttention`."""
+    """The sliced ``nn.MultiheadAttention`` as a :class:`SlicedMultiheadAttention`.
+
+    Args:
+        module: An ``nn.MultiheadAttention`` whose tensors extraction has sliced.
+    """
+    m = expect_module(module, nn.MultiheadAttention, "mha_refresh")
     return SlicedMultiheadAttention(
-        module.in_proj_weight,
-        module.in_proj_bias,
-        module.out_proj,
-        head_dim=module.head_dim,
-        batch_first=module.batch_first,
-        dropout=module.dropout,
+        m.in_proj_weight,
+        m.in_proj_bias,
+        m.out_proj,
+        head_dim=m.head_dim,
+        batch_first=m.batch_first,
+        dropout=m.dropout,
     )
 
 
 def sliced_refresh(module: nn.Module) -> None:
-    """Re-size a sliced :class:`SlicedMultiheadAttention`."""
-    module.resize()
+    """Re-size a sliced :class:`SlicedMultiheadAttention`.
+
+    Args:
+        module: The :class:`SlicedMultiheadAttention` whose tensors extraction has sliced.
+    """
+    expect_module(module, SlicedMultiheadAttention, "sliced_refresh").resize()
 
 
 def _additive(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -156,7 +178,21 @@ class SlicedMultiheadAttention(nn.Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend like ``nn.MultiheadAttention.forward`` (``is_causal`` needs ``attn_mask``)."""
+        """Attend like ``nn.MultiheadAttention.forward`` (``is_causal`` needs ``attn_mask``).
+
+        Args:
+            query: Queries, (L, E), (B, L, E) or (L, B, E) as ``batch_first`` says.
+            key: Keys, shaped like ``query`` with their own length.
+            value: Values, shaped like ``key``.
+            key_padding_mask: (B, S) keys to ignore (True or -inf: masked out), or None.
+            need_weights: Also return the attention weights.
+            attn_mask: (L, S) or (B * heads, L, S) mask added to the scores, or None.
+            average_attn_weights: Average the returned weights over the heads.
+            is_causal: A hint that ``attn_mask`` is the causal mask (it is not built here).
+
+        Returns:
+            The output and the attention weights (None unless ``need_weights``).
+        """
         unbatched = query.dim() == 2
         if unbatched:
             query, key, value = (t.unsqueeze(0) for t in (query, key, value))

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch import nn
 
@@ -83,16 +84,26 @@ class ChannelAnalysis:
         self._classes: dict[Atom, list[Atom]] = {}
         self.passes = 0
         self.modules: dict[str, nn.Module] = dict(graph.gm.named_modules())
-        self._params = dict(graph.gm.named_parameters())
+        self._params: dict[str, torch.Tensor] = dict(graph.gm.named_parameters())
         self._params.update(dict(graph.gm.named_buffers()))
 
     def module_of(self, node: fx.Node) -> nn.Module:
-        """The module a ``call_module`` node calls."""
+        """The module a ``call_module`` node calls.
+
+        Args:
+            node: A ``call_module`` node of the graph.
+        """
         return self.modules[str(node.target)]
 
     # --- spaces --------------------------------------------------------------------------
     def space(self, key: tuple[Any, ...], size: int, kind: str = "channel") -> int:
-        """Id of the space ``key``, created with ``size`` elements on first use."""
+        """Id of the space ``key``, created with ``size`` elements on first use.
+
+        Args:
+            key: The space's identity (``("param", name, axis)``, ``("anon", ...)``, ...).
+            size: Its number of elements.
+            kind: Group kind to report ("channel", or "head" for attention heads).
+        """
         sid = self._space_ids.get(key)
         if sid is None:
             sid = len(self.spaces)
@@ -101,7 +112,15 @@ class ChannelAnalysis:
         return sid
 
     def param(self, name: str, axis: int) -> list[Segment]:
-        """Segments of axis ``axis`` of parameter/buffer ``name`` (relative to the current leaf)."""
+        """Segments of axis ``axis`` of parameter/buffer ``name`` (relative to the current leaf).
+
+        Args:
+            name: Parameter or buffer name, relative to the prefix of :meth:`with_prefix`.
+            axis: Tensor axis (negative counts from the end).
+
+        Returns:
+            One segment over the whole axis; [] when there is no such tensor (e.g. no bias).
+        """
         full = f"{self._prefix}{name}"
         tensor = self._params.get(full)
         if tensor is None:
@@ -138,7 +157,13 @@ class ChannelAnalysis:
         return [(sid, 0, size)]
 
     def fresh(self, key: tuple[Any, ...], size: int, reason: str) -> list[Segment]:
-        """Segments of an anonymous (parameter-free) space, fixed with ``reason``."""
+        """Segments of an anonymous (parameter-free) space, fixed with ``reason``.
+
+        Args:
+            key: The space's identity (the node name and a tag, usually).
+            size: Its number of elements.
+            reason: Why the space cannot be pruned.
+        """
         if size == 0:
             return []
         sid = self.space(("anon", *key), size)
@@ -168,7 +193,12 @@ class ChannelAnalysis:
         return [(did, 0, size)]
 
     def whole_units(self, segs: Sequence[Segment], reason: str) -> None:
-        """Mark ``segs`` as prunable only in whole units (through a derived space)."""
+        """Mark ``segs`` as prunable only in whole units (through a derived space).
+
+        Args:
+            segs: The segments of the split or merged axis.
+            reason: Reported when the axis is pruned other than in whole units.
+        """
         for atom in self.atoms(segs):
             self._whole_units.setdefault(atom, reason)
 
@@ -192,7 +222,14 @@ class ChannelAnalysis:
         return out
 
     def unify(self, a: Sequence[Segment], b: Sequence[Segment]) -> None:
-        """Tie two equally long segment lists element by element (no-op if either has length 1)."""
+        """Tie two equally long segment lists element by element (no-op if either has length 1).
+
+        Lists of different lengths (neither 1) cannot be aligned: both are fixed.
+
+        Args:
+            a: One axis's segments.
+            b: The other axis's segments.
+        """
         la, lb = length(a), length(b)
         if not a or not b or (la != lb and 1 in (la, lb)):
             return  # broadcasting (or an empty axis): nothing to tie
@@ -214,16 +251,26 @@ class ChannelAnalysis:
                 pos += e - s
         if self._changed:
             return  # retry on the next pass, once both sides are cut alike
-        for x, y in zip(atoms_a, atoms_b, strict=True):
-            self._uf.union(x, y)
+        for atom_a, atom_b in zip(atoms_a, atoms_b, strict=True):
+            self._uf.union(atom_a, atom_b)
 
     def fix(self, segs: Sequence[Segment], reason: str) -> None:
-        """Mark the atoms of ``segs`` as not prunable, with ``reason``."""
+        """Mark the atoms of ``segs`` as not prunable, with ``reason``.
+
+        Args:
+            segs: The segments to fix.
+            reason: Why they cannot be pruned (reported on their groups).
+        """
         for atom in self.atoms(segs):
             self._fixed.setdefault(atom, reason)
 
     def fix_axes(self, axes: Any, reason: str) -> None:
-        """Fix every axis of a (possibly nested) per-axis segment structure."""
+        """Fix every axis of a (possibly nested) per-axis segment structure.
+
+        Args:
+            axes: Per-axis segments, a nested list of them (tuple outputs), or None.
+            reason: Why they cannot be pruned.
+        """
         if axes is None:
             return
         if axes and isinstance(axes[0], list) and (not axes[0] or isinstance(axes[0][0], tuple)):
@@ -350,7 +397,12 @@ class ChannelAnalysis:
         return found, why
 
     def kept(self, segs: Sequence[Segment], keep: dict[str, list[int]]) -> int:
-        """Length of ``segs`` after keeping ``keep[group]`` elements of each pruned group."""
+        """Length of ``segs`` after keeping ``keep[group]`` elements of each pruned group.
+
+        Args:
+            segs: Segments of an axis.
+            keep: ``{group id: kept indices}`` of the groups that lose elements.
+        """
         total = 0
         for atom in self.atoms(segs):
             gid = self.atom_group.get(atom)
@@ -389,7 +441,13 @@ def length(segs: Sequence[Segment]) -> int:
 
 
 def slice_segments(segs: Sequence[Segment], start: int, stop: int) -> list[Segment]:
-    """The sub-list of ``segs`` covering elements ``start:stop``."""
+    """The sub-list of ``segs`` covering elements ``start:stop``.
+
+    Args:
+        segs: Segments of an axis, in order.
+        start: First element covered.
+        stop: One past the last element covered.
+    """
     out: list[Segment] = []
     pos = 0
     for sid, s, e in segs:

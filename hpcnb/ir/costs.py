@@ -19,8 +19,10 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
-from hpcnb.ir.ops import OpCall, target_name
+from hpcnb.ir.attention import SlicedMultiheadAttention
+from hpcnb.ir.ops import OpCall, expect_module, target_name
 
 __all__ = [
     "attention_flops",
@@ -50,7 +52,9 @@ def _numel(shape: Sequence[int]) -> int:
 def _weight_shape(call: OpCall) -> Shape:
     """The weight of a module call, or the second argument of a functional call."""
     if call.module is not None:
-        return tuple(call.module.weight.shape)
+        weight = call.module.weight
+        assert isinstance(weight, torch.Tensor)  # conv and linear modules own a weight
+        return tuple(weight.shape)
     return tuple(call.args[1].shape)
 
 
@@ -95,7 +99,8 @@ def attention_flops(call: OpCall) -> int:
 def mha_flops(call: OpCall) -> int:
     """``nn.MultiheadAttention``: q/k/v and output projections, scores and weighted sum."""
     m = call.module
-    assert m is not None
+    if not isinstance(m, SlicedMultiheadAttention):
+        m = expect_module(m, nn.MultiheadAttention, "mha_flops")
     inner = m.in_proj_weight.shape[0] // 3 if m.in_proj_weight is not None else m.embed_dim
     return projected_attention_flops(
         call.in_shapes, m.batch_first, inner, m.out_proj.weight.shape[0]

@@ -1,15 +1,21 @@
-"""Exports of an IR graph: PyTorch Geometric ``Data``, networkx, and a matplotlib drawing."""
+"""Exports of an IR graph: PyTorch Geometric ``Data``, networkx, and a matplotlib drawing.
+
+The one-hot op kind of :func:`to_pyg` has one slot per kind of the kinds table
+(:data:`hpcnb.ir.kinds.KINDS`, in registration order), read when the export runs.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hpcnb.ir.graph import KINDS, Graph, Node
+from hpcnb.errors import InvalidInputError
+from hpcnb.ir.graph import Graph, Node
+from hpcnb.ir.kinds import kind_names
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -40,9 +46,14 @@ def _channels_and_spatial(shape: tuple[int, ...]) -> tuple[int, int]:
     return 0, 0
 
 
-def node_features(node: Node) -> list[float]:
-    """One-hot op kind followed by the log-scaled numbers named in :data:`PYG_FEATURES`."""
-    onehot = [1.0 if node.kind == k else 0.0 for k in KINDS]
+def node_features(node: Node, kinds: Sequence[str] | None = None) -> list[float]:
+    """One-hot op kind followed by the log-scaled numbers named in :data:`PYG_FEATURES`.
+
+    Args:
+        node: The IR node.
+        kinds: The kinds of the one-hot slots, in order (default: the registered kinds).
+    """
+    onehot = [1.0 if node.kind == k else 0.0 for k in (kind_names() if kinds is None else kinds)]
     channels, spatial = _channels_and_spatial(node.out_shape)
     numbers = [
         math.log1p(math.prod(node.out_shape) if node.out_shape else 0),
@@ -90,13 +101,14 @@ def to_pyg(graph: Graph, drop_kinds: Iterable[str] = ("size",)) -> Data:
         drop_kinds: Node kinds to leave out (edges through them are bridged).
 
     Returns:
-        ``Data`` with ``x`` (nodes x (len(KINDS) + len(PYG_FEATURES))), ``edge_index``
+        ``Data`` with ``x`` (nodes x (registered kinds + len(PYG_FEATURES))), ``edge_index``
         (2 x edges, producer -> consumer), ``names``, ``kinds`` and ``modules``.
     """
     from torch_geometric.data import Data
 
     nodes = _kept(graph, drop_kinds)
-    x = torch.tensor([node_features(n) for n in nodes], dtype=torch.float32)
+    kinds = kind_names()
+    x = torch.tensor([node_features(n, kinds) for n in nodes], dtype=torch.float32)
     edges = _edges(graph, nodes)
     edge_index = (
         torch.tensor(edges, dtype=torch.long).t().contiguous()
@@ -160,17 +172,21 @@ def draw_graph(
 
     Returns:
         The axes.
+
+    Raises:
+        InvalidInputError: The graph has more than ``max_nodes`` nodes, or ``label`` is
+            not one of the four choices.
     """
     import matplotlib.pyplot as plt
 
     g = to_networkx(graph, drop_kinds)
     if g.number_of_nodes() > max_nodes:
-        raise ValueError(
+        raise InvalidInputError(
             f"draw_graph: {g.number_of_nodes()} nodes > max_nodes={max_nodes}; "
             "draw a smaller model or raise max_nodes"
         )
     if label not in ("kind", "name", "module", ""):
-        raise ValueError(f"draw_graph: label={label!r}, expected kind/name/module/''")
+        raise InvalidInputError(f"draw_graph: label={label!r}, expected kind/name/module/''")
     depth = _layers(g)
     columns: dict[int, list[str]] = {}
     for name in g.nodes:
@@ -183,7 +199,7 @@ def draw_graph(
         width = min(24.0, 2.0 + 0.35 * (max(columns) + 1))
         _, ax = plt.subplots(figsize=(width, 3.5))
     cmap = plt.get_cmap("tab20")
-    colour = {k: cmap(i % 20) for i, k in enumerate(KINDS)}
+    colour = {k: cmap(i % 20) for i, k in enumerate(kind_names())}
     from matplotlib.patches import FancyArrowPatch
 
     for src, dst in g.edges:

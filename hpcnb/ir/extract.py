@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from hpcnb.errors import InvalidInputError, InvalidTypeError, UnknownNameError
 from hpcnb.ir.channels import ChannelAnalysis, slice_segments
 from hpcnb.ir.graph import ChannelGroup, Graph, ParamSlice, find_blocks
 from hpcnb.ir.groups import analyse_channels
@@ -43,14 +44,16 @@ def normalize_keep(
         ``{group id: kept indices}`` for the groups that lose channels.
 
     Raises:
-        KeyError: For an unknown group id.
-        ValueError: For a non-prunable group or indices out of range / repeated / empty.
+        UnknownNameError: For an unknown group id.
+        InvalidTypeError: For a keep value that is neither a count nor a list of indices.
+        InvalidInputError: For a non-prunable group or indices out of range / repeated /
+            empty.
     """
     out: dict[str, list[int]] = {}
     by_id = {g.id: g for g in (graph.groups() if groups is None else groups)}
     for gid, spec in keep.items():
         if gid not in by_id:
-            raise KeyError(f"keep: unknown group {gid!r}; groups are g0..g{len(by_id) - 1}")
+            raise UnknownNameError(f"keep: unknown group {gid!r}; groups are g0..g{len(by_id) - 1}")
         group = by_id[gid]
         if isinstance(spec, torch.Tensor) or hasattr(spec, "tolist"):
             spec = spec.tolist()  # tensors and numpy arrays / scalars
@@ -59,15 +62,19 @@ def normalize_keep(
         elif isinstance(spec, Sequence) and all(isinstance(i, numbers.Integral) for i in spec):
             idx = [int(i) for i in spec]
         else:
-            raise TypeError(f"keep[{gid!r}]: expected a count or a list of indices, got {spec!r}")
+            raise InvalidTypeError(
+                f"keep[{gid!r}]: expected a count or a list of indices, got {spec!r}"
+            )
         if idx == list(range(group.size)):
             continue
         if not group.prunable:
-            raise ValueError(f"keep[{gid!r}]: group is not prunable ({group.reason})")
+            raise InvalidInputError(f"keep[{gid!r}]: group is not prunable ({group.reason})")
         if not idx or len(idx) > group.size:
-            raise ValueError(f"keep[{gid!r}]: expected 1..{group.size} channels, got {len(idx)}")
+            raise InvalidInputError(
+                f"keep[{gid!r}]: expected 1..{group.size} channels, got {len(idx)}"
+            )
         if len(set(idx)) != len(idx) or min(idx) < 0 or max(idx) >= group.size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"keep[{gid!r}]: indices must be distinct and in 0..{group.size - 1}, got {idx}"
             )
         out[gid] = idx
@@ -86,9 +93,12 @@ def uniform_keep(
 
     Returns:
         ``{group id: count}`` suitable for :func:`extract`.
+
+    Raises:
+        InvalidInputError: ``ratio`` is not in (0, 1].
     """
     if not 0.0 < ratio <= 1.0:
-        raise ValueError(f"uniform_keep: ratio={ratio} must be in (0, 1]")
+        raise InvalidInputError(f"uniform_keep: ratio={ratio} must be in (0, 1]")
     wanted = set(kinds)
     return {
         g.id: max(1, round(ratio * g.size))
@@ -238,6 +248,13 @@ def extract(
 
     Returns:
         An independent ``torch.fx.GraphModule`` whose forward runs on the same inputs.
+
+    Raises:
+        UnknownNameError: ``keep`` names an unknown group or ``skip_blocks`` an unknown
+            block.
+        InvalidTypeError: A keep value is neither a count nor a list of indices.
+        InvalidInputError: ``keep`` shrinks a group that is not prunable, or its indices are
+            out of range, repeated or empty.
     """
     analysis = _analysis_of(graph, channels)
     keep_idx = normalize_keep(graph, keep or {}, analysis.groups)
@@ -245,7 +262,7 @@ def extract(
     skip = list(skip_blocks)
     for b in skip:
         if b not in blocks:
-            raise KeyError(f"skip_blocks: unknown block {b!r}; blocks are {sorted(blocks)}")
+            raise UnknownNameError(f"skip_blocks: unknown block {b!r}; blocks are {sorted(blocks)}")
     gm = copy.deepcopy(fx.GraphModule(model, copy.deepcopy(graph.gm.graph), type(model).__name__))
     if keep_idx:
         _slice_tensors(gm, analysis.groups, keep_idx)
@@ -275,10 +292,14 @@ def importance(model: nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
     Only weight tensors with >= 2 axes (conv/linear/attention weights) count; groups
     without such a member use all members (norm scales, embeddings).
 
+    Args:
+        model: The model ``graph`` was traced from (its current weights are scored).
+        graph: Its IR graph.
+
     Returns:
         ``{group id: scores of shape (size,)}`` for every group.
     """
-    state = dict(model.named_parameters())
+    state: dict[str, torch.Tensor] = dict(model.named_parameters())
     state.update(dict(model.named_buffers()))
     scores: dict[str, torch.Tensor] = {}
     for g in graph.groups():
@@ -311,7 +332,7 @@ def reorder(
         ``{group id: permutation}`` (new position i holds old channel perm[i]).
     """
     scores = dict(scores) if scores is not None else importance(model, graph)
-    state = dict(model.named_parameters())
+    state: dict[str, torch.Tensor] = dict(model.named_parameters())
     state.update(dict(model.named_buffers()))
     perms: dict[str, list[int]] = {}
     for g in graph.groups():

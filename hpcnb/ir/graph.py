@@ -2,37 +2,9 @@
 
 Pure data: this module imports no other module of :mod:`hpcnb.ir`. A :class:`Graph`
 is the result of :func:`hpcnb.ir.trace`: a list of nodes in topological order,
-one per ``torch.fx`` node, each with an op kind from :data:`KINDS`, shapes,
-parameter count, FLOPs and bytes.
-
-Op-kind vocabulary (:data:`KINDS`):
-
-========== ==============================================================
-input      a graph input (placeholder)
-output     the graph output
-param      a parameter or buffer used directly (``get_attr``)
-conv       ``nn.Conv1d/2d/3d``, ``F.conv*``
-linear     ``nn.Linear``, ``F.linear``
-matmul     ``torch.matmul``, ``@``, ``bmm``, ``mm``, ``einsum``
-attention  a multi-head attention leaf (q/k/v/out projections and core)
-norm       batch/layer/group/RMS norm
-activation ReLU, GELU, SiLU, sigmoid, tanh, softplus, ...
-softmax    softmax / log-softmax
-pool       max / average / adaptive pooling
-add        ``+``, ``-`` (elementwise, broadcasting)
-mul        ``*``, ``/`` (elementwise, broadcasting)
-concat     ``torch.cat`` / ``stack``
-split      ``chunk``, ``split``, ``unbind``
-getitem    indexing / slicing / picking a tuple element
-reshape    view, reshape, flatten, permute, transpose, contiguous, expand, ...
-reduce     mean, sum, amax over axes
-embedding  ``nn.Embedding``
-scan       a sequential-scan leaf (selective SSM)
-dropout    dropout (identity at inference)
-identity   ``nn.Identity``
-size       ``x.size()``, ``x.shape`` and arithmetic on sizes (no tensor)
-other      anything we cannot cost; listed by :meth:`Graph.unsupported`
-========== ==============================================================
+one per ``torch.fx`` node, each with an op kind from the kinds table
+(:mod:`hpcnb.ir.kinds`, where the vocabulary is listed), shapes, parameter count,
+FLOPs and bytes.
 
 FLOPs: a multiply-add counts 2. Convolution, linear, matmul and attention
 count ``2 * MACs`` and exclude bias additions, exactly as
@@ -55,11 +27,9 @@ from typing import Any, Protocol
 import torch
 import torch.fx as fx
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, UnknownNameError
 
 __all__ = [
-    "COUNTED_KINDS",
-    "KINDS",
     "Block",
     "ChannelFacts",
     "ChannelGroup",
@@ -70,36 +40,6 @@ __all__ = [
     "TensorMeta",
     "find_blocks",
 ]
-
-KINDS: tuple[str, ...] = (
-    "input",
-    "output",
-    "param",
-    "conv",
-    "linear",
-    "matmul",
-    "attention",
-    "norm",
-    "activation",
-    "softmax",
-    "pool",
-    "add",
-    "mul",
-    "concat",
-    "split",
-    "getitem",
-    "reshape",
-    "reduce",
-    "embedding",
-    "scan",
-    "dropout",
-    "identity",
-    "size",
-    "other",
-)
-
-#: Kinds whose FLOPs ``FlopCounterMode`` counts (and ours must match).
-COUNTED_KINDS: tuple[str, ...] = ("conv", "linear", "matmul", "attention")
 
 
 class IRTraceError(HpcnbError, RuntimeError):
@@ -126,7 +66,7 @@ class Node:
 
     Attributes:
         name: The fx node name (unique in the graph).
-        kind: Op kind from :data:`KINDS`.
+        kind: Op kind, a name from :data:`hpcnb.ir.kinds.KINDS`.
         op: The fx opcode ("placeholder", "call_module", "call_function", ...).
         target: Readable target (module class name, function or method name).
         module: Module path ("layer1.0.conv1"), or the enclosing module path for
@@ -269,11 +209,20 @@ class Graph:
     _channels: ChannelFacts | None = field(default=None, init=False, repr=False)
 
     def node(self, name: str) -> Node:
-        """The node called ``name``; KeyError naming the known nodes otherwise."""
+        """The node called ``name``.
+
+        Args:
+            name: The fx node name.
+
+        Raises:
+            UnknownNameError: No node has that name (the message lists some that do).
+        """
         for n in self.nodes:
             if n.name == name:
                 return n
-        raise KeyError(f"no node {name!r}; nodes are {[n.name for n in self.nodes][:20]} ...")
+        raise UnknownNameError(
+            f"no node {name!r}; nodes are {[n.name for n in self.nodes][:20]} ..."
+        )
 
     def total_flops(self) -> int:
         """Sum of node FLOPs (ops of kind "other" are excluded; see :meth:`unsupported`)."""
@@ -341,11 +290,20 @@ class Graph:
         return self.channels().groups
 
     def group(self, group_id: str) -> ChannelGroup:
-        """The group with id ``group_id``."""
+        """The group with id ``group_id``.
+
+        Args:
+            group_id: A group id ("g0", "g1", ...).
+
+        Raises:
+            UnknownNameError: No group has that id.
+        """
         for g in self.groups():
             if g.id == group_id:
                 return g
-        raise KeyError(f"no channel group {group_id!r}; ids are g0..g{len(self.groups()) - 1}")
+        raise UnknownNameError(
+            f"no channel group {group_id!r}; ids are g0..g{len(self.groups()) - 1}"
+        )
 
     def prunable_groups(self) -> list[ChannelGroup]:
         """The groups with ``prunable`` True."""

@@ -3,8 +3,8 @@
 ``hpcnb.ir`` does not trace into a module that implements :class:`IRLeaf`; it
 asks the module instead, through four members:
 
-* ``ir_kind`` - the op kind of the node (a name from :data:`hpcnb.ir.graph.KINDS`,
-  e.g. "attention", "scan");
+* ``ir_kind`` - the op kind of the node, a kind registered in :mod:`hpcnb.ir.kinds`
+  (e.g. "attention", "scan"; a new one is one :func:`hpcnb.ir.kinds.register_kind`);
 * ``ir_flops(in_shapes, out_shape)`` - the FLOPs of one call (multiply-add = 2);
 * ``ir_channels(ctx, in_axes)`` - how the module's parameter axes tie to the
   channel axes of its inputs and output: ``ctx`` is the channel analysis
@@ -38,7 +38,10 @@ type you do not own, is added with :func:`hpcnb.ir.ops.register_op` instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
+
+if TYPE_CHECKING:
+    from hpcnb.ir.channels import ChannelAnalysis
 
 __all__ = ["IRLeaf", "is_ir_leaf"]
 
@@ -48,17 +51,27 @@ class IRLeaf(Protocol):
     """A module that declares its op kind, FLOPs and channel mapping to the IR.
 
     Attributes:
-        ir_kind: Op kind of the node, a name from :data:`hpcnb.ir.graph.KINDS`.
+        ir_kind: Op kind of the node, a name registered in :mod:`hpcnb.ir.kinds`.
     """
 
     ir_kind: str
 
     def ir_flops(self, in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]) -> int:
-        """FLOPs of one call with these input shapes and this output shape."""
+        """FLOPs of one call with these input shapes and this output shape.
+
+        Args:
+            in_shapes: Shapes of the tensor inputs, in argument order.
+            out_shape: Shape of the (first) output tensor.
+        """
         ...
 
-    def ir_channels(self, ctx: Any, in_axes: list[Any]) -> Any:
-        """Tie parameter axes to input axes through ``ctx``; return the output's axes."""
+    def ir_channels(self, ctx: ChannelAnalysis, in_axes: list[Any]) -> Any:
+        """Tie parameter axes to input axes through ``ctx``; return the output's axes.
+
+        Args:
+            ctx: The channel analysis, with parameter names relative to this module.
+            in_axes: Per input, its per-axis segment lists (None for non-tensors).
+        """
         ...
 
     def ir_refresh(self) -> None:
@@ -66,6 +79,10 @@ class IRLeaf(Protocol):
         ...
 
 
-def is_ir_leaf(module: object) -> bool:
-    """Whether ``module`` implements :class:`IRLeaf` (all four members, ``ir_kind`` a string)."""
+def is_ir_leaf(module: object) -> TypeGuard[IRLeaf]:
+    """Whether ``module`` implements :class:`IRLeaf` (all four members, ``ir_kind`` a string).
+
+    Args:
+        module: Any object (usually a module of the traced model).
+    """
     return isinstance(getattr(module, "ir_kind", None), str) and isinstance(module, IRLeaf)

@@ -4,7 +4,8 @@ An *op* is a module type (``nn.Conv2d``), a function object (one you wrapped
 with ``torch.fx.wrap``, say) or a function / method name (``"relu"`` stands for
 ``torch.relu``, ``F.relu`` and ``x.relu()`` alike). Its :class:`OpSpec` holds
 
-* ``kind`` - the op kind (a name from :data:`hpcnb.ir.graph.KINDS`);
+* ``kind`` - the op kind, a name registered in the kinds table (:mod:`hpcnb.ir.kinds`;
+  a new kind is one :func:`hpcnb.ir.kinds.register_kind`);
 * ``flops(call)`` - FLOPs of one call, from an :class:`OpCall` (module, shapes,
   concrete arguments); None: 0 FLOPs;
 * ``bytes(call)`` - ``(bytes read, bytes written)`` where the default (tensor
@@ -53,16 +54,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+import torch.fx as fx
 from torch import nn
 
-from hpcnb.ir.graph import KINDS
+from hpcnb.errors import InvalidInputError, InvalidTypeError
+from hpcnb.ir.graph import IRTraceError
+from hpcnb.ir.kinds import get_kind
 from hpcnb.ir.leaf import is_ir_leaf
 
-__all__ = ["OpCall", "OpSpec", "op_kind", "op_spec", "register_op", "target_name"]
+if TYPE_CHECKING:
+    from hpcnb.ir.channels import ChannelAnalysis
+
+__all__ = [
+    "OpCall",
+    "OpSpec",
+    "expect_module",
+    "op_kind",
+    "op_spec",
+    "register_op",
+    "target_name",
+]
 
 Shape = tuple[int, ...]
+M = TypeVar("M", bound=nn.Module)
 
 #: Names whose non-tensor results (sizes, shape arithmetic) get kind "size".
 _SIZE_NAMES = frozenset(
@@ -103,7 +119,7 @@ FlopsFormula = Callable[[OpCall], int]
 #: ``bytes(call)``: ``(bytes read, bytes written)``.
 BytesFormula = Callable[[OpCall], tuple[int, int]]
 #: ``rule(analysis, fx_node, in_axes)``: the output's per-axis segments.
-ChannelRule = Callable[[Any, Any, list[Any]], Any]
+ChannelRule: TypeAlias = "Callable[[ChannelAnalysis, fx.Node, list[Any]], Any]"
 #: ``refresh(module)``: re-size a sliced module in place, or return its replacement.
 Refresh = Callable[[nn.Module], nn.Module | None]
 
@@ -113,7 +129,7 @@ class OpSpec:
     """What the IR knows about one op (see the module docstring).
 
     Attributes:
-        kind: Op kind from :data:`hpcnb.ir.graph.KINDS`.
+        kind: Op kind, a name registered in :mod:`hpcnb.ir.kinds`.
         flops: FLOPs of one call (None: 0).
         bytes: Bytes read and written (None: the defaults of :class:`OpCall`).
         channel_rule: Channel mapping (None: unknown, the op's axes are fixed).
@@ -127,8 +143,7 @@ class OpSpec:
     refresh: Refresh | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"OpSpec: kind {self.kind!r} is not one of {KINDS}")
+        get_kind(self.kind, where="OpSpec")
 
 
 _MODULES: dict[type, OpSpec] = {}
@@ -154,27 +169,32 @@ def register_op(
         replace: Replace an existing registration of the same target.
 
     Raises:
-        TypeError: For a target of another kind or a spec that is not an :class:`OpSpec`.
-        ValueError: A target is registered already and ``replace`` is not set (nothing of
-            this call is registered then).
+        InvalidTypeError: For a target of another kind or a spec that is not an
+            :class:`OpSpec`.
+        UnknownKindError: The spec's kind is not registered in :mod:`hpcnb.ir.kinds`.
+        InvalidInputError: A target is registered already and ``replace`` is not set
+            (nothing of this call is registered then).
     """
     if not isinstance(spec, OpSpec):
-        raise TypeError(f"register_op: spec must be an OpSpec, got {type(spec).__name__}")
+        raise InvalidTypeError(f"register_op: spec must be an OpSpec, got {type(spec).__name__}")
+    get_kind(spec.kind, where=f"register_op({target!r})")
     targets = list(target) if isinstance(target, tuple | list) else [target]
     tables: list[dict[Any, OpSpec]] = []
     for t in targets:
         if isinstance(t, type):
             if not issubclass(t, nn.Module):
-                raise TypeError(f"register_op: {t.__name__} is a type but not an nn.Module")
+                raise InvalidTypeError(f"register_op: {t.__name__} is a type but not an nn.Module")
             tables.append(_MODULES)
         elif isinstance(t, str):
             tables.append(_NAMES)
         elif callable(t):
             tables.append(_FUNCTIONS)
         else:
-            raise TypeError(f"register_op: expected a module type, function or name, got {t!r}")
+            raise InvalidTypeError(
+                f"register_op: expected a module type, function or name, got {t!r}"
+            )
         if t in tables[-1] and not replace:
-            raise ValueError(
+            raise InvalidInputError(
                 f"register_op: {t!r} is registered already (kind {tables[-1][t].kind!r}); "
                 "pass replace=True to replace it"
             )
@@ -182,8 +202,36 @@ def register_op(
         table[t] = spec
 
 
+def expect_module(module: nn.Module | None, cls: type[M], what: str) -> M:
+    """``module``, checked to be a ``cls`` (a rule, formula or refresh registered for it).
+
+    Args:
+        module: The module a rule, formula or refresh was handed.
+        cls: The module type it was registered for.
+        what: What asks, for the message (``"conv_rule at 'layer1.0.conv1'"``).
+
+    Raises:
+        IRTraceError: ``module`` is not a ``cls`` (the op was registered for a module
+            type its function does not handle).
+
+    Example:
+        >>> expect_module(nn.Linear(2, 3), nn.Linear, "linear refresh").out_features
+        3
+    """
+    if not isinstance(module, cls):
+        raise IRTraceError(
+            f"{what}: expected a {cls.__name__}, got {type(module).__name__}; register "
+            "this op with a function written for its module type"
+        )
+    return module
+
+
 def target_name(target: Any) -> str:
-    """A short name for an fx call target (function, builtin, or method name)."""
+    """A short name for an fx call target (function, builtin, or method name).
+
+    Args:
+        target: The fx target: a function, a builtin, or a method name.
+    """
     if isinstance(target, str):
         return target
     name = getattr(target, "__name__", repr(target))
@@ -191,15 +239,19 @@ def target_name(target: Any) -> str:
 
 
 def _leaf_flops(call: OpCall) -> int:
-    assert call.module is not None
-    return int(call.module.ir_flops(list(call.in_shapes), call.out_shape))
+    module = call.module
+    assert is_ir_leaf(module)  # the spec is built for leaves only (op_spec)
+    return int(module.ir_flops(list(call.in_shapes), call.out_shape))
 
 
-def _leaf_channels(analysis: Any, node: Any, in_axes: list[Any]) -> Any:
-    return analysis.module_of(node).ir_channels(analysis, in_axes)
+def _leaf_channels(analysis: ChannelAnalysis, node: fx.Node, in_axes: list[Any]) -> Any:
+    module = analysis.module_of(node)
+    assert is_ir_leaf(module)
+    return module.ir_channels(analysis, in_axes)
 
 
 def _leaf_refresh(module: nn.Module) -> None:
+    assert is_ir_leaf(module)
     module.ir_refresh()
 
 
@@ -214,10 +266,14 @@ def op_spec(target: Any, module: nn.Module | None = None) -> OpSpec | None:
         For an :class:`~hpcnb.ir.leaf.IRLeaf` module a spec that asks the module;
         else the registration of the module's type (or nearest base), of the
         function object, or of its name.
+
+    Raises:
+        UnknownKindError: An IR leaf declares an ``ir_kind`` that is not registered.
     """
     if module is not None:
         if is_ir_leaf(module):
             kind = module.ir_kind
+            get_kind(kind, where=f"IR leaf {type(module).__name__} (ir_kind)")
             return OpSpec(kind, _leaf_flops, None, _leaf_channels, _leaf_refresh)
         for cls in type(module).__mro__:
             if cls in _MODULES:
@@ -231,7 +287,11 @@ def op_spec(target: Any, module: nn.Module | None = None) -> OpSpec | None:
 
 
 def is_registered_module(module: nn.Module) -> bool:
-    """Whether ``module``'s exact type was registered (such modules are traced as leaves)."""
+    """Whether ``module``'s exact type was registered (such modules are traced as leaves).
+
+    Args:
+        module: A module of the traced model.
+    """
     return type(module) in _MODULES
 
 
@@ -245,7 +305,7 @@ def op_kind(op: str, target: Any, module: nn.Module | None, out_is_tensor: bool)
         out_is_tensor: Whether the node produced a tensor (or tuple of tensors).
 
     Returns:
-        A kind from :data:`hpcnb.ir.graph.KINDS`: the registered kind, "size" for
+        A kind from :data:`hpcnb.ir.kinds.KINDS`: the registered kind, "size" for
         arithmetic on sizes, "other" for an unknown op.
     """
     if op == "placeholder":

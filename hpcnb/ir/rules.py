@@ -17,16 +17,26 @@ from typing import Any
 
 import torch.fx as fx
 from torch import nn
+from torch.nn.modules.conv import _ConvNd
 
-from hpcnb.ir.channels import Axes, ChannelAnalysis, length, slice_segments
-from hpcnb.ir.graph import TensorMeta
-from hpcnb.ir.ops import op_spec, target_name
+from hpcnb.ir.channels import Axes, ChannelAnalysis, Segment, length, slice_segments
+from hpcnb.ir.graph import IRTraceError, TensorMeta
+from hpcnb.ir.ops import expect_module, op_spec, target_name
 
 __all__ = ["apply_rule", "fallback", "same_axes"]
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
     return value.shape if isinstance(value, TensorMeta) else None
+
+
+def _tensor_shape(value: Any, node: fx.Node) -> tuple[int, ...]:
+    """The shape of a tensor argument of ``node`` (an :class:`IRTraceError` otherwise)."""
+    if not isinstance(value, TensorMeta):
+        raise IRTraceError(
+            f"channel rule at '{node.name}': expected a tensor argument, got {type(value).__name__}"
+        )
+    return value.shape
 
 
 def _fresh_axes(a: ChannelAnalysis, node: fx.Node, value: Any, reason: str, tag: str = "") -> Any:
@@ -46,7 +56,16 @@ def _arg_axes(a: ChannelAnalysis, arg: Any) -> Any:
 
 
 def fallback(a: ChannelAnalysis, node: fx.Node, reason: str) -> Any:
-    """Unknown channel mapping: fix every input axis and give the output fresh fixed axes."""
+    """Unknown channel mapping: fix every input axis and give the output fresh fixed axes.
+
+    Args:
+        a: The channel analysis.
+        node: The fx node whose mapping is unknown.
+        reason: Why its channels cannot be pruned (reported on the groups it touches).
+
+    Returns:
+        Fresh, fixed segments for every axis of the node's output (None for non-tensors).
+    """
     for inp in node.all_input_nodes:
         a.fix_axes(a.axes.get(inp.name), reason)
     return _fresh_axes(a, node, a.graph.values.get(node.name), reason)
@@ -113,7 +132,12 @@ def _reshape(
 
 
 def _split_axis(
-    a: ChannelAnalysis, node: fx.Node, segs: list, sizes: list[int], out: Axes, go: list[int]
+    a: ChannelAnalysis,
+    node: fx.Node,
+    segs: list[Segment],
+    sizes: list[int],
+    out: Axes,
+    go: list[int],
 ) -> None:
     """One axis reshaped into (n0, ..., nk): outer axes become derived unit spaces."""
     reason = f"reshape at '{node.name}' splits this axis: only whole units can be pruned"
@@ -127,7 +151,7 @@ def _split_axis(
 
 
 def _merge_axes(
-    a: ChannelAnalysis, node: fx.Node, axes: list, sizes: list[int], out: Axes, j: int
+    a: ChannelAnalysis, node: fx.Node, axes: Axes, sizes: list[int], out: Axes, j: int
 ) -> None:
     """Axes (n0, ..., nk) merged into one: each outer axis ties to a derived unit space."""
     total = math.prod(sizes)
@@ -142,12 +166,14 @@ def _merge_axes(
 
 
 def _getitem(
-    a: ChannelAnalysis, node: fx.Node, x: Any, index: Any, in_shape: tuple[int, ...]
+    a: ChannelAnalysis, node: fx.Node, x: Any, index: Any, in_shape: tuple[int, ...] | None
 ) -> Any:
     if not isinstance(index, tuple):
         index = (index,)
     if any(not isinstance(i, int | slice | type(None) | type(Ellipsis)) for i in index):
         return fallback(a, node, f"advanced indexing at '{node.name}'")
+    if in_shape is None or x is None:
+        return fallback(a, node, f"indexing a value that is not a tensor at '{node.name}'")
     n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
     out: Axes = []
     axis = 0
@@ -189,14 +215,20 @@ def _spatial(a: ChannelAnalysis, node: fx.Node) -> Axes:
     return [a.fresh((node.name, "sp", i), d, "spatial") for i, d in enumerate(value.shape)]
 
 
-def _tie_bias(a: ChannelAnalysis, m: nn.Module, out_c: list) -> None:
+def _tie_bias(a: ChannelAnalysis, m: nn.Module, out_c: list[Segment]) -> None:
     if getattr(m, "bias", None) is not None:
         a.unify(out_c, a.param("bias", 0))
 
 
 def conv_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``nn.ConvNd``: output channels are the weight's rows; depthwise and grouped ties."""
-    m, x = a.module_of(node), args[0]
+    """``nn.ConvNd``: output channels are the weight's rows; depthwise and grouped ties.
+
+    Args:
+        a: The channel analysis (parameter names relative to the convolution).
+        node: The ``call_module`` node.
+        args: Per positional argument, its per-axis segments.
+    """
+    m, x = expect_module(a.module_of(node), _ConvNd, f"conv_rule at '{node.name}'"), args[0]
     path = str(node.target)
     spatial = _spatial(a, node)
     w = a.param("weight", 0)
@@ -226,8 +258,15 @@ def conv_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def conv_transpose_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``nn.ConvTransposeNd``: the weight is (in, out / groups, ...)."""
-    m, x = a.module_of(node), args[0]
+    """``nn.ConvTransposeNd``: the weight is (in, out / groups, ...).
+
+    Args:
+        a: The channel analysis (parameter names relative to the convolution).
+        node: The ``call_module`` node.
+        args: Per positional argument, its per-axis segments.
+    """
+    m = expect_module(a.module_of(node), _ConvNd, f"conv_transpose_rule at '{node.name}'")
+    x = args[0]
     spatial = _spatial(a, node)
     out_c = a.param("weight", 1)
     if m.groups == 1:
@@ -242,7 +281,13 @@ def conv_transpose_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> A
 
 
 def linear_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``nn.Linear``: the last axis meets the weight's columns, leaves as its rows."""
+    """``nn.Linear``: the last axis meets the weight's columns, leaves as its rows.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x = args[0]
     a.unify(x[-1], a.param("weight", 1))
     out_c = a.param("weight", 0)
@@ -251,7 +296,13 @@ def linear_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def batch_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """Batch norm: per-channel scale, shift and statistics on axis 1."""
+    """Batch norm: per-channel scale, shift and statistics on axis 1.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x = args[0]
     for name in ("weight", "bias", "running_mean", "running_var"):
         a.unify(x[1], a.param(name, 0))
@@ -259,8 +310,16 @@ def batch_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def layer_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """Layer / RMS norm over the last axis: per-channel scale and shift."""
+    """Layer / RMS norm over the last axis: per-channel scale and shift.
+
+    Args:
+        a: The channel analysis (parameter names relative to the norm).
+        node: The ``call_module`` node.
+        args: Per positional argument, its per-axis segments.
+    """
     m, x = a.module_of(node), args[0]
+    if not isinstance(m, nn.RMSNorm):
+        m = expect_module(m, nn.LayerNorm, f"layer_norm_rule at '{node.name}'")
     shape = tuple(m.normalized_shape)
     if len(shape) != 1 or getattr(m, "weight", None) is None:
         for segs in x[len(x) - len(shape) :]:
@@ -271,7 +330,13 @@ def layer_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def group_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """Group norm: statistics over groups of channels, so the channels are fixed."""
+    """Group norm: statistics over groups of channels, so the channels are fixed.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x = args[0]
     a.fix(x[1], f"group norm '{node.target}' (groups of channels)")
     for name in ("weight", "bias"):
@@ -280,34 +345,63 @@ def group_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def embedding_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``nn.Embedding``: a new last axis, the weight's columns; the vocabulary is fixed."""
+    """``nn.Embedding``: a new last axis, the weight's columns; the vocabulary is fixed.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     a.fix(a.param("weight", 0), f"embedding vocabulary '{node.target}'")
     return [*args[0], a.param("weight", 1)]
 
 
 def pool_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """Pooling module: channels pass, the 1 or 2 spatial axes are new."""
+    """Pooling module: channels pass, the 1 or 2 spatial axes are new.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     k = 1 if "1d" in type(a.module_of(node)).__name__ else 2
     x, spatial = args[0], _spatial(a, node)
     return [*x[: len(x) - k], *spatial[len(spatial) - k :]]
 
 
 def same_axes(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """Element-wise or identity module: the output has the input's axes."""
+    """Element-wise or identity module: the output has the input's axes.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     return list(args[0])
 
 
 def flatten_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``nn.Flatten``: a reshape."""
-    ins = a.graph.values[node.args[0].name].shape
-    return _reshape(a, node, args[0], ins, a.graph.values[node.name].shape)
+    """``nn.Flatten``: a reshape.
+
+    Args:
+        a: The channel analysis.
+        node: The ``call_module`` node.
+        args: Per positional argument, its per-axis segments.
+    """
+    return _reshape(a, node, args[0], _in_shape(a, node), a.graph.values[node.name].shape)
 
 
 # --- function and method rules -----------------------------------------------------------
 
 
 def getitem_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``x[index]`` (basic indexing and slices) or picking an element of a tuple."""
+    """``x[index]`` (basic indexing and slices) or picking an element of a tuple.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     cargs = a.graph.call_args.get(node.name, ())
     x = args[0] if args else None
     if isinstance(cargs[0], tuple | list):
@@ -316,30 +410,52 @@ def getitem_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def elementwise_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """Element-wise ops with broadcasting: equal axes are tied."""
+    """Element-wise ops with broadcasting: equal axes are tied.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     cargs = a.graph.call_args.get(node.name, ())
-    tensors = [(ax, _shape(c)) for ax, c in zip(args, cargs, strict=False) if _shape(c) is not None]
+    tensors: list[tuple[Axes, tuple[int, ...]]] = []
+    for ax, c in zip(args, cargs, strict=False):
+        shape = _shape(c)
+        if shape is not None:
+            tensors.append((ax, shape))
     for key, kval in node.kwargs.items():
-        kv = a.graph.call_kwargs[node.name].get(key)
-        if isinstance(kval, fx.Node) and _shape(kv) is not None:
-            tensors.append((a.axes[kval.name], _shape(kv)))
+        shape = _shape(a.graph.call_kwargs[node.name].get(key))
+        if isinstance(kval, fx.Node) and shape is not None:
+            tensors.append((a.axes[kval.name], shape))
     return _broadcast(a, node, tensors)
 
 
-def _in_shape(a: ChannelAnalysis, node: fx.Node) -> tuple[int, ...] | None:
+def _in_shape(a: ChannelAnalysis, node: fx.Node) -> tuple[int, ...]:
     cargs = a.graph.call_args.get(node.name, ())
-    return _shape(cargs[0]) if cargs else None
+    return _tensor_shape(cargs[0] if cargs else None, node)
 
 
 def reshape_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """View / reshape / flatten / squeeze / unsqueeze."""
+    """View / reshape / flatten / squeeze / unsqueeze.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     out = _reshape(a, node, args[0], _in_shape(a, node), a.graph.values[node.name].shape)
     a.records[node.name] = ("reshape", out)
     return out
 
 
 def permute_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``permute``: axes reordered."""
+    """``permute``: axes reordered.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x, cargs = args[0], a.graph.call_args.get(node.name, ())
     dims = cargs[1] if len(cargs) == 2 and isinstance(cargs[1], tuple | list) else cargs[1:]
     dims = dims if dims else _kw(node, a, 1, "dims", dims)
@@ -347,7 +463,13 @@ def permute_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def transpose_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``transpose`` / ``swapaxes``: two axes swapped."""
+    """``transpose`` / ``swapaxes``: two axes swapped.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x = args[0]
     d0, d1 = _dim(_kw(node, a, 1, "dim0", 0), len(x)), _dim(_kw(node, a, 2, "dim1", 1), len(x))
     out = list(x)
@@ -356,12 +478,24 @@ def transpose_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def t_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``t``: a matrix transposed."""
+    """``t``: a matrix transposed.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     return list(reversed(args[0]))
 
 
 def expand_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``expand`` / ``expand_as``: new leading axes, size-1 axes broadcast."""
+    """``expand`` / ``expand_as``: new leading axes, size-1 axes broadcast.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x, in_shape, shape = args[0], _in_shape(a, node), a.graph.values[node.name].shape
     k = len(shape) - len(in_shape)
     out = [a.fresh((node.name, "e", i), d, "expanded") for i, d in enumerate(shape[:k])]
@@ -376,7 +510,13 @@ def expand_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def pad_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``F.pad``: padded axes are fixed, the others pass."""
+    """``F.pad``: padded axes are fixed, the others pass.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x, in_shape = args[0], _in_shape(a, node)
     out = []
     for i, d in enumerate(a.graph.values[node.name].shape):
@@ -389,11 +529,16 @@ def pad_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def concat_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``cat`` concatenates segment lists along ``dim``; ``stack`` adds a new axis."""
+    """``cat`` concatenates segment lists along ``dim``; ``stack`` adds a new axis.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     stack = target_name(node.target) == "stack"
     seq, cargs = args[0], a.graph.call_args.get(node.name, ())
-    shapes = [_shape(c) for c in cargs[0]]
-    dim = _dim(_kw(node, a, 1, "dim", 0), len(shapes[0]) + stack)
+    dim = _dim(_kw(node, a, 1, "dim", 0), len(_tensor_shape(cargs[0][0], node)) + stack)
     out = list(seq[0])
     if stack:
         out.insert(dim, a.fresh((node.name, "stack"), len(seq), "stacked"))
@@ -407,7 +552,13 @@ def concat_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def split_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``chunk`` / ``split`` / ``tensor_split``: pieces slice the segment list."""
+    """``chunk`` / ``split`` / ``tensor_split``: pieces slice the segment list.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x, in_shape = args[0], _in_shape(a, node)
     dim = _dim(_kw(node, a, 2, "dim", 0), len(in_shape))
     pieces, pos = [], 0
@@ -424,7 +575,13 @@ def split_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def unbind_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``unbind``: every element of the axis is picked (and fixed)."""
+    """``unbind``: every element of the axis is picked (and fixed).
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x, in_shape = args[0], _in_shape(a, node)
     dim = _dim(_kw(node, a, 1, "dim", 0), len(in_shape))
     out = []
@@ -435,10 +592,16 @@ def unbind_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def matmul_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``matmul`` / ``bmm`` / ``mm``: the inner axes tie, batch axes broadcast."""
+    """``matmul`` / ``bmm`` / ``mm``: the inner axes tie, batch axes broadcast.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x, b = args[0], args[1]
     cargs = a.graph.call_args.get(node.name, ())
-    sa, sb = _shape(cargs[0]), _shape(cargs[1])
+    sa, sb = _tensor_shape(cargs[0], node), _tensor_shape(cargs[1], node)
     if len(sa) < 2 or len(sb) < 2:
         return fallback(a, node, f"vector matmul at '{node.name}'")
     a.unify(x[-1], b[-2])
@@ -447,7 +610,13 @@ def matmul_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def linear_function_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``F.linear(x, w, b)``."""
+    """``F.linear(x, w, b)``.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x, w = args[0], args[1]
     a.unify(x[-1], w[1])
     if len(args) > 2 and args[2] is not None:
@@ -456,7 +625,13 @@ def linear_function_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> 
 
 
 def reduce_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``mean`` / ``sum`` / ``amax`` / ``amin`` over ``dim`` (all axes when None)."""
+    """``mean`` / ``sum`` / ``amax`` / ``amin`` over ``dim`` (all axes when None).
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     x = args[0]
     dims = _kw(node, a, 1, "dim", None)
     keep = _kw(node, a, 2, "keepdim", False)
@@ -473,12 +648,24 @@ def reduce_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def pool2d_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """Functional 2-d pooling: channels pass, the two spatial axes are new."""
+    """Functional 2-d pooling: channels pass, the two spatial axes are new.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     return [*args[0][:-2], *_spatial(a, node)[-2:]]
 
 
 def sdpa_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``scaled_dot_product_attention(q, k, v)``: q/k widths and k/v lengths tie."""
+    """``scaled_dot_product_attention(q, k, v)``: q/k widths and k/v lengths tie.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     q, k, v = args[:3]
     a.unify(q[-1], k[-1])
     a.unify(k[-2], v[-2])
@@ -489,7 +676,13 @@ def sdpa_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
 
 def functional_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
-    """``F.layer_norm`` / ``F.batch_norm``: weights are arguments, so the axes are fixed."""
+    """``F.layer_norm`` / ``F.batch_norm``: weights are arguments, so the axes are fixed.
+
+    Args:
+        a: The channel analysis (module rules: parameter names relative to the module).
+        node: The fx node the rule maps.
+        args: Per positional argument, its per-axis segments (None for non-tensors).
+    """
     return fallback(a, node, f"functional norm at '{node.name}'")
 
 
@@ -503,6 +696,10 @@ def apply_rule(a: ChannelAnalysis, node: fx.Node) -> Any:
     ``channel_rule`` registered for their op (:func:`hpcnb.ir.ops.op_spec`), a
     module's rule with parameter names relative to the module. Unknown ops fix
     their axes.
+
+    Args:
+        a: The channel analysis of the pass.
+        node: The fx node whose output segments are wanted.
     """
     value = a.graph.values.get(node.name)
     if node.op == "placeholder":
@@ -559,5 +756,7 @@ def _broadcast_batch(
         db = sb[len(sb) - k] if cb is not None else 1
         if ca is not None and cb is not None and da == db:
             a.unify(ca, cb)
-        out.append(ca if ca is not None and da >= db else cb)
+        pick = ca if ca is not None and da >= db else cb
+        assert pick is not None  # at least one operand has this axis
+        out.append(pick)
     return out

@@ -15,6 +15,8 @@ registered the same way (see :mod:`hpcnb.ir.ops`).
 from __future__ import annotations
 
 from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
+from torch.nn.modules.conv import _ConvNd
 
 from hpcnb.ir.attention import SlicedMultiheadAttention, mha_refresh, mha_rule, sliced_refresh
 from hpcnb.ir.costs import (
@@ -32,7 +34,7 @@ from hpcnb.ir.costs import (
     reduce_flops,
     softmax_flops,
 )
-from hpcnb.ir.ops import OpSpec, register_op
+from hpcnb.ir.ops import OpSpec, expect_module, register_op
 from hpcnb.ir.rules import (
     batch_norm_rule,
     concat_rule,
@@ -69,35 +71,45 @@ __all__: list[str] = []
 
 
 def _resize_conv(module: nn.Module) -> None:
-    out_c = module.weight.shape[0]
-    if module.groups > 1 and module.groups == module.in_channels == module.out_channels:
-        module.groups = module.in_channels = out_c
+    m = expect_module(module, _ConvNd, "conv refresh")
+    out_c = m.weight.shape[0]
+    if m.groups > 1 and m.groups == m.in_channels == m.out_channels:
+        m.groups = m.in_channels = out_c
     else:
-        module.in_channels = module.weight.shape[1] * module.groups
-    module.out_channels = out_c
+        m.in_channels = m.weight.shape[1] * m.groups
+    m.out_channels = out_c
 
 
 def _resize_conv_t(module: nn.Module) -> None:
-    module.in_channels = module.weight.shape[0]
-    module.out_channels = module.weight.shape[1] * module.groups
+    m = expect_module(module, _ConvNd, "transposed conv refresh")
+    m.in_channels = m.weight.shape[0]
+    m.out_channels = m.weight.shape[1] * m.groups
 
 
 def _resize_linear(module: nn.Module) -> None:
-    module.out_features, module.in_features = module.weight.shape
+    m = expect_module(module, nn.Linear, "linear refresh")
+    m.out_features, m.in_features = m.weight.shape
 
 
 def _resize_batch_norm(module: nn.Module) -> None:
-    ref = module.weight if module.weight is not None else module.running_mean
-    module.num_features = ref.shape[0]
+    m = expect_module(module, _NormBase, "batch norm refresh")
+    ref = m.weight if m.weight is not None else m.running_mean
+    assert ref is not None  # a sliced norm has a weight or running statistics
+    m.num_features = ref.shape[0]
 
 
 def _resize_layer_norm(module: nn.Module) -> None:
-    if module.weight is not None:
-        module.normalized_shape = tuple(module.weight.shape)
+    if isinstance(module, nn.RMSNorm):
+        m: nn.LayerNorm | nn.RMSNorm = module
+    else:
+        m = expect_module(module, nn.LayerNorm, "layer norm refresh")
+    if m.weight is not None:
+        m.normalized_shape = tuple(m.weight.shape)
 
 
 def _resize_embedding(module: nn.Module) -> None:
-    module.embedding_dim = module.weight.shape[1]
+    m = expect_module(module, nn.Embedding, "embedding refresh")
+    m.embedding_dim = m.weight.shape[1]
 
 
 register_op(

@@ -14,6 +14,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from hpcnb.errors import InvalidInputError, InvalidTypeError
 from hpcnb.ir.costs import tensor_bytes
 from hpcnb.ir.graph import Graph, IRTraceError, Node, TensorMeta
 from hpcnb.ir.groups import analyse_channels
@@ -130,12 +131,12 @@ def _split_leaves(
             types.append(item)
         elif isinstance(item, str):
             if item not in names:
-                raise ValueError(
+                raise InvalidInputError(
                     f"leaf_modules: {item!r} is not a sub-module path of {type(model).__name__}"
                 )
             paths.add(item)
         else:
-            raise TypeError(f"leaf_modules: expected module types or paths, got {item!r}")
+            raise InvalidTypeError(f"leaf_modules: expected module types or paths, got {item!r}")
     return tuple(types), frozenset(paths)
 
 
@@ -159,9 +160,13 @@ def trace(
     Raises:
         IRTraceError: If fx cannot trace a module (the message names it and suggests
             ``leaf_modules``) or shape propagation fails.
+        InvalidTypeError: ``model`` is not an ``nn.Module``, or a leaf is neither a
+            module type nor a path.
+        InvalidInputError: A leaf path names no sub-module of ``model``.
+        UnknownKindError: An IR leaf declares an ``ir_kind`` that is not registered.
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"trace: model must be an nn.Module, got {type(model).__name__}")
+        raise InvalidTypeError(f"trace: model must be an nn.Module, got {type(model).__name__}")
     inputs = (
         (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     )
@@ -274,7 +279,7 @@ def _make_node(
         else None
     )
     if spec is not None and kind not in ("size", "other") and (spec.flops or spec.bytes):
-        call = OpCall(
+        op_call = OpCall(
             n.target,
             module,
             tuple(in_shapes),
@@ -284,9 +289,9 @@ def _make_node(
             int(bytes_written),
         )
         try:
-            flops = spec.flops(call) if spec.flops else 0
+            flops = spec.flops(op_call) if spec.flops else 0
             if spec.bytes:
-                bytes_read, bytes_written = spec.bytes(call)
+                bytes_read, bytes_written = spec.bytes(op_call)
         except Exception as err:
             raise IRTraceError(
                 f"cannot cost node '{n.name}' (kind {kind}, module '{path}'): "

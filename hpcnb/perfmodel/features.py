@@ -4,6 +4,9 @@ Forward features come from the graph IR (:func:`hpcnb.ir.trace`): FLOPs by op ki
 multiply-add counts 2), parameters, activation memory (bytes of every node's output),
 bytes read and written, and node counts by kind. Convolutions are split into dense
 (``groups == 1``) and grouped/depthwise ones, which run far below peak on every machine.
+How a node counts - its op group, whether it is a matrix product, whether it launches a
+kernel - is read from the IR's kinds table (:mod:`hpcnb.ir.kinds`), so a kind registered
+there reaches these features as it is.
 
 Training FLOPs are *measured* with :class:`torch.utils.flop_counter.FlopCounterMode`
 around forward and backward of a cross-entropy loss in train mode (not a fixed 3× of the
@@ -25,11 +28,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
-from hpcnb.ir.graph import KINDS
+from hpcnb.ir.kinds import Kind, get_kind
+from hpcnb.perfmodel.protocol import PerfmodelError
 
 __all__ = [
-    "GEMM_KINDS",
-    "KERNEL_KINDS",
     "OP_GROUPS",
     "op_group",
     "NetworkFeatures",
@@ -39,49 +41,50 @@ __all__ = [
     "training_flops",
 ]
 
-# Op kinds of hpcnb.ir that launch no compute kernel of their own: graph ends, views, shape
-# queries and ops folded into their neighbours. Every other kind counts as a kernel launch,
-# so a kind added to hpcnb.ir.graph.KINDS is a kernel unless it is listed here.
-NON_KERNEL_KINDS = frozenset(
-    {"input", "output", "param"}  # graph ends
-    | {"split", "getitem", "reshape", "size", "identity"}  # views and shape queries
-    | {"reduce", "dropout", "other"}  # folded into neighbours, or unknown
-)
-KERNEL_KINDS = frozenset(KINDS) - NON_KERNEL_KINDS
-
-# Kinds executed as (batched) matrix products: convolutions, linear layers, matmuls.
-GEMM_KINDS = frozenset({"conv", "linear", "matmul", "attention"})
-
 # The op groups of the per-op-kind model (:class:`hpcnb.perfmodel.opmodel.OpCostModel`):
 # dense convolutions and linear layers, grouped/depthwise convolutions, normalisations,
 # activations, pooling, and element-wise / data-movement ops (add, mul, concat, ...).
 OP_GROUPS = ("dense", "grouped", "norm", "activation", "pool", "elementwise")
 
+# Kind groups (hpcnb.ir.kinds.GROUPS) executed as (batched) matrix products.
+_GEMM_GROUPS = ("conv", "matmul")
+
+
+def _is_gemm(kind: Kind) -> bool:
+    return kind.group in _GEMM_GROUPS
+
 
 def op_group(kind: str, grouped_conv: bool = False) -> str:
-    """The op group (:data:`OP_GROUPS`) of an IR node kind.
+    """The op group (:data:`OP_GROUPS`) of an IR node kind, from the IR's kinds table.
+
+    A kind of group ``conv`` is ``dense`` or ``grouped``, one of group ``matmul`` is
+    ``dense``; the other groups of :mod:`hpcnb.ir.kinds` are op groups of their own.
 
     Args:
         kind: The IR op kind (``"conv"``, ``"norm"``, ...).
         grouped_conv: The node is a convolution with ``groups > 1``.
 
+    Raises:
+        UnknownKindError: ``kind`` is not registered in :mod:`hpcnb.ir.kinds`.
+
     Example:
         >>> op_group("conv"), op_group("conv", grouped_conv=True), op_group("concat")
         ('dense', 'grouped', 'elementwise')
     """
-    if kind == "conv":
+    group = get_kind(kind, where="op_group").group
+    if group == "conv":
         return "grouped" if grouped_conv else "dense"
-    if kind in ("linear", "matmul", "attention"):
+    if group == "matmul":
         return "dense"
-    if kind in ("norm", "pool"):
-        return kind
-    if kind in ("activation", "softmax"):
-        return "activation"
-    return "elementwise"
+    return group
 
 
 def cache_bytes_per_core(default: int = 1 << 20) -> int:
-    """Return the per-core L2 cache size from sysfs (``default`` when unknown)."""
+    """Return the per-core L2 cache size from sysfs (``default`` when unknown).
+
+    Args:
+        default: Bytes returned when sysfs does not say.
+    """
     from pathlib import Path
 
     base = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -118,7 +121,26 @@ def corrected_conv_backward_flop(
     The input gradient is a (transposed) convolution of the output gradient with the
     weight, whose shape already carries ``c_in / groups``; the weight gradient convolves
     input and output gradient *within each group*, so the dense count is ``groups`` times
-    too large.
+    too large. The arguments are those of ``aten.convolution_backward`` (as
+    ``FlopCounterMode`` passes them, shapes instead of tensors).
+
+    Args:
+        grad_out_shape: Shape of the output gradient.
+        x_shape: Shape of the convolution's input.
+        w_shape: Shape of the weight.
+        _bias: Bias sizes (unused).
+        _stride: Strides (unused).
+        _padding: Padding (unused).
+        _dilation: Dilation (unused).
+        transposed: Whether the convolution is transposed.
+        _output_padding: Output padding (unused).
+        groups: The convolution's groups.
+        output_mask: Which of (input, weight, bias) gradients are computed.
+        out_shape: Shapes of the computed gradients, in that order.
+        **kwargs: Further arguments ``FlopCounterMode`` passes (unused).
+
+    Returns:
+        FLOPs of the input and weight gradients.
     """
 
     def swap(shape: list[int]) -> list[int]:
@@ -222,19 +244,31 @@ class NetworkFeatures:
 
     @property
     def kernels(self) -> int:
-        """Number of nodes that launch a compute kernel (per forward pass)."""
-        return sum(v for k, v in self.counts.items() if k in KERNEL_KINDS)
+        """Number of nodes that launch a compute kernel (per forward pass).
+
+        Raises:
+            UnknownKindError: ``counts`` names a kind that is not registered.
+        """
+        return sum(v for k, v in self.counts.items() if get_kind(k, where="kernels").kernel)
 
     @property
     def gemm_kernels(self) -> int:
-        """Number of convolution, linear and matmul nodes."""
-        return sum(self.counts.get(k, 0) for k in GEMM_KINDS)
+        """Number of convolution, linear, matmul and attention nodes.
+
+        Raises:
+            UnknownKindError: ``counts`` names a kind that is not registered.
+        """
+        return sum(v for k, v in self.counts.items() if _is_gemm(get_kind(k, where="kernels")))
 
     def split_bytes(self, batch: int, cache_bytes: float) -> tuple[float, float, float, float]:
         """Bytes moved at ``batch``, split by node type and by whether a node fits in cache.
 
         A node's working set is its bytes read plus written at this batch; it counts as
         cache-resident when that is below ``cache_bytes``.
+
+        Args:
+            batch: The batch size.
+            cache_bytes: Working sets below this many bytes count as cache-resident.
 
         Returns:
             ``(gemm_in_cache, gemm_spilling, other_in_cache, other_spilling)`` in bytes.
@@ -290,12 +324,13 @@ def network_features(
             ``FlopCounterMode``); when False they are left at 0 (enough for inference).
 
     Raises:
-        ValueError: ``trace_batch`` below 2, or the IR reports unsupported nodes.
+        PerfmodelError: ``trace_batch`` below 2, or the IR reports unsupported nodes.
+        UnknownKindError: A node's kind is not registered in :mod:`hpcnb.ir.kinds`.
     """
     from hpcnb.ir import trace
 
     if trace_batch < 2:
-        raise ValueError(f"trace_batch={trace_batch}: expected >= 2 (BatchNorm in train mode)")
+        raise PerfmodelError(f"trace_batch={trace_batch}: expected >= 2 (BatchNorm in train mode)")
     x = torch.randn(trace_batch, *input_shape)
     model.eval()
     with torch.no_grad():
@@ -303,31 +338,29 @@ def network_features(
     unsupported = graph.unsupported()
     if unsupported:
         names = ", ".join(f"{n.name} ({n.module or n.op})" for n in unsupported[:5])
-        raise ValueError(f"{name or type(model).__name__}: IR cannot cost nodes: {names}")
+        raise PerfmodelError(f"{name or type(model).__name__}: IR cannot cost nodes: {names}")
     conv = grouped = linear = other = 0
     gemm_bytes: list[float] = []
     other_bytes: list[float] = []
     groups = {g: [0.0, 0.0, 0.0] for g in OP_GROUPS}
     modules = dict(model.named_modules())
     for node in graph.nodes:
+        kind = get_kind(node.kind, where=f"node {node.name!r}")
         moved = (node.bytes_read + node.bytes_written) / trace_batch
-        if node.kind in GEMM_KINDS:
-            gemm_bytes.append(moved)
-        elif node.kind in KERNEL_KINDS:
-            other_bytes.append(moved)
         module = modules.get(node.module) if node.module else None
         is_grouped = module is not None and _is_grouped_conv(module)
-        if node.kind in KERNEL_KINDS:
+        if kind.kernel:
+            (gemm_bytes if _is_gemm(kind) else other_bytes).append(moved)
             cost = groups[op_group(node.kind, is_grouped)]
             cost[0] += 1
             cost[1] += node.flops / trace_batch
             cost[2] += moved
-        if node.kind == "conv":
+        if kind.group == "conv":
             if is_grouped:
                 grouped += node.flops
             else:
                 conv += node.flops
-        elif node.kind in ("linear", "matmul", "attention"):
+        elif kind.group == "matmul":
             linear += node.flops
         else:
             other += node.flops
