@@ -219,3 +219,57 @@ def test_no_function_is_longer_than_a_screenful_or_two():
                         f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} {lines}"
                     )
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(long)
+
+
+def _undocumented_arguments(path: Path) -> list[str]:
+    """Public functions of ``path`` with two or more arguments not all named under ``Args:``."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, public: bool, in_class: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, public and not child.name.startswith("_"), True)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                if not public or child.name.startswith("_"):
+                    continue
+                decorators = {
+                    d.id if isinstance(d, ast.Name) else getattr(d, "attr", "")
+                    for d in child.decorator_list
+                }
+                if decorators & {"property", "overload", "setter"}:
+                    continue
+                a = child.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                names += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                if in_class and names[:1] in (["self"], ["cls"]):
+                    names = names[1:]
+                doc = ast.get_docstring(child) or ""
+                if len(names) >= 2 and (
+                    "Args:" not in doc
+                    or any(f"{n}:" not in doc and f"{n} (" not in doc for n in names)
+                ):
+                    found.append(f"{child.name}({', '.join(names)})")
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), True, False)
+    return found
+
+
+def test_public_functions_document_their_arguments():
+    missing = [
+        f"{path.relative_to(ROOT.parent)}: {name}"
+        for path in MODULES.values()
+        for name in _undocumented_arguments(path)
+    ]
+    assert not missing, f"{len(missing)} without a complete Args: section: " + "; ".join(
+        missing[:15]
+    )
+
+
+def test_argument_check_sees_a_missing_entry(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        'def f(a, b):\n    """Do.\n\n    Args:\n        a: The a.\n    """\n'
+        'def g(a, b):\n    """Do.\n\n    Args:\n        a: The a.\n        b: The b.\n    """\n'
+        "def _h(a, b):\n    pass\n"
+    )
+    assert _undocumented_arguments(source) == ["f(a, b)"]
