@@ -99,6 +99,9 @@ class Registry(Generic[T]):
         what: What the entries are, for messages (``"scheduler"``).
         check: Optional validator: returns an error text for an object of the wrong kind,
             ``None`` for a good one; applied on :meth:`register` and on loaded references.
+        builtins: Optional module that registers the built-in entries; it is imported the
+            first time the registry is read, so a registry defined in a low module can hold
+            entries of a module that imports it.
 
     Example:
         >>> reg: Registry[type] = Registry("error class")
@@ -109,11 +112,23 @@ class Registry(Generic[T]):
         ['base']
     """
 
-    def __init__(self, what: str, *, check: Callable[[Any], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        check: Callable[[Any], str | None] | None = None,
+        builtins: str | None = None,
+    ) -> None:
         self.what = what
         self._check = check
+        self._builtins = builtins
         self._entries: dict[str, T] = {}
         self._modules: dict[str, str] = {}  # "package.module:" -> the name it registered
+
+    def _load_builtins(self) -> None:
+        if self._builtins is not None:
+            module, self._builtins = self._builtins, None
+            load(f"{module}:", what=f"{self.what} built-ins")
 
     def _validate(self, name: str, obj: Any) -> T:
         problem = self._check(obj) if self._check is not None else None
@@ -163,6 +178,7 @@ class Registry(Generic[T]):
             PluginError: Unknown name (the message lists the registered ones), or a
                 reference that does not resolve to an object of the right kind.
         """
+        self._load_builtins()
         if name in self._entries:
             return self._entries[name]
         if self._modules.get(name) in self._entries:
@@ -188,15 +204,18 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         """The registered names, sorted."""
+        self._load_builtins()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._load_builtins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
+        self._load_builtins()
         return len(self._entries)
 
     def items(self) -> list[tuple[str, T]]:

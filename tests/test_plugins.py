@@ -78,3 +78,17 @@ def test_registry_imports_a_module_that_registers_itself(tmp_path, monkeypatch, 
     assert reg.get("registering_plug:") == "hello"
     assert reg.names() == ["from-import"]
     assert reg.get("registering_plug:") == "hello"  # imported once; the name stays known
+
+
+def test_registry_imports_its_built_ins_when_first_read(tmp_path, monkeypatch):
+    reg = Registry("thing", builtins="builtin_plug")
+    monkeypatch.setattr(sys.modules[__name__], "REG2", reg, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "builtin_plug.py").write_text(
+        f"import {__name__} as t\nt.REG2.register('built-in', 1)\n"
+    )
+    try:
+        assert "builtin_plug" not in sys.modules
+        assert reg.names() == ["built-in"] and reg.get("built-in") == 1
+    finally:
+        sys.modules.pop("builtin_plug", None)

@@ -197,7 +197,8 @@ def test_toy_tokenizer_and_balanced_split() -> None:
 
 
 def test_paired_ratios_and_relative_error() -> None:
-    from hpcnb.speculative.analysis import paired_ratios, relative_error
+    from hpcnb.speculative.analysis import paired_ratios, relative_error_interval, worst_error
+    from hpcnb.stats import Estimate
 
     results = [{"tokens_per_s": v} for v in (10.0, 20.0, 12.0, 30.0)]
     labels = ["a", "b", "a", "b"]
@@ -207,14 +208,22 @@ def test_paired_ratios_and_relative_error() -> None:
     with pytest.raises(ValueError, match="labels"):
         paired_ratios(results, labels[:2], "b", "a")
     # prediction 1.2 against samples around 1.0: error 0.2, interval from the samples' spread
-    err, low, high = relative_error(1.2, [0.9, 1.0, 1.1, 1.0, 1.0])
-    assert err == pytest.approx(0.2)
-    assert low <= err <= high
+    e = relative_error_interval(1.2, [0.9, 1.0, 1.1, 1.0, 1.0])
+    assert isinstance(e, Estimate) and e.n == 5 and e.coverage == pytest.approx(0.9375)
+    assert e.value == pytest.approx(0.2)
+    assert e.bounds[0] <= e.value <= e.bounds[1]
     # a prediction inside the measured interval: the interval reaches zero error
-    err, low, high = relative_error(1.0, [0.8, 1.2, 0.9, 1.1, 1.0])
-    assert err == 0.0 and low == 0.0 and high > 0.0
+    inside = relative_error_interval(1.0, [0.8, 1.2, 0.9, 1.1, 1.0])
+    assert inside.value == 0.0 and inside.low == 0.0 and inside.bounds[1] > 0.0
+    # one sample: an error without an interval
+    assert relative_error_interval(1.5, [1.0]) == Estimate(0.5, n=1)
     with pytest.raises(ValueError, match="positive"):
-        relative_error(1.0, [1.0, -1.0])
+        relative_error_interval(1.0, [1.0, -1.0])
+    # the worst of several: the largest value, the largest ends of the intervals
+    worst = worst_error([e, inside])
+    assert worst.value == e.value and worst.interval == (e.low, max(e.bounds[1], inside.bounds[1]))
+    assert worst.n == 5 and worst.coverage == e.coverage
+    assert worst_error([e, Estimate(0.3, n=5)]) == Estimate(0.3, n=5)
 
 
 def test_paper_scale_cluster_cpu_and_gpu_class() -> None:
@@ -268,8 +277,8 @@ def test_job_spec_json_round_trip_and_defaults() -> None:
         EarlyExitDraftSpec,
         GenerationSpec,
         JobSpec,
-        ModelSpec,
         NgramDraftSpec,
+        TransformerSpec,
     )
 
     legacy = {
@@ -285,15 +294,16 @@ def test_job_spec_json_round_trip_and_defaults() -> None:
         ],
     }
     job = JobSpec.from_json(legacy)
-    assert job.model == ModelSpec("tiny", n_layers=4, seed=2)
+    assert job.model == TransformerSpec("tiny", n_layers=4, seed=2)
     assert [g.strategy for g in job.runs] == ["pipeline", "pipeinfer", "speculative"]
     assert all(g.prompt == tuple(PROMPT) and g.k == 3 for g in job.runs)
     assert job.runs[1].draft == EarlyExitDraftSpec(layers=1)
     assert job.runs[2].draft == NgramDraftSpec() and job.runs[2].n_new == 4
     assert job.stage_delay_s == {1: 0.004} and job.head_layers() == 1
     assert JobSpec.from_json(job.to_json()) == job
-    single = JobSpec.from_json({"model": {"kind": "tiny"}, "strategy": "pipeline",
-                                "prompt": [1], "n_new": 2})  # fmt: skip
+    single = JobSpec.from_json(
+        {"model": {"kind": "tiny"}, "strategy": "pipeline", "prompt": [1], "n_new": 2}
+    )
     assert single.runs == (GenerationSpec("pipeline", [1], 2),)
 
 
@@ -311,7 +321,7 @@ def test_job_spec_errors_name_the_key() -> None:
         JobSpec.from_json({"model": model, "timeout": 3, **gen})
     with pytest.raises(SpecError, match="the job lacks 'model'"):
         JobSpec.from_json(gen)
-    with pytest.raises(SpecError, match="unknown kind 'medusa'"):
+    with pytest.raises(SpecError, match="unknown draft 'medusa'"):
         DraftSpec.from_json({"kind": "medusa", "heads": 4})
     with pytest.raises(SpecError, match="'distilled' lacks 'path'"):
         DraftSpec.from_json({"kind": "distilled"})
@@ -328,8 +338,27 @@ def test_run_result_and_events_json_round_trip() -> None:
     from hpcnb.speculative.contracts import SpecError, StageEvent
 
     ev = StageEvent(1, 7, "skip", 0.1, 0.2, 3, True)
-    res = RunResult("pipeinfer", (4, 5), 2, 2, "ngram", 1.0, 2.0, 0.1, 0.5, 0.6, 0.5, 4, 2, 5,
-                    1, (6, 3), (0, 3), 10, (ev,))  # fmt: skip
+    res = RunResult(
+        "pipeinfer",
+        (4, 5),
+        2,
+        2,
+        "ngram",
+        1.0,
+        2.0,
+        0.1,
+        0.5,
+        0.6,
+        0.5,
+        4,
+        2,
+        5,
+        1,
+        (6, 3),
+        (0, 3),
+        10,
+        (ev,),
+    )
     assert RunResult.from_json(res.to_json()) == res
     data = res.to_json()
     del data["ttft_s"]
@@ -341,24 +370,39 @@ def test_custom_draft_kind_registers_in_one_place() -> None:
     from dataclasses import dataclass
 
     from hpcnb.speculative import GenerationSpec
-    from hpcnb.speculative.contracts import DRAFT_KINDS, DraftSpec, SpecError, register_draft
+    from hpcnb.speculative.contracts import DRAFTS, DraftSpec, SpecError, register_draft
 
     @register_draft("test_constant")
     @dataclass(frozen=True)
     class ConstantDraftSpec(DraftSpec):
         token: int = 0
 
-        def build(self, head_model: object) -> NgramDraft:
+        def build(self, head_model: LlamaModel | None) -> NgramDraft:
             return NgramDraft(max_n=self.token)
 
     try:
         gen = GenerationSpec.from_json(
-            {"strategy": "speculative", "prompt": [1], "n_new": 2,
-             "draft": {"kind": "test_constant", "token": 2}}
-        )  # fmt: skip
+            {
+                "strategy": "speculative",
+                "prompt": [1],
+                "n_new": 2,
+                "draft": {"kind": "test_constant", "token": 2},
+            }
+        )
+        # defined in a function, so not importable by reference: written by its kind
         assert gen.draft == ConstantDraftSpec(2) and gen.draft.to_json()["kind"] == "test_constant"
         assert GenerationSpec.from_json(gen.to_json()) == gen
-        with pytest.raises(SpecError, match="already registered"):
-            register_draft("test_constant")(ConstantDraftSpec)
+        assert DRAFTS.get("test_constant") is ConstantDraftSpec and "test_constant" in DRAFTS
+        register_draft("test_constant")(ConstantDraftSpec)  # the same class again: a no-op
+
+        @dataclass(frozen=True)
+        class OtherDraftSpec(ConstantDraftSpec):
+            pass
+
+        with pytest.raises(SpecError, match="registered already"):
+            register_draft("test_constant")(OtherDraftSpec)
+        assert DRAFTS.get("test_constant") is ConstantDraftSpec
     finally:
-        DRAFT_KINDS.pop("test_constant", None)
+        DRAFTS.unregister("test_constant")
+    with pytest.raises(SpecError, match="no name another process can resolve"):
+        gen.draft.to_json()

@@ -29,9 +29,17 @@ from hpcnb.speculative.model import LlamaModel, tiny_config
 from hpcnb.speculative.simulation import ClusterConfig, simulate
 
 SETTINGS = DistillSettings(
-    n_layers=1, dim=32, ffn_dim=64, n_heads=2, n_kv_heads=1, n_new=24, steps=150, batch=16,
-    lr=1e-2, vocab=96,
-)  # fmt: skip
+    n_layers=1,
+    dim=32,
+    ffn_dim=64,
+    n_heads=2,
+    n_kv_heads=1,
+    n_new=24,
+    steps=150,
+    batch=16,
+    lr=1e-2,
+    vocab=96,
+)
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +88,12 @@ def test_training_reduces_loss_and_raises_held_out_acceptance(target, trained) -
 
 def test_draft_forward_matches_the_decoder(trained) -> None:
     """The batched training forward and LlamaModel's forward are the same function."""
-    from hpcnb.speculative.distill import _head, _hidden, _rms
+    from hpcnb.speculative.distill import _final, _hidden, _rms
 
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
     h = _hidden(trained.model, torch.tensor([ids]), torch.arange(8)[None], None)
-    batched = _rms(h[0], trained.model.norm, 1e-5) @ _head(trained.model).T
+    norm, head = _final(trained.model)
+    batched = _rms(h[0], norm, 1e-5) @ head.T
     assert torch.allclose(batched, trained.model.forward(ids), atol=1e-4)
 
 
@@ -92,8 +101,17 @@ def test_cache_round_trip_and_hash_mismatch_retrains(
     target, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("HPCNB_CACHE", str(tmp_path))
-    small = DistillSettings(n_layers=1, dim=32, ffn_dim=64, n_heads=2, n_kv_heads=1, n_new=4,
-                            steps=3, batch=4, vocab=64)  # fmt: skip
+    small = DistillSettings(
+        n_layers=1,
+        dim=32,
+        ffn_dim=64,
+        n_heads=2,
+        n_kv_heads=1,
+        n_new=4,
+        steps=3,
+        batch=4,
+        vocab=64,
+    )
     prompts = _prompts(6, seed=3)
     first = load_or_distill(target, "hash-a", prompts, small)
     assert first.meta["cached"] is False and Path(first.meta["path"]).suffix == ".safetensors"
@@ -201,12 +219,20 @@ def test_adaptive_rule_on_a_scripted_acceptance_sequence() -> None:
 
 @pytest.mark.parametrize("strategy", ["speculative", "pipeinfer"])
 def test_adaptive_never_accepted_draft_within_5_percent_of_pipeline(strategy: str) -> None:
-    cl = ClusterConfig(n_ranks=2, n_layers=30, layer_s=3e-3, batch_slope=0.3, head_s=20e-3,
-                       draft_s=8e-3, latency_s=1e-4)  # fmt: skip
+    cl = ClusterConfig(
+        n_ranks=2,
+        n_layers=30,
+        layer_s=3e-3,
+        batch_slope=0.3,
+        head_s=20e-3,
+        draft_s=8e-3,
+        latency_s=1e-4,
+    )
     pipe = simulate(cl, "pipeline", 0.0, n_new=96)
     fixed = simulate(cl, strategy, 0.0, n_new=96, k=4, max_inflight=4, plain_drafts=True)
-    adaptive = simulate(cl, strategy, 0.0, n_new=96, k=4, max_inflight=4, plain_drafts=True,
-                        adaptive=True)  # fmt: skip
+    adaptive = simulate(
+        cl, strategy, 0.0, n_new=96, k=4, max_inflight=4, plain_drafts=True, adaptive=True
+    )
     assert adaptive.tokens_per_s >= 0.95 * pipe.tokens_per_s
     assert fixed.tokens_per_s < 0.95 * pipe.tokens_per_s  # without the rule it is slower
     assert adaptive.accepted == 0
@@ -215,15 +241,26 @@ def test_adaptive_never_accepted_draft_within_5_percent_of_pipeline(strategy: st
 def test_simulator_reproduces_hand_computed_timelines() -> None:
     """2 ranks of 1 layer each (1 s per layer, head 0.5 s per token); a token's hidden state
     takes 0.1 s on the link plus 0.1 s latency; results 0.1 s back."""
-    cl = ClusterConfig(n_ranks=2, n_layers=2, layer_s=1.0, batch_slope=0.5, head_s=0.5,
-                       draft_s=0.2, latency_s=0.1, bandwidth_bps=1e3, hidden_bytes=100)  # fmt: skip
+    cl = ClusterConfig(
+        n_ranks=2,
+        n_layers=2,
+        layer_s=1.0,
+        batch_slope=0.5,
+        head_s=0.5,
+        draft_s=0.2,
+        latency_s=0.1,
+        bandwidth_bps=1e3,
+        hidden_bytes=100,
+    )
     pipe = simulate(cl, "pipeline", 0.0, n_new=3, prompt_len=1)
     # run r: head [2.8 r, 2.8 r + 1], arrive +0.2, rank 1 for 1 + 0.5, result +0.1
     expect = []
     for r in range(3):
         t = 2.8 * r
-        expect += [StageEvent(0, r, "compute", t, t + 1.0, 1, False),
-                   StageEvent(1, r, "compute", t + 1.2, t + 2.7, 1, False)]  # fmt: skip
+        expect += [
+            StageEvent(0, r, "compute", t, t + 1.0, 1, False),
+            StageEvent(1, r, "compute", t + 1.2, t + 2.7, 1, False),
+        ]
     _same_events(pipe.events, expect)
     assert pipe.elapsed_s == pytest.approx(8.4) and pipe.ttft_s == pytest.approx(2.8)
     # speculative, every draft right, k = 2: 3 tokens per run, 3 committed per run
@@ -233,8 +270,10 @@ def test_simulator_reproduces_hand_computed_timelines() -> None:
     expect = []
     for r in range(3):
         t = 6.4 * r
-        expect += [StageEvent(0, r, "compute", t, t + 2.4, 3, True),
-                   StageEvent(1, r, "compute", t + 2.8, t + 6.3, 3, True)]  # fmt: skip
+        expect += [
+            StageEvent(0, r, "compute", t, t + 2.4, 3, True),
+            StageEvent(1, r, "compute", t + 2.8, t + 6.3, 3, True),
+        ]
     _same_events(spec.events, expect)
     assert spec.elapsed_s == pytest.approx(19.2) and spec.tokens_per_s == pytest.approx(9 / 19.2)
     assert spec.accepted == spec.drafted == 6
@@ -245,12 +284,14 @@ def test_simulator_reproduces_hand_computed_timelines() -> None:
 
 
 def _same_events(got: tuple[StageEvent, ...], expect: list[StageEvent]) -> None:
-    key = lambda e: (e.t0, e.rank)  # noqa: E731
+    def key(e: StageEvent) -> tuple[float, int]:
+        return (e.t0, e.rank)
+
     got_s, exp_s = sorted(got, key=key), sorted(expect, key=key)
     assert len(got_s) == len(exp_s)
     for g, e in zip(got_s, exp_s, strict=True):
-        assert (g.rank, g.run_id, g.kind, g.n_tokens, g.speculative) == (
-            e.rank, e.run_id, e.kind, e.n_tokens, e.speculative)  # fmt: skip
+        got_key = (g.rank, g.run_id, g.kind, g.n_tokens, g.speculative)
+        assert got_key == (e.rank, e.run_id, e.kind, e.n_tokens, e.speculative)
         assert g.t0 == pytest.approx(e.t0) and g.t1 == pytest.approx(e.t1)
 
 

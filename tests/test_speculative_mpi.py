@@ -12,8 +12,8 @@ from hpcnb.speculative import (
     EarlyExitDraftSpec,
     GenerationSpec,
     JobSpec,
-    ModelSpec,
     NgramDraftSpec,
+    TransformerSpec,
     run_pipeline_mpi,
 )
 from hpcnb.speculative.contracts import FaultSpec
@@ -22,7 +22,7 @@ from hpcnb.speculative.stages import model_from_spec
 
 pytestmark = pytest.mark.mpi
 
-MODEL = ModelSpec("tiny", n_layers=4, vocab_size=96, seed=2)
+MODEL = TransformerSpec("tiny", n_layers=4, vocab_size=96, seed=2)
 PROMPT = [1, 5, 9, 3, 7, 5, 9, 3]
 N_NEW = 32
 
@@ -63,8 +63,17 @@ def test_every_strategy_and_draft_lossless_adaptive_and_acceptance_as_in_process
 
     target = model_from_spec(MODEL)
     ref = target.greedy(PROMPT, N_NEW)
-    settings = DistillSettings(n_layers=1, dim=32, ffn_dim=64, n_heads=2, n_kv_heads=1,
-                               n_new=16, steps=20, batch=8, vocab=96)  # fmt: skip
+    settings = DistillSettings(
+        n_layers=1,
+        dim=32,
+        ffn_dim=64,
+        n_heads=2,
+        n_kv_heads=1,
+        n_new=16,
+        steps=20,
+        batch=8,
+        vocab=96,
+    )
     trained = distill_draft(target, [PROMPT[:3], PROMPT[2:7], [4, 8, 15, 16]], settings)
     path = str(save_draft(tmp_path / "tiny.safetensors", trained))
     drafts = {
@@ -78,8 +87,15 @@ def test_every_strategy_and_draft_lossless_adaptive_and_acceptance_as_in_process
     for draft in drafts.values():
         for strategy in ("speculative", "pipeinfer"):
             for adaptive in (False, True):
-                runs.append(replace(base, strategy=strategy, draft=draft, adaptive=adaptive,
-                                    plain_drafts=adaptive))  # fmt: skip
+                runs.append(
+                    replace(
+                        base,
+                        strategy=strategy,
+                        draft=draft,
+                        adaptive=adaptive,
+                        plain_drafts=adaptive,
+                    )
+                )
     results = run_pipeline_mpi(JobSpec(MODEL, runs, timeout_s=20), n_ranks=2, timeout_s=120)
     for gen, r in zip(runs, results, strict=True):
         assert list(r.tokens) == ref, (gen.strategy, gen.draft, gen.adaptive)
@@ -87,9 +103,10 @@ def test_every_strategy_and_draft_lossless_adaptive_and_acceptance_as_in_process
     # over MPI is the offline replay's exactly
     offline = measure_acceptance(ModelDraft(trained.model, vocab=trained.vocab), PROMPT, ref, 3)
     mpi = next(
-        r for g, r in zip(runs, results, strict=True)
+        r
+        for g, r in zip(runs, results, strict=True)
         if g.draft == drafts["distilled"] and g.strategy == "speculative" and not g.adaptive
-    )  # fmt: skip
+    )
     assert (mpi.accepted, mpi.drafted) == (offline["accepted"], offline["drafted"])
     never = [r for g, r in zip(runs, results, strict=True) if g.draft == drafts["never"]]
     assert all(r.accepted <= 1 for r in never)

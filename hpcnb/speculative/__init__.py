@@ -3,11 +3,11 @@
 The core model is exported here; the simulator (:mod:`hpcnb.speculative.simulation`),
 measurements and figures (:mod:`hpcnb.speculative.analysis`), stage building
 (:mod:`hpcnb.speculative.stages`) and the draft registry
-(:mod:`hpcnb.speculative.contracts`, :mod:`hpcnb.speculative.drafts`) are imported from
-their modules.
+(:data:`~hpcnb.speculative.contracts.DRAFTS`, with the built-in kinds in
+:mod:`hpcnb.speculative.drafts`) are imported from their modules.
 """
 
-from hpcnb.speculative.contracts import GenerationSpec, JobSpec, ModelSpec, RunResult
+from hpcnb.speculative.contracts import GenerationSpec, JobSpec, RunResult, TransformerSpec
 from hpcnb.speculative.drafts import (
     EarlyExitDraftSpec,
     NgramDraft,
@@ -37,7 +37,7 @@ __all__ = [
     "STRATEGIES",
     "HeadPolicy",
     # MPI jobs: the typed specification, the results, the runtime
-    "ModelSpec",
+    "TransformerSpec",
     "GenerationSpec",
     "NgramDraftSpec",
     "EarlyExitDraftSpec",

@@ -8,8 +8,9 @@
   (or set to a GPU-class layer time).
 * :func:`paired_ratios` — per-repetition ratios of a metric between two strategies of
   interleaved MPI runs (the samples of a recorded speed-up).
-* :func:`relative_error` — a simulator's relative error against a measured ratio, with
-  the interval that the measurement's interval implies.
+* :func:`relative_error_interval` — a simulator's relative error against measured samples,
+  with the interval that the measurement's interval implies (an
+  :class:`~hpcnb.stats.Estimate`); :func:`worst_error` — the largest of several.
 * :func:`metrics_table` — the per-strategy metrics of MPI runs
   (:class:`~hpcnb.speculative.contracts.RunResult`) as a :class:`pandas.DataFrame`, incl.
   wasted stage work.
@@ -25,10 +26,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from hpcnb.records import median_interval
+from hpcnb.errors import InvalidInputError
 from hpcnb.speculative.contracts import RunResult, StageEvent
 from hpcnb.speculative.model import LlamaModel
 from hpcnb.speculative.simulation import ClusterConfig
+from hpcnb.stats import Estimate, median_interval, median_interval_coverage
 from hpcnb.timing import interleaved
 
 __all__ = [
@@ -37,8 +39,9 @@ __all__ = [
     "paired_ratios",
     "paper_scale_cluster",
     "plot_timeline",
-    "relative_error",
+    "relative_error_interval",
     "time_layers",
+    "worst_error",
 ]
 
 LAYER_BYTES_70B_Q4 = 0.86e9 * 0.5
@@ -48,6 +51,12 @@ LAYER_BYTES_70B_Q4 = 0.86e9 * 0.5
 @torch.no_grad()
 def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: int = 32) -> dict:
     """Measure per-layer and head times of ``model`` after ``context`` cached tokens.
+
+    Args:
+        model: The target (its first 4 held layers, embeddings and head are timed).
+        batch: Tokens of the batched run (> 1).
+        repeats: Timed rounds of every variant, interleaved.
+        context: Tokens cached before the timed runs.
 
     Returns:
         ``layer_s`` (one token, one layer), ``batch_slope`` (extra cost per extra token
@@ -73,11 +82,16 @@ def time_layers(model: LlamaModel, batch: int = 5, repeats: int = 9, context: in
     h = torch.randn(1, model.config.dim)
     hb = torch.randn(batch, model.config.dim)
     timings = interleaved(
-        [prefill_only, lambda: run(1), lambda: run(batch), lambda: sub.logits(h),
-         lambda: sub.logits(hb)],
+        [
+            prefill_only,
+            lambda: run(1),
+            lambda: run(batch),
+            lambda: sub.logits(h),
+            lambda: sub.logits(hb),
+        ],
         repeats=repeats,
         warmup=1,
-    )  # fmt: skip
+    )
     base, r1, rb, head, head_b = (t.median for t in timings)
     t1 = max(r1 - base, 1e-9) / n
     tb = max(rb - base, 1e-9) / n
@@ -124,14 +138,14 @@ def paper_scale_cluster(
             capped at 0.5).
 
     Raises:
-        ValueError: ``layer_s`` is not positive.
+        InvalidInputError: ``layer_s`` is not positive.
     """
     if layer_s is None:
         bw = measured["layer_bytes"] / measured["layer_s"]
     elif layer_s > 0:
         bw = LAYER_BYTES_70B_Q4 / layer_s
     else:
-        raise ValueError(f"layer_s must be > 0, got {layer_s}")
+        raise InvalidInputError(f"layer_s must be > 0, got {layer_s}")
     slope = min(measured["batch_slope"], 0.5) if batch_slope is None else batch_slope
     return ClusterConfig(
         n_ranks=n_ranks,
@@ -175,45 +189,92 @@ def paired_ratios(
         metric: Result field compared (``tokens_per_s``, ``itl_mean_s``, ...).
 
     Raises:
-        ValueError: Lengths differ, a label has no runs, the two labels have different
+        InvalidInputError: Lengths differ, a label has no runs, the two labels have different
             numbers of runs, or a denominator value is not positive.
     """
     if len(results) != len(labels):
-        raise ValueError(f"{len(results)} results but {len(labels)} labels")
+        raise InvalidInputError(f"{len(results)} results but {len(labels)} labels")
     pairs = list(zip(results, labels, strict=True))
     num = [_metric(r, metric) for r, lab in pairs if lab == numerator]
     den = [_metric(r, metric) for r, lab in pairs if lab == denominator]
     if not num or len(num) != len(den):
-        raise ValueError(
+        raise InvalidInputError(
             f"need the same, non-zero number of {numerator!r} and {denominator!r} runs, "
             f"got {len(num)} and {len(den)}"
         )
     if any(d <= 0 for d in den):
-        raise ValueError(f"a {denominator!r} run has {metric} <= 0; cannot form a ratio")
+        raise InvalidInputError(f"a {denominator!r} run has {metric} <= 0; cannot form a ratio")
     return [a / b for a, b in zip(num, den, strict=True)]
 
 
-def relative_error(predicted: float, samples: Sequence[float]) -> tuple[float, float, float]:
+def relative_error_interval(predicted: float, samples: Sequence[float]) -> Estimate:
     """Relative error ``|predicted / measured - 1|`` of a prediction against samples.
 
     ``measured`` is the median of ``samples``; the interval is the range of the error
     over the measurement's order-statistic interval of the median
-    (:func:`hpcnb.records.median_interval`), i.e. the uncertainty
-    of the measurement carried into the error (the prediction is taken as exact).
+    (:func:`hpcnb.stats.median_interval`), i.e. the uncertainty of the measurement carried
+    into the error (the prediction is taken as exact), with that interval's coverage.
+
+    Args:
+        predicted: The prediction (e.g. simulated tokens/s).
+        samples: Measurements of the same quantity (positive).
 
     Returns:
-        ``(error, low, high)``.
+        The error with ``n = len(samples)``; one sample gives no interval.
 
     Raises:
-        ValueError: A sample or its median is not positive.
+        InvalidInputError: No samples, or one that is not positive.
+
+    Example:
+        >>> e = relative_error_interval(1.2, [0.9, 1.0, 1.1, 1.0, 1.0])
+        >>> round(e.value, 6), e.n, round(e.coverage, 4)
+        (0.2, 5, 0.9375)
     """
-    if any(x <= 0 for x in samples):
-        raise ValueError("relative error needs positive measured samples")
-    med, lo, hi = median_interval(samples)
-    err = abs(predicted / med - 1.0)
+    if not samples or any(x <= 0 for x in samples):
+        raise InvalidInputError("relative error needs positive measured samples")
+    med = median_interval(samples)
+    err = abs(predicted / med.value - 1.0)
+    if med.interval is None:
+        return Estimate(err, n=med.n)
+    lo, hi = med.bounds
     ends = [abs(predicted / hi - 1.0), abs(predicted / lo - 1.0)]
     low = 0.0 if predicted / hi <= 1.0 <= predicted / lo else min(ends)
-    return err, low, max(ends)
+    coverage = median_interval_coverage(len(samples))[1]
+    return Estimate(err, low, max(ends), med.n, coverage)
+
+
+def worst_error(errors: Sequence[Estimate]) -> Estimate:
+    """The largest of several errors, with the interval of the largest.
+
+    When each true error lies in its interval, the largest one lies between the largest
+    low end and the largest high end; without an interval on every error there is none.
+    ``n`` and the coverage are those of the errors (the smallest coverage when they differ).
+
+    Args:
+        errors: Errors of the same kind, e.g. :func:`relative_error_interval` per strategy.
+
+    Raises:
+        InvalidInputError: No errors.
+
+    Example:
+        >>> worst_error([Estimate(0.1, 0.0, 0.3, 7), Estimate(0.2, 0.1, 0.25, 7)])
+        Estimate(value=0.2, low=0.1, high=0.3, n=7, coverage=None)
+    """
+    if not errors:
+        raise InvalidInputError("worst_error needs at least one error")
+    value = max(e.value for e in errors)
+    ns = {e.n for e in errors}
+    n = ns.pop() if len(ns) == 1 else None
+    if any(e.interval is None for e in errors):
+        return Estimate(value, n=n)
+    coverages = [e.coverage for e in errors if e.coverage is not None]
+    return Estimate(
+        value,
+        max(e.bounds[0] for e in errors),
+        max(e.bounds[1] for e in errors),
+        n,
+        min(coverages) if coverages else None,
+    )
 
 
 def metrics_table(results: Sequence[RunResult], labels: Sequence[str] | None = None) -> Any:
@@ -221,6 +282,10 @@ def metrics_table(results: Sequence[RunResult], labels: Sequence[str] | None = N
 
     ``wasted_work`` is the fraction of stage-token computations beyond one per committed
     position and stage (NaN for results without ``useful_positions``, e.g. simulated).
+
+    Args:
+        results: Results of MPI runs or simulated ones.
+        labels: Row label of each result (default: its strategy).
     """
     rows = []
     for i, r in enumerate(results):
@@ -266,8 +331,14 @@ def plot_timeline(
         width = max(span, (t_max or 1.0) * 2e-3) if skip else span
         ax.barh(e.rank, width * 1e3, left=e.t0 * 1e3, color=c, edgecolor="k", linewidth=0.3)
         if span > 0 and (t_max is None or span > 0.03 * t_max):
-            ax.text((e.t0 + e.t1) / 2 * 1e3, e.rank, str(e.run_id % 1_000_000), ha="center",
-                    va="center", fontsize=6)  # fmt: skip
+            ax.text(
+                (e.t0 + e.t1) / 2 * 1e3,
+                e.rank,
+                str(e.run_id % 1_000_000),
+                ha="center",
+                va="center",
+                fontsize=6,
+            )
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")

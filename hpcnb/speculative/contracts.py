@@ -1,15 +1,18 @@
 """Typed contracts of PipeInfer jobs: what a job asks for, what a run reports, what a stage did.
 
-A :class:`JobSpec` names a model (:class:`ModelSpec`), how its layers are split over the
-ranks, and one :class:`GenerationSpec` per generation, each with an optional draft (a
-:class:`DraftSpec`; the kinds are registered in :mod:`hpcnb.speculative.drafts`). It crosses
-the MPI boundary as JSON (``to_json`` / ``from_json``); every generation comes back as a
-:class:`RunResult` holding the :class:`StageEvent` log of every rank. ``from_json`` names
-any missing or unknown key (:class:`SpecError`).
+A :class:`JobSpec` names a model (:class:`TransformerSpec`), how its layers are split over
+the ranks, and one :class:`GenerationSpec` per generation, each with an optional draft (a
+:class:`DraftSpec`, named in JSON by a kind of :data:`DRAFTS` or by a
+``"package.module:attr"`` reference; the built-in kinds are in
+:mod:`hpcnb.speculative.drafts`). It crosses the MPI boundary as JSON (``to_json`` /
+``from_json``); every generation comes back as a :class:`RunResult` holding the
+:class:`StageEvent` log of every rank. ``from_json`` names any missing or unknown key
+(:class:`SpecError`).
 
 Example:
-    >>> from hpcnb.speculative.contracts import GenerationSpec, JobSpec, ModelSpec, SpecError
-    >>> job = JobSpec(ModelSpec("tiny", n_layers=4), [GenerationSpec("pipeline", [1, 2], 8)])
+    >>> from hpcnb.speculative.contracts import GenerationSpec, JobSpec, SpecError, TransformerSpec
+    >>> model = TransformerSpec("tiny", n_layers=4)
+    >>> job = JobSpec(model, [GenerationSpec("pipeline", [1, 2], 8)])
     >>> JobSpec.from_json(job.to_json()) == job
     True
     >>> try:
@@ -22,23 +25,28 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from hpcnb.errors import HpcnbError
-from hpcnb.speculative.head import STRATEGIES, HeadPolicy
+from hpcnb.plugins import PluginError, Registry
+from hpcnb.speculative.head import STRATEGIES, Draft, HeadPolicy
+
+if TYPE_CHECKING:
+    from hpcnb.speculative.model import LlamaModel
 
 __all__ = [
-    "DRAFT_KINDS",
+    "DRAFTS",
     "DraftSpec",
     "FaultSpec",
     "GenerationSpec",
     "JobSpec",
-    "ModelSpec",
     "RunResult",
     "SpecError",
     "StageEvent",
+    "TransformerSpec",
     "register_draft",
 ]
 
@@ -98,41 +106,83 @@ class _FlatJson:
 
 # -- drafts: a registry of kinds ----------------------------------------------------------
 
-DRAFT_KINDS: dict[str, type[DraftSpec]] = {}
-"""Registered draft kinds: ``kind`` -> its :class:`DraftSpec` subclass (the built-in kinds
-register when :mod:`hpcnb.speculative.drafts` is imported, as the package and the runtime
-do)."""
+
+def _draft_class_problem(obj: Any) -> str | None:
+    """Why ``obj`` cannot be a draft kind (``None``: it can)."""
+    if isinstance(obj, type) and issubclass(obj, DraftSpec) and dataclasses.is_dataclass(obj):
+        return None
+    return f"expected a DraftSpec dataclass, got {obj!r}"
+
+
+DRAFTS: Registry[type[DraftSpec]] = Registry(
+    "draft", check=_draft_class_problem, builtins="hpcnb.speculative.drafts"
+)
+"""Registered draft kinds: ``kind`` -> its :class:`DraftSpec` subclass. The built-in kinds
+register when :mod:`hpcnb.speculative.drafts` is imported, which the registry does the first
+time it is read; ``DRAFTS.get("package.module:MyDraftSpec")`` imports a user's module."""
 
 _D = TypeVar("_D", bound="type[DraftSpec]")
 
 
-def register_draft(kind: str) -> Callable[[_D], _D]:
+def register_draft(kind: str, *, replace: bool = False) -> Callable[[_D], _D]:
     """Class decorator: register a :class:`DraftSpec` subclass under ``kind``.
 
+    Registering the same class again does nothing.
+
+    Args:
+        kind: The name a job's JSON gives as ``{"kind": kind}`` (no ``:``).
+        replace: Replace another class registered under ``kind`` instead of refusing it.
+
     Raises:
-        SpecError: ``kind`` is already registered.
+        SpecError: ``kind`` is registered already for another class (without
+            ``replace``), has a ``:``, or the class is not a :class:`DraftSpec` dataclass.
     """
 
     def register(cls: _D) -> _D:
-        if kind in DRAFT_KINDS:
-            raise SpecError(f"draft kind {kind!r} is already registered ({DRAFT_KINDS[kind]})")
+        try:
+            DRAFTS.register(kind, cls, replace=replace)
+        except PluginError as err:
+            raise SpecError(str(err)) from None
         cls.kind = kind
-        DRAFT_KINDS[kind] = cls
         return cls
 
     return register
 
 
+def _resolve_draft(kind: str) -> type[DraftSpec]:
+    """The draft class a kind or reference names (see :class:`DraftSpec`).
+
+    ``"package.module:"`` names the kind its module registered; a module imported before
+    (by an earlier job, or a generation before this one) registers nothing new, so its
+    kind is then found among the registered ones.
+    """
+    registry = DRAFTS
+    module = kind[:-1] if kind.endswith(":") else None
+    if module is not None and module in sys.modules:
+        mine = [cls for _, cls in registry.items() if cls.__module__ == module]
+        if len(mine) == 1:
+            return mine[0]
+    return registry.get(kind)
+
+
+def _importable(cls: type) -> bool:
+    """Whether another process can import ``cls`` by ``"module:qualname"``."""
+    return cls.__module__ != "__main__" and "<locals>" not in cls.__qualname__
+
+
 class DraftSpec:
     """What the head should draft with; subclasses are frozen dataclasses of their options.
 
-    A subclass registers itself with :func:`register_draft` and implements :meth:`build`;
-    see :mod:`hpcnb.speculative.drafts` for the kinds and how to add one.
+    A subclass implements :meth:`build`. A job names it by a registered kind
+    (:func:`register_draft`) or by reference, ``{"kind": "package.module:MyDraftSpec"}``
+    (registered or not), or ``{"kind": "package.module:"}`` for a module that registers one
+    kind when imported. Every MPI rank resolves the name itself, importing the module; see
+    :mod:`hpcnb.speculative.drafts` for the built-in kinds and how to add one.
     """
 
     kind: ClassVar[str] = ""
 
-    def build(self, head_model: Any) -> Any:
+    def build(self, head_model: LlamaModel | None) -> Draft:
         """Return the draft (with ``name`` and ``propose(context, k)``) on the head rank.
 
         Args:
@@ -145,34 +195,63 @@ class DraftSpec:
         """Layers of the target the head must load for this draft (0: none)."""
         return 0
 
+    def json_kind(self) -> str:
+        """The ``kind`` written to JSON: a name every process of a job resolves.
+
+        A kind of :mod:`hpcnb.speculative.drafts` is written by name; a user's class by its
+        reference ``"module:qualname"`` (its module is then imported by every rank, and
+        registers its kind there too); a registered class that cannot be imported by
+        reference (defined in ``__main__`` or in a function) by its registered name.
+
+        Raises:
+            SpecError: The class is neither registered nor importable by reference.
+        """
+        cls = type(self)
+        registered = bool(cls.kind) and cls.kind in DRAFTS and DRAFTS.get(cls.kind) is cls
+        if registered and (cls.__module__.startswith("hpcnb.") or not _importable(cls)):
+            return cls.kind
+        if _importable(cls):
+            return f"{cls.__module__}:{cls.__qualname__}"
+        raise SpecError(
+            f"draft {cls.__qualname__} has no name another process can resolve: define it in "
+            "an importable module, or register it with register_draft"
+        )
+
     def to_json(self) -> dict[str, Any]:
-        """Return the JSON form: ``{"kind": ..., **options}``."""
-        return {"kind": self.kind, **dataclasses.asdict(self)}  # type: ignore[call-overload]
+        """Return the JSON form: ``{"kind": ..., **options}`` (``kind``: :meth:`json_kind`)."""
+        return {"kind": self.json_kind(), **dataclasses.asdict(self)}  # type: ignore[call-overload]
 
     @staticmethod
     def from_json(data: Any, what: str = "draft") -> DraftSpec:
-        """Build the registered draft spec that ``data["kind"]`` names.
+        """Build the draft spec that ``data["kind"]`` names (a kind or a reference).
+
+        Args:
+            data: ``{"kind": ..., **options}``.
+            what: What the draft belongs to, for messages.
 
         Raises:
-            SpecError: No or an unregistered ``kind``, or a bad option key.
+            SpecError: No ``kind``, one that does not resolve to a :class:`DraftSpec`
+                dataclass (unknown, not importable, the wrong type), or a bad option key.
         """
         if not isinstance(data, Mapping) or "kind" not in data:
             raise SpecError(f"{what} must be a JSON object with a 'kind', got {data!r}")
+        kind = data["kind"]
+        if not isinstance(kind, str):
+            raise SpecError(f"{what}: 'kind' must be a text, got {kind!r}")
+        try:
+            cls = _resolve_draft(kind)
+        except PluginError as err:
+            raise SpecError(f"{what}: {err}") from None
         options = {k: v for k, v in data.items() if k != "kind"}
-        cls = DRAFT_KINDS.get(data["kind"])
-        if cls is None:
-            raise SpecError(
-                f"{what}: unknown kind {data['kind']!r} (registered: {', '.join(DRAFT_KINDS)})"
-            )
-        return cls(**_checked(cls, options, f"{what} {data['kind']!r}"))
+        return cls(**_checked(cls, options, f"{what} {kind!r}"))
 
 
 # -- the job ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ModelSpec(_FlatJson):
-    """The target model.
+class TransformerSpec(_FlatJson):
+    """The target model: a Llama-architecture decoder.
 
     Attributes:
         kind: ``"tiny"`` (random weights, no file) or ``"gguf"`` (SmolLM2 or ``path``).
@@ -237,7 +316,15 @@ class GenerationSpec:
 
     @classmethod
     def from_json(cls, data: Any, what: str = "generation") -> GenerationSpec:
-        """Build from the JSON form (raises :class:`SpecError` naming a bad key)."""
+        """Build from the JSON form.
+
+        Args:
+            data: The generation's JSON object (its draft by kind or reference).
+            what: What the generation is, for messages (``"run 2"``).
+
+        Raises:
+            SpecError: A missing or unknown key (named), a bad value or draft.
+        """
         kwargs = _checked(cls, data, what)
         if kwargs.get("draft") is not None:
             kwargs["draft"] = DraftSpec.from_json(kwargs["draft"], f"{what}'s draft")
@@ -280,7 +367,7 @@ class JobSpec:
         fault: An injected failure (tests).
     """
 
-    model: ModelSpec
+    model: TransformerSpec
     runs: Sequence[GenerationSpec]
     split: Sequence[tuple[int, int]] | None = None
     threads: int = 1
@@ -335,7 +422,7 @@ class JobSpec:
         top = {k: v for k, v in data.items() if k not in gen_keys}
         runs = top.get("runs") or [{}]
         kwargs = _checked(cls, {**top, "runs": runs}, "the job")
-        kwargs["model"] = ModelSpec.from_json(kwargs["model"])
+        kwargs["model"] = TransformerSpec.from_json(kwargs["model"])
         if not isinstance(runs, Sequence) or isinstance(runs, str):
             raise SpecError(f"the job's runs must be a list, got {type(runs).__name__}")
         kwargs["runs"] = tuple(

@@ -46,13 +46,13 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
 
 from hpcnb.cachefile import CacheWarning, best_effort, write_private_atomic
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, MissingFileError
 from hpcnb.paths import cache_root
 from hpcnb.speculative.model import LayerWeights, LlamaConfig, LlamaModel
 
@@ -294,11 +294,34 @@ def _hidden(
     return h
 
 
-def _head(model: LlamaModel) -> torch.Tensor:
+def _final(model: LlamaModel) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's final norm weight and output head (the embeddings when tied)."""
     head = model.output if model.output is not None else model.embedding
     if head is None or model.norm is None:
         raise DistillError("the model holds no final norm / output head")
-    return head
+    return model.norm, head
+
+
+@overload
+def batched_greedy(
+    model: LlamaModel,
+    prompts: Sequence[Sequence[int]],
+    n_new: int,
+    batch: int = ...,
+    *,
+    prompt_labels: Literal[False] = ...,
+) -> list[list[int]]: ...
+
+
+@overload
+def batched_greedy(
+    model: LlamaModel,
+    prompts: Sequence[Sequence[int]],
+    n_new: int,
+    batch: int = ...,
+    *,
+    prompt_labels: Literal[True],
+) -> tuple[list[list[int]], list[list[int]]]: ...
 
 
 @torch.no_grad()
@@ -329,7 +352,7 @@ def batched_greedy(
     """
     if any(len(p) == 0 for p in prompts):
         raise DistillError("batched_greedy: every prompt must hold at least one token")
-    head = _head(model)
+    norm, head = _final(model)
     eps = model.config.norm_eps
     outs: list[list[int]] = []
     labels: list[list[int]] = []
@@ -348,14 +371,14 @@ def batched_greedy(
         if prompt_labels:
             for r, p in enumerate(group):
                 hr = h[r, T - len(p) :]
-                labels.append(torch.argmax(_rms(hr, model.norm, eps) @ head.T, -1).tolist())
-        nxt = torch.argmax(_rms(h[:, -1], model.norm, eps) @ head.T, -1)
+                labels.append(torch.argmax(_rms(hr, norm, eps) @ head.T, -1).tolist())
+        nxt = torch.argmax(_rms(h[:, -1], norm, eps) @ head.T, -1)
         gen = [nxt]
         last_pos = pos[:, -1]
         for step in range(1, n_new):
             real = torch.cat([real, torch.ones(B, 1, dtype=torch.bool)], dim=1)
             h = _hidden(model, nxt[:, None], (last_pos + step)[:, None], real[:, None, :], cache)
-            nxt = torch.argmax(_rms(h[:, -1], model.norm, eps) @ head.T, -1)
+            nxt = torch.argmax(_rms(h[:, -1], norm, eps) @ head.T, -1)
             gen.append(nxt)
         outs.extend(torch.stack(gen, 1).tolist())
     return (outs, labels) if prompt_labels else outs
@@ -391,7 +414,7 @@ def _copy_draft(
         j: LayerWeights(**{k: v.clone() for k, v in target.layers[i].__dict__.items()})
         for j, i in enumerate(copy)
     }
-    head = _head(target)[torch.as_tensor(list(vocab), dtype=torch.long)].clone()
+    head = _final(target)[1][torch.as_tensor(list(vocab), dtype=torch.long)].clone()
     return LlamaModel(cfg, layers, target.embedding, target.norm.clone(), head)
 
 
@@ -458,7 +481,7 @@ def _batches(n: int, size: int, steps: int, seed: int) -> list[list[int]]:
     order: list[int] = []
     out = []
     for _ in range(steps):
-        batch = []
+        batch: list[int] = []
         while len(batch) < min(size, n):
             if not order:
                 order = list(range(n))
@@ -485,6 +508,12 @@ def training_data(
     The label at position ``i`` is the target's greedy choice after ``ids[:i + 1]``: on
     the prompt, the argmax of the target's prefill; on the continuation, the next
     generated token.
+
+    Args:
+        target: The complete target model.
+        prompts: Prompt token lists (each non-empty).
+        settings: How many tokens the target generates per prompt, and how many prompts
+            per batched pass.
     """
     conts, plabels = batched_greedy(
         target, prompts, settings.n_new, settings.gen_batch, prompt_labels=True
@@ -561,7 +590,8 @@ def distill_draft(
         )
         pos = torch.arange(T)[None, :].expand(len(rows), T)
         h = _hidden(draft, ids, pos, None)
-        logits = _rms(h, draft.norm, draft.config.norm_eps) @ _head(draft).T
+        norm, head = _final(draft)
+        logits = _rms(h, norm, draft.config.norm_eps) @ head.T
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), lab.view(-1), ignore_index=-100)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
@@ -611,6 +641,11 @@ def draft_cache_path(target_hash: str, settings: DistillSettings, data_key: str 
     """Return the cache file of a draft for this target, settings and training data.
 
     The folder is created by the first save, not here.
+
+    Args:
+        target_hash: Identifies the target's weights (:func:`file_sha256` of its file).
+        settings: Draft shape and training settings.
+        data_key: Identifies the training prompts.
     """
     key = _key(target_hash, settings, data_key)
     return cache_root() / "speculative_drafts" / f"draft-{key[:24]}.safetensors"
@@ -656,14 +691,14 @@ def load_draft(path: str | Path, expect_key: str | None = None) -> TrainedDraft:
         expect_key: When given, the ``key`` stored in the file's metadata must equal it.
 
     Raises:
-        FileNotFoundError: No such file.
+        MissingFileError: No such file.
         DistillError: Not a draft file, damaged, or its key differs from ``expect_key``.
     """
     from safetensors import safe_open
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"draft file {path} does not exist")
+        raise MissingFileError(f"draft file {path} does not exist")
     try:
         with safe_open(str(path), framework="pt") as fh:
             header = fh.metadata() or {}
@@ -687,12 +722,13 @@ def load_draft(path: str | Path, expect_key: str | None = None) -> TrainedDraft:
             i: LayerWeights(**{f: tensors[f"layers.{i}.{f}"] for f in fields})
             for i in range(cfg.n_layers)
         }
-        model = LlamaModel(cfg, layers, tensors["embedding"], tensors["norm"], tensors["output"])
+        output = tensors["output"]
+        model = LlamaModel(cfg, layers, tensors["embedding"], tensors["norm"], output)
         vocab = [int(t) for t in tensors["vocab"].tolist()]
     except (KeyError, TypeError, ValueError) as err:
         raise DistillError(f"{path}: damaged draft file ({type(err).__name__}: {err})") from err
-    if len(vocab) != model.output.shape[0]:
-        raise DistillError(f"{path}: {len(vocab)} vocab ids for {model.output.shape[0]} outputs")
+    if len(vocab) != output.shape[0]:
+        raise DistillError(f"{path}: {len(vocab)} vocab ids for {output.shape[0]} outputs")
     return TrainedDraft(model, vocab, meta)
 
 
@@ -744,9 +780,11 @@ def load_or_distill(
             )
     draft = distill_draft(target, prompts, settings, progress=progress)
     draft.meta.update(
-        key=key, target_sha256=target_hash, settings=dataclasses.asdict(settings),
+        key=key,
+        target_sha256=target_hash,
+        settings=dataclasses.asdict(settings),
         data_key=data_key,
-    )  # fmt: skip
+    )
     with best_effort(path, "draft cache"):
         save_draft(path, draft)
     draft.meta.update(cached=False, path=str(path))

@@ -11,12 +11,14 @@
   continuation, replaying standard speculative decoding offline.
 
 A job names its draft by a *draft spec* (:class:`~hpcnb.speculative.contracts.DraftSpec`),
-registered under a ``kind``: :class:`NgramDraftSpec` (``"ngram"``),
+a frozen dataclass of the draft's options that builds it. The built-in kinds are registered
+in :data:`~hpcnb.speculative.contracts.DRAFTS`: :class:`NgramDraftSpec` (``"ngram"``),
 :class:`EarlyExitDraftSpec` (``"early_exit"``) and :class:`DistilledDraftSpec`
-(``"distilled"``, a trained draft read from its safetensors file). To add a kind,
-write its draft and, in this file, a frozen dataclass of its options that builds it::
+(``"distilled"``, a trained draft read from its safetensors file). A draft of your own lives
+in your own module::
 
-    @register_draft("my_kind")
+    # mypkg/drafts.py
+    @register_draft("my_kind")  # optional: gives the class a short name
     @dataclass(frozen=True)
     class MyDraftSpec(DraftSpec):
         size: int = 2
@@ -24,16 +26,22 @@ write its draft and, in this file, a frozen dataclass of its options that builds
         def build(self, head_model):
             return MyDraft(self.size)
 
-``{"kind": "my_kind", "size": 3}`` then works in a job's JSON and
-``GenerationSpec(..., draft=MyDraftSpec(3))`` in Python; override
-:meth:`~hpcnb.speculative.contracts.DraftSpec.head_layers` when the draft needs the
-target's first layers on the head rank.
+A job's JSON names it ``{"kind": "mypkg.drafts:MyDraftSpec", "size": 3}`` (registered or
+not), ``{"kind": "mypkg.drafts:", "size": 3}`` (the module registers one kind) or, once the
+module is imported, ``{"kind": "my_kind", "size": 3}``; in Python,
+``GenerationSpec(..., draft=MyDraftSpec(3))``. Every MPI rank resolves the name through the
+same registry and imports ``mypkg.drafts`` itself (it must be importable there: installed,
+or on ``PYTHONPATH``), and the job's JSON names a user's class by its reference. Override
+:meth:`~hpcnb.speculative.contracts.DraftSpec.head_layers` when the draft needs the target's
+first layers on the head rank.
 
 Example:
     >>> from hpcnb.speculative.contracts import DraftSpec
     >>> spec = DraftSpec.from_json({"kind": "ngram", "max_n": 2})
     >>> spec, spec.build(None).propose([1, 2, 3, 1, 2], 2)
     (NgramDraftSpec(max_n=2), [3, 1])
+    >>> DraftSpec.from_json({"kind": "hpcnb.speculative.drafts:NgramDraftSpec"}).to_json()
+    {'kind': 'ngram', 'max_n': 3}
 """
 
 from __future__ import annotations
@@ -43,18 +51,22 @@ from dataclasses import dataclass
 
 import torch
 
-from hpcnb.speculative.contracts import DraftSpec, SpecError, register_draft
+from hpcnb.errors import InvalidInputError
+from hpcnb.speculative.contracts import DRAFTS, DraftSpec, SpecError, register_draft
 from hpcnb.speculative.head import lcp
 from hpcnb.speculative.model import LlamaModel
 
 __all__ = [
+    "DRAFTS",
     "DistilledDraftSpec",
+    "DraftSpec",
     "EarlyExitDraftSpec",
     "ModelDraft",
     "NgramDraft",
     "NgramDraftSpec",
     "early_exit_draft",
     "measure_acceptance",
+    "register_draft",
 ]
 
 
@@ -72,7 +84,12 @@ class NgramDraft:
     name: str = "ngram"
 
     def propose(self, context: Sequence[int], k: int) -> list[int]:
-        """Return up to ``k`` tokens that followed the latest earlier match."""
+        """Return up to ``k`` tokens that followed the latest earlier match.
+
+        Args:
+            context: Tokens so far (prompt and committed or assumed ones).
+            k: Most tokens to propose.
+        """
         ctx = list(context)
         for n in range(min(self.max_n, len(ctx) - 1), self.min_n - 1, -1):
             pat = ctx[-n:]
@@ -128,7 +145,13 @@ class ModelDraft:
 
     @torch.no_grad()
     def propose(self, context: Sequence[int], k: int) -> list[int]:
-        """Return up to ``k`` greedy draft tokens continuing ``context``."""
+        """Return up to ``k`` greedy draft tokens continuing ``context``.
+
+        Args:
+            context: Tokens so far; the cache keeps the longest prefix it shares with the
+                previous call's context.
+            k: Most tokens to propose (fewer when the confidence drops below ``cutoff``).
+        """
         ctx = [int(t) for t in context]
         if k <= 0 or not ctx:
             return []
@@ -156,9 +179,19 @@ class ModelDraft:
 
 
 def early_exit_draft(target: LlamaModel, n_layers: int, cutoff: float = 0.0) -> ModelDraft:
-    """Return a self-draft: the target's first ``n_layers`` layers, final norm and head."""
+    """Return a self-draft: the target's first ``n_layers`` layers, final norm and head.
+
+    Args:
+        target: The target model, holding at least its first ``n_layers`` layers with
+            embeddings, final norm and head.
+        n_layers: Layers of the draft, in ``[1, target.config.n_layers]``.
+        cutoff: Confidence cutoff (see :class:`ModelDraft`).
+
+    Raises:
+        InvalidInputError: ``n_layers`` is out of range.
+    """
     if not 1 <= n_layers <= target.config.n_layers:
-        raise ValueError(f"n_layers={n_layers} must lie in [1, {target.config.n_layers}]")
+        raise InvalidInputError(f"n_layers={n_layers} must lie in [1, {target.config.n_layers}]")
     return ModelDraft(
         target.slice(0, n_layers, embed=True, head=True), cutoff, name=f"early_exit_{n_layers}"
     )
@@ -172,7 +205,11 @@ class NgramDraftSpec(DraftSpec):
     max_n: int = 3
 
     def build(self, head_model: LlamaModel | None) -> NgramDraft:
-        """Return the draft (needs no model)."""
+        """Return the draft (needs no model).
+
+        Args:
+            head_model: Unused.
+        """
         return NgramDraft(max_n=int(self.max_n))
 
 
@@ -186,6 +223,9 @@ class EarlyExitDraftSpec(DraftSpec):
 
     def build(self, head_model: LlamaModel | None) -> ModelDraft:
         """Return the draft over the head's copy of the target's first layers.
+
+        Args:
+            head_model: The head's model, holding at least ``layers`` layers.
 
         Raises:
             SpecError: No head model was given.
@@ -219,8 +259,11 @@ class DistilledDraftSpec(DraftSpec):
     def build(self, head_model: LlamaModel | None) -> ModelDraft:
         """Load the draft from its file on the head rank.
 
+        Args:
+            head_model: Unused (the draft is a model of its own).
+
         Raises:
-            FileNotFoundError: The file does not exist.
+            MissingFileError: The file does not exist.
             hpcnb.speculative.distill.DistillError: The file is not a draft.
         """
         from hpcnb.speculative.distill import load_draft

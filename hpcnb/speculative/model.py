@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from hpcnb.errors import InvalidInputError, InvalidStateError, UnknownNameError
+
 __all__ = ["KVCache", "LayerWeights", "LlamaConfig", "LlamaModel", "tiny_config"]
 
 
@@ -53,18 +55,27 @@ class LlamaConfig:
     context_length: int = 2048
 
     def __post_init__(self) -> None:
-        """Check that the shape is consistent."""
+        """Check that the shape is consistent.
+
+        Raises:
+            InvalidInputError: A size is not positive, or the heads do not divide the
+                width (or the key/value heads the heads), or a head's size is odd.
+        """
         for name in ("n_layers", "dim", "ffn_dim", "n_heads", "n_kv_heads", "vocab_size"):
             if int(getattr(self, name)) <= 0:
-                raise ValueError(f"LlamaConfig.{name} must be > 0, got {getattr(self, name)}")
+                raise InvalidInputError(
+                    f"LlamaConfig.{name} must be > 0, got {getattr(self, name)}"
+                )
         if self.dim % self.n_heads:
-            raise ValueError(f"LlamaConfig.dim={self.dim} not divisible by n_heads={self.n_heads}")
+            raise InvalidInputError(
+                f"LlamaConfig.dim={self.dim} not divisible by n_heads={self.n_heads}"
+            )
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(
+            raise InvalidInputError(
                 f"LlamaConfig.n_heads={self.n_heads} not divisible by n_kv_heads={self.n_kv_heads}"
             )
         if self.head_dim % 2:
-            raise ValueError(f"LlamaConfig head_dim={self.head_dim} must be even for RoPE")
+            raise InvalidInputError(f"LlamaConfig head_dim={self.head_dim} must be even for RoPE")
 
     @property
     def head_dim(self) -> int:
@@ -80,7 +91,12 @@ class LlamaConfig:
 
 
 def tiny_config(n_layers: int = 4, vocab_size: int = 96) -> LlamaConfig:
-    """Return a tiny Llama shape for tests and SMOKE runs (no model file needed)."""
+    """Return a tiny Llama shape for tests and SMOKE runs (no model file needed).
+
+    Args:
+        n_layers: Transformer blocks.
+        vocab_size: Tokens of the vocabulary.
+    """
     return LlamaConfig(
         n_layers=n_layers,
         dim=64,
@@ -137,42 +153,71 @@ class KVCache:
         return int(next(iter(entry.values()))[0].shape[1])
 
     def get(self, seq: int, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Return ``(k, v)`` of ``seq`` at ``layer`` or ``None``."""
+        """Return ``(k, v)`` of ``seq`` at ``layer`` or ``None``.
+
+        Args:
+            seq: The sequence id.
+            layer: The global layer index.
+        """
         return self._store.get(seq, {}).get(layer)
 
     def put(self, seq: int, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store the full ``(k, v)`` of ``seq`` at ``layer``."""
+        """Store the full ``(k, v)`` of ``seq`` at ``layer``.
+
+        Args:
+            seq: The sequence id.
+            layer: The global layer index (one this cache serves).
+            k: Keys of every position, ``(n_kv_heads, length, head_dim)``.
+            v: Values of every position, of the same shape.
+
+        Raises:
+            UnknownNameError: The cache does not serve ``layer``.
+        """
         if layer not in self.layers:
-            raise KeyError(f"KVCache serves layers {self.layers}, not layer {layer}")
+            raise UnknownNameError(f"KVCache serves layers {self.layers}, not layer {layer}")
         self._store.setdefault(seq, {})[layer] = (k, v)
 
     def copy(self, src: int, dst: int, length: int | None = None) -> None:
         """Make ``dst`` a copy of the first ``length`` positions of ``src`` (all if None).
 
+        Args:
+            src: The sequence copied.
+            dst: The sequence replaced by the copy.
+            length: Positions copied (``None``: all of them).
+
         Raises:
-            KeyError: ``src`` does not exist (unless ``length`` is 0).
-            ValueError: ``length`` exceeds the length of ``src``.
+            UnknownNameError: ``src`` does not exist (unless ``length`` is 0).
+            InvalidInputError: ``length`` exceeds the length of ``src``.
         """
         if length == 0:
             self._store[dst] = {}
             return
         if src not in self._store:
-            raise KeyError(f"KVCache.copy: source sequence {src} does not exist")
+            raise UnknownNameError(f"KVCache.copy: source sequence {src} does not exist")
         n = self.length(src)
         if length is None:
             length = n
         if length > n:
-            raise ValueError(f"KVCache.copy: length {length} > length {n} of sequence {src}")
+            raise InvalidInputError(f"KVCache.copy: length {length} > length {n} of sequence {src}")
         self._store[dst] = {
             layer: (k[:, :length], v[:, :length]) for layer, (k, v) in self._store[src].items()
         }
 
     def truncate(self, seq: int, length: int) -> None:
-        """Keep the first ``length`` positions of ``seq`` (no-op when it is shorter)."""
+        """Keep the first ``length`` positions of ``seq`` (no-op when it is shorter).
+
+        Args:
+            seq: The sequence id.
+            length: Positions kept (>= 0).
+
+        Raises:
+            UnknownNameError: ``seq`` does not exist.
+            InvalidInputError: ``length`` is negative.
+        """
         if seq not in self._store:
-            raise KeyError(f"KVCache.truncate: sequence {seq} does not exist")
+            raise UnknownNameError(f"KVCache.truncate: sequence {seq} does not exist")
         if length < 0:
-            raise ValueError(f"KVCache.truncate: length must be >= 0, got {length}")
+            raise InvalidInputError(f"KVCache.truncate: length must be >= 0, got {length}")
         self._store[seq] = {
             layer: (k[:, :length], v[:, :length]) for layer, (k, v) in self._store[seq].items()
         }
@@ -231,7 +276,13 @@ class LlamaModel:
 
     @classmethod
     def random(cls, config: LlamaConfig, seed: int = 0, scale: float = 1.0) -> LlamaModel:
-        """Return a model with random weights (deterministic in ``seed``)."""
+        """Return a model with random weights (deterministic in ``seed``).
+
+        Args:
+            config: The shape.
+            seed: Seed of the weights.
+            scale: Scale of the projection weights (1: unit-variance outputs).
+        """
         g = torch.Generator().manual_seed(seed)
         d, f, hd = config.dim, config.ffn_dim, config.head_dim
 
@@ -257,10 +308,22 @@ class LlamaModel:
         return cls(config, layers, emb, torch.ones(d), out)
 
     def slice(self, start: int, end: int, *, embed: bool, head: bool) -> LlamaModel:
-        """Return a model holding layers ``[start, end)`` only (a pipeline stage)."""
+        """Return a model holding layers ``[start, end)`` only (a pipeline stage).
+
+        Args:
+            start: First global layer index.
+            end: One past the last.
+            embed: Keep the token embeddings.
+            head: Keep the final norm and head (and the embeddings when the head is tied).
+
+        Raises:
+            InvalidInputError: This model does not hold a layer of the slice.
+        """
         missing = [i for i in range(start, end) if i not in self.layers]
         if missing:
-            raise ValueError(f"LlamaModel.slice: layers {missing} are not held by this model")
+            raise InvalidInputError(
+                f"LlamaModel.slice: layers {missing} are not held by this model"
+            )
         return LlamaModel(
             self.config,
             {i: self.layers[i] for i in range(start, end)},
@@ -276,21 +339,32 @@ class LlamaModel:
     # -- pieces ---------------------------------------------------------------------------
 
     def embed(self, tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        """Return ``(m, dim)`` embeddings of ``tokens``."""
+        """Return ``(m, dim)`` embeddings of ``tokens``.
+
+        Raises:
+            InvalidStateError: This slice holds no embeddings.
+            InvalidInputError: A token id is outside the vocabulary.
+        """
         if self.embedding is None:
-            raise RuntimeError("this model slice holds no token embeddings")
+            raise InvalidStateError("this model slice holds no token embeddings")
         ids = torch.as_tensor(tokens, dtype=torch.long)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size}), got {tokens}")
+            raise InvalidInputError(
+                f"token ids must lie in [0, {self.config.vocab_size}), got {tokens}"
+            )
         return self.embedding[ids]
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Return ``(m, vocab)`` logits of final hidden states ``h``."""
+        """Return ``(m, vocab)`` logits of final hidden states ``h``.
+
+        Raises:
+            InvalidStateError: This slice holds no final norm or head.
+        """
         if self.norm is None:
-            raise RuntimeError("this model slice holds no final norm / head")
+            raise InvalidStateError("this model slice holds no final norm / head")
         head = self.output if self.output is not None else self.embedding
         if head is None:
-            raise RuntimeError("this model slice holds no output head")
+            raise InvalidStateError("this model slice holds no output head")
         return _rms_norm(h, self.norm, self.config.norm_eps) @ head.T
 
     def _block(self, i: int, h: torch.Tensor, seq: int, cache: KVCache | None) -> torch.Tensor:
@@ -331,13 +405,23 @@ class LlamaModel:
 
         With a cache, the new positions follow those cached for ``seq`` and their keys and
         values are appended; without one, ``h`` is the whole sequence from position 0.
+
+        Args:
+            h: ``(m, dim)`` hidden states of ``m`` new positions.
+            seq: The sequence id in ``cache``.
+            cache: Keys and values of earlier positions (``None``: no earlier positions).
+            start: First layer (default: the first held).
+            end: One past the last layer (default: one past the last held).
+
+        Raises:
+            InvalidInputError: A layer of the range is not held by this slice.
         """
         held = list(self.layers)
         lo = held[0] if start is None else start
         hi = held[-1] + 1 if end is None else end
         for i in range(lo, hi):
             if i not in self.layers:
-                raise ValueError(f"layer {i} is not held by this model slice ({held})")
+                raise InvalidInputError(f"layer {i} is not held by this model slice ({held})")
             h = self._block(i, h, seq, cache)
         return h
 
@@ -345,14 +429,30 @@ class LlamaModel:
     def forward(
         self, tokens: Sequence[int], seq: int = 0, cache: KVCache | None = None
     ) -> torch.Tensor:
-        """Run the whole model on ``tokens`` and return ``(m, vocab)`` logits."""
+        """Run the whole model on ``tokens`` and return ``(m, vocab)`` logits.
+
+        Args:
+            tokens: Token ids of the new positions.
+            seq: The sequence id in ``cache``.
+            cache: Keys and values of earlier positions (``None``: ``tokens`` start at 0).
+        """
         return self.logits(self.run_layers(self.embed(tokens), seq, cache))
 
     @torch.no_grad()
     def greedy(self, prompt: Sequence[int], n_new: int, *, use_cache: bool = True) -> list[int]:
-        """Return ``n_new`` greedy tokens after ``prompt`` (with or without the KV cache)."""
+        """Return ``n_new`` greedy tokens after ``prompt`` (with or without the KV cache).
+
+        Args:
+            prompt: Prompt token ids (at least one).
+            n_new: Tokens to generate.
+            use_cache: Feed only the new token each step (``False``: recompute the whole
+                sequence, a check of the cache).
+
+        Raises:
+            InvalidInputError: The prompt is empty.
+        """
         if not prompt:
-            raise ValueError("greedy: the prompt must hold at least one token")
+            raise InvalidInputError("greedy: the prompt must hold at least one token")
         tokens = list(prompt)
         cache = self.new_cache() if use_cache else None
         pending = list(tokens)

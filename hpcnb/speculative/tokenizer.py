@@ -18,6 +18,8 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["BPETokenizer", "byte_alphabet"]
 
 _PIECE = re.compile(
@@ -47,6 +49,9 @@ class BPETokenizer:
         control: Ids of control tokens (matched verbatim in text, never merged).
         bos_id: Beginning-of-sequence id.
         eos_id: End-of-sequence id.
+
+    Raises:
+        InvalidInputError: A merge rule is not ``"left right"``.
     """
 
     def __init__(
@@ -63,7 +68,7 @@ class BPETokenizer:
         for r, rule in enumerate(merges):
             parts = rule.split(" ")
             if len(parts) != 2:
-                raise ValueError(f"BPE merge rule {r} is {rule!r}; expected 'left right'")
+                raise InvalidInputError(f"BPE merge rule {r} is {rule!r}; expected 'left right'")
             self.ranks[(parts[0], parts[1])] = r
         self.control = {self.tokens[i]: i for i in control}
         self.bos_id, self.eos_id = bos_id, eos_id
@@ -95,14 +100,24 @@ class BPETokenizer:
         out = []
         for s in syms:
             if s not in self.ids:
-                raise ValueError(f"BPE symbol {s!r} of piece {piece!r} is not in the vocabulary")
+                raise InvalidInputError(
+                    f"BPE symbol {s!r} of piece {piece!r} is not in the vocabulary"
+                )
             out.append(self.ids[s])
         if len(self._cache) < 100_000:
             self._cache[piece] = out
         return out
 
     def encode(self, text: str, *, bos: bool = False) -> list[int]:
-        """Return the token ids of ``text`` (control tokens written verbatim are kept)."""
+        """Return the token ids of ``text`` (control tokens written verbatim are kept).
+
+        Args:
+            text: The text.
+            bos: Start with the beginning-of-sequence id (when the vocabulary has one).
+
+        Raises:
+            InvalidInputError: A symbol of the text is not in the vocabulary.
+        """
         out: list[int] = [self.bos_id] if bos and self.bos_id is not None else []
         chunks = self._special.split(text) if self._special else [text]
         for chunk in chunks:
@@ -116,12 +131,18 @@ class BPETokenizer:
         return out
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Return the text of ``ids`` (invalid UTF-8 is replaced, not dropped silently)."""
+        """Return the text of ``ids`` (invalid UTF-8 is replaced, not dropped silently).
+
+        Raises:
+            InvalidInputError: An id is outside the vocabulary.
+        """
         buf = bytearray()
         parts: list[str] = []
         for i in ids:
             if not 0 <= int(i) < len(self.tokens):
-                raise ValueError(f"token id {i} outside the vocabulary [0, {len(self.tokens)})")
+                raise InvalidInputError(
+                    f"token id {i} outside the vocabulary [0, {len(self.tokens)})"
+                )
             tok = self.tokens[int(i)]
             if tok in self.control:
                 parts.append(buf.decode("utf-8", errors="replace"))
