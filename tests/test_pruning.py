@@ -256,17 +256,18 @@ def test_layerwise_env_always_meets_budget(task):
 
 
 def test_compare_methods_small(task, split):
-    from hpcnb.pruning.compare import compare_methods, outcomes_table
+    from hpcnb.pruning.compare import EvaluationConfig, compare_methods, outcomes_table
 
-    outcomes, searches = compare_methods(
+    result = compare_methods(
         task,
         split,
         0.5,
         methods=("uniform", "torch_pruning"),
-        finetune=TrainConfig(epochs=1),
-        latency_batch=8,
-        latency_repeats=2,
+        evaluation=EvaluationConfig(
+            finetune=TrainConfig(epochs=1), latency_batch=8, latency_repeats=2
+        ),
     )
+    outcomes, searches = result.outcomes, result.searches
     table = outcomes_table(outcomes)
     assert [o.method for o in outcomes] == ["original", "uniform", "torch_pruning"]
     assert table.loc[(0.5, "original")].flops_ratio == pytest.approx(1.0)
@@ -285,6 +286,58 @@ def test_compare_methods_small(task, split):
     assert uniform.acc_before > uniform.acc_inherited
     assert "speedup_samples" not in table.columns
     assert set(searches) == {"uniform"}
+    assert searches["uniform"].counts.tolist() == list(outcomes[1].counts)
+
+
+def test_compare_methods_runs_a_registered_method(task, split):
+    import copy
+
+    from hpcnb.pruning.compare import (
+        PRUNING_METHODS,
+        EvaluationConfig,
+        PrunedNetwork,
+        PruningMethod,
+        compare_methods,
+    )
+
+    seen = []
+
+    def keep_everything(request):
+        seen.append(request.target)
+        return PrunedNetwork(copy.deepcopy(request.task.model), seconds=0.0)
+
+    PRUNING_METHODS.register("test_keep_everything", PruningMethod(keep_everything))
+    try:
+        result = compare_methods(
+            task,
+            split,
+            0.5,
+            methods=("test_keep_everything",),
+            evaluation=EvaluationConfig(
+                finetune=TrainConfig(epochs=1), latency_batch=8, latency_repeats=2
+            ),
+        )
+    finally:
+        PRUNING_METHODS.unregister("test_keep_everything")
+    assert seen == [0.5]
+    original, kept = result.outcomes
+    assert kept.method == "test_keep_everything" and kept.flops_ratio == pytest.approx(1.0)
+    assert kept.acc_before == original.acc_before  # the same network, recalibrated alike
+    assert kept.keep == () and result.searches == {}
+
+
+def test_method_table_refuses_before_any_work():
+    from hpcnb.plugins import PluginError
+    from hpcnb.pruning.compare import METHODS, PRUNING_METHODS, compare_methods
+
+    assert PRUNING_METHODS.names() == sorted(METHODS)
+    assert PRUNING_METHODS.get("gnnrl_latency").needs_latency_model
+    with pytest.raises(PluginError, match="unknown pruning method 'nope'"):
+        compare_methods(None, None, 0.5, methods=("uniform", "nope"))
+    with pytest.raises(ValueError, match="needs latency_model"):
+        compare_methods(None, None, 0.5, methods=("gnnrl_latency",))
+    with pytest.raises(PluginError, match="expected a PruningMethod"):
+        compare_methods(None, None, 0.5, methods=("hpcnb.pruning.compare:METHODS",))
 
 
 @pytest.mark.parametrize("name", ["vgg", "mobilenet_v2", "shufflenet", "densenet"])

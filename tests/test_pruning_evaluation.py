@@ -14,7 +14,7 @@ from hpcnb.models.metrics import top1_accuracy
 from hpcnb.pruning import TrainConfig, recalibrate_batchnorm, train_classifier
 from hpcnb.pruning.compare import MethodOutcome, accuracy_gap, bar_table, count_passing
 from hpcnb.pruning.training import training_batches
-from hpcnb.records import difference_interval
+from hpcnb.stats import difference_interval
 
 torch.set_num_threads(1)
 
@@ -109,9 +109,10 @@ def _outcome(method: str, before: int, after: int, flops: float, n: int = 400) -
 
 def test_accuracy_gap_is_newcombe():
     a, b = _outcome("a", 380, 390, 0.5), _outcome("b", 300, 350, 0.5)
-    diff, low, high, n = accuracy_gap(a, b, "before", "after")
-    assert (diff, low, high) == difference_interval(380, 400, 350, 400)
-    assert n == 400
+    gap = accuracy_gap(a, b, "before", "after")
+    newcombe = difference_interval(380, 400, 350, 400)
+    assert (gap.value, gap.interval) == (newcombe.value, newcombe.interval)
+    assert gap.n == 400  # the test items both are scored on
     with pytest.raises(ValueError, match="stage"):
         accuracy_gap(a, b, "during")
     with pytest.raises(ValueError, match="differ"):

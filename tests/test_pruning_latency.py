@@ -129,15 +129,15 @@ def test_latency_reward_prefers_the_faster_configuration(task):
     model = _SlowFirstGroup()
     assert isinstance(model, LatencyModel)
     config = EnvConfig(target=0.75, latency_weight=0.5)
-    env = PruningEnv(problem, config, latency=model)  # type: ignore[arg-type]
+    env = PruningEnv(problem, config, latency=model)
     cut_a, cut_b = np.array([0.5, 1.0]), np.array([1.0, 0.5])
     assert env.flops_ratio(cut_a) == pytest.approx(env.flops_ratio(cut_b))
     assert env.latency_ratio(cut_a) < env.latency_ratio(cut_b)
     assert env.score(cut_a) > env.score(cut_b)
-    flops_only = PruningEnv(problem, EnvConfig(target=0.75))  # type: ignore[arg-type]
+    flops_only = PruningEnv(problem, EnvConfig(target=0.75))
     assert flops_only.score(cut_a) == flops_only.score(cut_b)
     with pytest.raises(ValueError, match="latency model"):
-        PruningEnv(problem, config)  # type: ignore[arg-type]
+        PruningEnv(problem, config)
 
 
 def test_layer_latency_table_is_cached_and_interpolates(task, tmp_path, monkeypatch):
@@ -196,10 +196,11 @@ def test_gap_over_seeds_pairs_items_and_seeds():
     base = [rng.random(300) < 0.8 for _ in range(3)]
     a = [_outcome(b, s) for s, b in enumerate(base)]
     same = gap_over_seeds(a, a)
-    assert same[:3] == (0.0, 0.0, 0.0) and same[3] == 900
+    assert (same.value, same.interval, same.n) == (0.0, (0.0, 0.0), 900)
     better = [_outcome(b | (rng.random(300) < 0.5), s) for s, b in enumerate(base)]
-    diff, low, high, _ = gap_over_seeds(better, a)
-    assert low > 0 and low <= diff <= high
+    gap = gap_over_seeds(better, a)
+    low, high = gap.bounds
+    assert low > 0 and low <= gap.value <= high
     with pytest.raises(ValueError):
         gap_over_seeds(a, a[:2])
 

@@ -197,9 +197,10 @@ def test_samplers() -> None:
 def test_pareto_ranks_and_front() -> None:
     pts = np.array([[1, 5], [2, 2], [3, 1], [3, 3], [4, 4]])
     assert pareto_ranks(pts).tolist() == [0, 0, 0, 1, 2]
-    cands = [Candidate(SubnetConfig((i,)), acc, cost) for i, (acc, cost) in enumerate(
-        [(0.9, 10), (0.8, 5), (0.85, 12), (0.5, 1), (0.5, 2)]
-    )]  # fmt: skip
+    cands = [
+        Candidate(SubnetConfig((i,)), acc, cost)
+        for i, (acc, cost) in enumerate([(0.9, 10), (0.8, 5), (0.85, 12), (0.5, 1), (0.5, 2)])
+    ]
     front = pareto_front(cands)
     assert [c.config.values[0] for c in front] == [3, 1, 0]
 

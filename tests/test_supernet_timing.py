@@ -156,9 +156,11 @@ def test_compare_models_gives_per_round_samples_and_counts() -> None:
     cmp = compare_models(full, small, x, y, (2.0, 1.0), batch_size=16, repeats=3, rounds=4)
     assert len(cmp.throughput_gain_samples) == 4 and len(cmp.latency_reduction_samples) == 4
     assert cmp.full.total == 40 and cmp.full.accuracy == cmp.full.correct / 40
-    drop, low, high = cmp.accuracy_drop_interval()
-    assert drop == pytest.approx(cmp.accuracy_drop)
-    assert low <= drop <= high
+    drop = cmp.accuracy_drop_interval()
+    assert drop.value == pytest.approx(cmp.accuracy_drop)
+    assert drop.low is not None and drop.high is not None
+    assert drop.low <= drop.value <= drop.high
+    assert drop.n == 80
     assert cmp.flops_reduction == pytest.approx(0.5)
 
 

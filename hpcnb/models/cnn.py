@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from hpcnb.errors import InvalidInputError
 from hpcnb.models.layers import channel_shuffle, init_weights
 
 __all__ = [
@@ -45,6 +46,10 @@ class PooledClassifier(nn.Module):
         """Set ``features`` (``layers`` in order), a global average pool and ``classifier``.
 
         Then initialise the weights (:func:`~hpcnb.models.layers.init_weights`).
+
+        Args:
+            layers: The feature layers, input first.
+            classifier: The head applied to the pooled features.
         """
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
@@ -147,7 +152,9 @@ def resnet_cifar(
         The model.
     """
     if depth < 8 or (depth - 2) % 6:
-        raise ValueError(f"resnet_cifar: depth={depth} must be 6n+2 with n >= 1 (8, 14, 20, ...)")
+        raise InvalidInputError(
+            f"resnet_cifar: depth={depth} must be 6n+2 with n >= 1 (8, 14, 20, ...)"
+        )
     n = (depth - 2) // 6
     stem = nn.Sequential(*_conv_bn(in_channels, width, 3), nn.ReLU())
     blocks: list[nn.Module] = []
@@ -383,7 +390,7 @@ def shufflenet(
         The model.
     """
     if any(w % 2 for w in widths):
-        raise ValueError(f"shufflenet: widths={tuple(widths)} must all be even")
+        raise InvalidInputError(f"shufflenet: widths={tuple(widths)} must all be even")
     return ShuffleNetV2(widths, repeats, stem, last, in_channels, num_classes)
 
 

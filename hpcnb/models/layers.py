@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from hpcnb.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from hpcnb.ir.channels import ChannelAnalysis
 
 __all__ = [
     "ChannelShuffle",
@@ -73,12 +78,14 @@ class MultiHeadSelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int, head_dim: int | None = None) -> None:
         super().__init__()
         if heads <= 0 or dim <= 0:
-            raise ValueError(f"MultiHeadSelfAttention: dim={dim}, heads={heads} must be > 0")
+            raise InvalidInputError(f"MultiHeadSelfAttention: dim={dim}, heads={heads} must be > 0")
         self.dim = dim
         self.heads = heads
         self.head_dim = head_dim if head_dim is not None else dim // heads
         if self.head_dim <= 0:
-            raise ValueError(f"MultiHeadSelfAttention: head_dim from dim={dim}, heads={heads} is 0")
+            raise InvalidInputError(
+                f"MultiHeadSelfAttention: head_dim from dim={dim}, heads={heads} is 0"
+            )
         inner = self.heads * self.head_dim
         self.qkv = nn.Linear(dim, 3 * inner)
         self.proj = nn.Linear(inner, dim)
@@ -97,6 +104,10 @@ class MultiHeadSelfAttention(nn.Module):
         """FLOPs of one call: projections, scores and weighted sum (multiply-add = 2).
 
         Softmax and scaling are not counted (as ``FlopCounterMode``).
+
+        Args:
+            in_shapes: Shapes of the inputs; the first is the tokens ``(B, N, dim)``.
+            out_shape: Shape of the output (equal to the input's).
         """
         b, n, d = in_shapes[0]
         inner = self.heads * self.head_dim
@@ -104,8 +115,13 @@ class MultiHeadSelfAttention(nn.Module):
         core = 2 * 2 * b * self.heads * n * n * self.head_dim
         return proj + core
 
-    def ir_channels(self, ctx: Any, in_axes: list[list[Any]]) -> list[Any]:
-        """Tie the input/output width to the projections; one head group (see ``IRLeaf``)."""
+    def ir_channels(self, ctx: ChannelAnalysis, in_axes: list[list[Any]]) -> list[Any]:
+        """Tie the input/output width to the projections; one head group (see ``IRLeaf``).
+
+        Args:
+            ctx: The channel analysis, parameter names relative to this module.
+            in_axes: Per input, its per-axis segment lists (one input: the tokens).
+        """
         x = in_axes[0]
         inner = self.heads * self.head_dim
         ctx.unify(x[-1], ctx.param("qkv.weight", 1))
@@ -160,7 +176,14 @@ class SelectiveScan(nn.Module):
     def forward(
         self, x: torch.Tensor, delta: torch.Tensor, b: torch.Tensor, c: torch.Tensor
     ) -> torch.Tensor:
-        """Scan ``x`` (B, L, E) with steps ``delta`` (B, L, E) and ``b``, ``c`` (B, L, N)."""
+        """Scan the sequence ``x`` and return ``y`` of the same shape.
+
+        Args:
+            x: Inputs ``(B, L, E)``.
+            delta: Step sizes ``(B, L, E)``.
+            b: Input projections ``B_t`` ``(B, L, N)``.
+            c: Output projections ``C_t`` ``(B, L, N)``.
+        """
         a = -torch.exp(self.A_log)
         h = x.new_zeros(x.shape[0], x.shape[2], a.shape[1])
         ys = []
@@ -171,13 +194,23 @@ class SelectiveScan(nn.Module):
         return torch.stack(ys, dim=1) + x * self.D
 
     def ir_flops(self, in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]) -> int:
-        """Elementwise FLOPs: 8 per (batch, step, channel, state) plus 2 per output for ``D``."""
+        """Elementwise FLOPs: 8 per (batch, step, channel, state) plus 2 per output for ``D``.
+
+        Args:
+            in_shapes: Shapes of ``x``, ``delta``, ``b`` and ``c``.
+            out_shape: Shape of the output (that of ``x``).
+        """
         bsz, length, inner = in_shapes[0]
         state = in_shapes[2][-1]
         return 8 * bsz * length * inner * state + 2 * bsz * length * inner
 
-    def ir_channels(self, ctx: Any, in_axes: list[list[Any]]) -> list[Any]:
-        """Tie x, delta, A rows and D to one width; B, C and A columns to the state size."""
+    def ir_channels(self, ctx: ChannelAnalysis, in_axes: list[list[Any]]) -> list[Any]:
+        """Tie x, delta, A rows and D to one width; B, C and A columns to the state size.
+
+        Args:
+            ctx: The channel analysis, parameter names relative to this module.
+            in_axes: Per input (``x``, ``delta``, ``b``, ``c``), its per-axis segment lists.
+        """
         x, delta, b, c = in_axes
         for axis in range(len(x) - 1):
             for other in (delta, b, c):
@@ -216,5 +249,10 @@ def init_weights(module: nn.Module) -> None:
 
 
 def pad_causal(x: torch.Tensor, kernel: int) -> torch.Tensor:
-    """Left-pad the last axis of ``x`` by ``kernel - 1`` for a causal 1-d convolution."""
+    """Left-pad the last axis of ``x`` by ``kernel - 1`` for a causal 1-d convolution.
+
+    Args:
+        x: Inputs ``(..., L)``.
+        kernel: Kernel size of the convolution.
+    """
     return F.pad(x, (kernel - 1, 0))

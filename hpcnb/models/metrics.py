@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from hpcnb.errors import HpcnbError
+from hpcnb.stats import Estimate
 
 __all__ = ["MetricError", "paired_gap_interval", "top1_accuracy", "top1_correct"]
 
@@ -103,7 +104,7 @@ def paired_gap_interval(
     confidence: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
-) -> tuple[float, float, float, int]:
+) -> Estimate:
     """Mean of ``a - b`` over seeds and items, with a two-level bootstrap interval.
 
     ``a`` and ``b`` are ``(seeds, items)`` arrays of per-item scores (1 right, 0 wrong) of
@@ -122,7 +123,7 @@ def paired_gap_interval(
         seed: Seed of the resampling.
 
     Returns:
-        ``(difference, low, high, n)`` with ``n`` = seeds x items.
+        The mean difference with its interval and ``n`` = seeds x items.
 
     Raises:
         MetricError: Shapes differ, no items, or a bad confidence.
@@ -130,8 +131,8 @@ def paired_gap_interval(
     Example:
         >>> import numpy as np
         >>> a = np.array([[1, 1, 0, 1], [1, 1, 1, 1]])
-        >>> paired_gap_interval(a, a)
-        (0.0, 0.0, 0.0, 8)
+        >>> str(paired_gap_interval(a, a))
+        '0 [0, 0] (n=8)'
     """
     da, db = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
     if da.shape != db.shape or da.size == 0 or not 0 < confidence < 1 or resamples < 1:
@@ -150,4 +151,4 @@ def paired_gap_interval(
         stats[r] = diff[np.ix_(rows, cols)].mean()
     alpha = (1 - confidence) / 2
     low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return value, float(min(low, value)), float(max(high, value)), int(diff.size)
+    return Estimate(value, float(min(low, value)), float(max(high, value)), int(diff.size))

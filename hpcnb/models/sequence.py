@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from hpcnb.errors import InvalidInputError
 from hpcnb.models.layers import MultiHeadSelfAttention, SelectiveScan, init_weights, pad_causal
 
 __all__ = ["mamba", "mlp", "mlp_mixer", "vit"]
@@ -76,14 +77,20 @@ class PatchClassifier(nn.Module):
     ) -> None:
         super().__init__()
         if image_size % patch_size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{name}: image_size={image_size} must be divisible by patch_size={patch_size}"
             )
         self.tokens = (image_size // patch_size) ** 2
         self.patch = PatchEmbed(in_channels, dim, patch_size)
 
     def build(self, blocks: Sequence[nn.Module], dim: int, num_classes: int) -> None:
-        """Set ``blocks``, the final norm and the head, then initialise the weights."""
+        """Set ``blocks``, the final norm and the head, then initialise the weights.
+
+        Args:
+            blocks: The token-mixing blocks, input first.
+            dim: Token width (of the final norm and the head's input).
+            num_classes: Outputs of the head.
+        """
         self.blocks = nn.Sequential(*blocks)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)

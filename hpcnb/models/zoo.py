@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hpcnb.errors import InvalidInputError
 from hpcnb.models.cnn import densenet, mobilenet_v2, resnet_cifar, shufflenet, vgg
 from hpcnb.models.sequence import mamba, mlp, mlp_mixer, vit
 
@@ -23,7 +24,7 @@ _IMAGE = {"tiny": (1, 8), "default": (3, 32)}
 
 def _check_size(size: str) -> None:
     if size not in SIZES:
-        raise ValueError(f"size={size!r}: expected one of {SIZES}")
+        raise InvalidInputError(f"size={size!r}: expected one of {SIZES}")
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ deterministic final policy, whichever scores higher on the held-out split.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from stable_baselines3 import DDPG, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import NormalActionNoise
 
+from hpcnb.errors import InvalidInputError, InvalidStateError
 from hpcnb.pruning.encoder import GNNFeaturesExtractor
 from hpcnb.pruning.env import EnvConfig, LayerwiseEnv, PruningEnv, _PruningEpisode
 from hpcnb.pruning.problem import PruningProblem, keep_counts, uniform_ratios
@@ -130,7 +132,7 @@ def _result(
     method: str,
     keep: np.ndarray,
     seconds: float,
-    rewards=(),
+    rewards: Sequence[float] = (),
     counts: np.ndarray | None = None,
 ) -> PolicySearchResult:
     sizes = np.asarray(problem.group_sizes)
@@ -147,7 +149,12 @@ def _result(
 
 
 def uniform_search(problem: PruningProblem, target: float) -> PolicySearchResult:
-    """Return the same keep ratio for every group, as large as the budget allows."""
+    """Return the same keep ratio for every group, as large as the budget allows.
+
+    Args:
+        problem: The pruning problem.
+        target: FLOPs budget fraction.
+    """
     start = time.perf_counter()
     keep = uniform_ratios(problem, target)
     return _result(problem, "uniform", keep, time.perf_counter() - start)
@@ -170,7 +177,7 @@ def random_search(
         min_keep: Smallest keep ratio.
     """
     if samples < 1:
-        raise ValueError(f"random_search: samples={samples}, expected >= 1")
+        raise InvalidInputError(f"random_search: samples={samples}, expected >= 1")
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     env = PruningEnv(problem, EnvConfig(target=target, min_keep=min_keep))
@@ -195,7 +202,7 @@ def random_search(
         if best is None or acc > best[0]:
             best = (acc, keep)
     if best is None:
-        raise RuntimeError(f"random_search: no sample met the FLOPs budget {target}")
+        raise InvalidStateError(f"random_search: no sample met the FLOPs budget {target}")
     return _result(problem, "random", best[1], time.perf_counter() - start)
 
 
@@ -221,12 +228,14 @@ def _best_of(
     if final_keep is not None:
         candidates.append(final_keep)
     if not candidates:
-        raise RuntimeError("search found no policy that meets the FLOPs budget; train longer")
+        raise InvalidStateError("search found no policy that meets the FLOPs budget; train longer")
     scores = [env.score(k) for k in candidates]
     return candidates[int(np.argmax(scores))]
 
 
-def _rollout(model, env, deterministic: bool = True) -> np.ndarray | None:
+def _rollout(
+    model: PPO | DDPG, env: PruningEnv | LayerwiseEnv, deterministic: bool = True
+) -> np.ndarray | None:
     obs, _ = env.reset()
     for _ in range(10_000):
         action, _ = model.predict(obs, deterministic=deterministic)
@@ -247,7 +256,7 @@ def _train_agent(
     agent_type: type[PPO] | type[DDPG],
     policy: str,
     latency: LatencyModel | None = None,
-    **agent_kwargs: object,
+    **agent_kwargs: Any,
 ) -> PolicySearchResult:
     """Train an SB3 agent on a fresh episode, pick its best policy and time the whole search.
 
@@ -339,7 +348,7 @@ def amc_ddpg_search(
     )
 
 
-def learning_curve(rewards: tuple[float, ...] | list[float], window: int = 20) -> np.ndarray:
+def learning_curve(rewards: Sequence[float] | np.ndarray, window: int = 20) -> np.ndarray:
     """Return the running mean of episode rewards over ``window`` episodes.
 
     Args:

@@ -1,10 +1,18 @@
 """Side-by-side comparison of pruning methods at one FLOPs budget.
 
-:func:`compare_methods` runs every search on one :class:`~hpcnb.pruning.task.ModelPruningTask`,
+:func:`compare_methods` runs every method on one :class:`~hpcnb.pruning.task.ModelPruningTask`,
 builds the physically pruned networks (``hpcnb.ir.extract``; Torch-Pruning's own result
 for the peer), measures each one's FLOPs with a fresh ``hpcnb.ir.trace``, its parameter
 count, its test accuracy before and after the *same* fine-tuning, and the CPU latency of
-all of them and the original in one interleaved timing run.
+all of them and the original in one interleaved timing run. How the searches run is one
+:class:`SearchConfig`, how every network is measured one :class:`EvaluationConfig`.
+
+The methods are the entries of :data:`PRUNING_METHODS`, a
+:class:`~hpcnb.plugins.Registry` of :class:`PruningMethod` (name -> how to prune at a
+budget): the built-in ones are :data:`METHODS`, and a method of one's own is registered
+there or named as ``"package.module:attr"``. The method ``"gnnrl_latency"`` is the
+latency-aware GNN-RL search (a latency term in the reward, channel counts snapped to
+multiples of ``round_to``).
 
 Every evaluated network — the original and each method's pruned one alike — has its
 BatchNorm statistics re-estimated on training batches
@@ -13,16 +21,16 @@ before and after fine-tuning; the accuracy with the inherited statistics is kept
 (``acc_inherited``) to show what the mismatch costs.
 
 :func:`accuracy_gap` turns two outcomes into an accuracy difference with Newcombe's
-interval on the shared test set, and :func:`bar_table` says which methods pass the same
-bar (FLOPs within a budget and accuracy drop within a tolerance) as the headline.
+interval on the shared test set (an :class:`~hpcnb.stats.Estimate`), and :func:`bar_table`
+says which methods pass the same bar (FLOPs within a budget and accuracy drop within a
+tolerance) as the headline.
 
 Over several seeds (:func:`compare_over_seeds`: the searches' and the fine-tuning's seeds
 change, the pretrained network stays), :func:`gap_over_seeds` gives the mean accuracy
 difference of two methods with a two-level bootstrap interval: each resample draws seeds
 with replacement and test items with replacement (the same items for both methods, so the
 comparison is paired), which covers both the spread between seeds and the sampling of the
-test set. The method ``"gnnrl_latency"`` is the latency-aware GNN-RL search (a latency
-term in the reward, channel counts snapped to multiples of ``round_to``).
+test set.
 """
 
 from __future__ import annotations
@@ -30,8 +38,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -40,11 +49,14 @@ from torch import nn
 
 import hpcnb.pruning.agents as agents
 from hpcnb import ir
+from hpcnb.errors import InvalidInputError
 from hpcnb.models.metrics import paired_gap_interval, top1_accuracy, top1_correct
+from hpcnb.plugins import Registry
 from hpcnb.pruning.env import EnvConfig
 from hpcnb.pruning.peers import torch_pruning_at_budget
 from hpcnb.pruning.task import ModelPruningTask
 from hpcnb.pruning.training import (
+    LatencyResult,
     TrainConfig,
     count_params,
     fine_tune,
@@ -52,12 +64,25 @@ from hpcnb.pruning.training import (
     recalibrate_batchnorm,
     training_batches,
 )
-from hpcnb.records import INCONCLUSIVE, MET, difference_interval, evaluate_target
+from hpcnb.records import INCONCLUSIVE, MET, evaluate_target
+from hpcnb.stats import Estimate, difference_interval
+
+if TYPE_CHECKING:
+    from hpcnb.data.embedded import ImageSplit
+    from hpcnb.pruning.latency import LatencyModel
 
 __all__ = [
     "DEFAULT_METHODS",
     "METHODS",
+    "PRUNING_METHODS",
+    "Comparison",
+    "EvaluationConfig",
     "MethodOutcome",
+    "PrunedNetwork",
+    "PruningMethod",
+    "PruningRequest",
+    "SearchConfig",
+    "Stage",
     "accuracy_gap",
     "bar_table",
     "by_method",
@@ -71,8 +96,190 @@ __all__ = [
     "sweep_table",
 ]
 
+Stage = Literal["before", "after"]
+"""When an accuracy is taken: before or after the shared fine-tuning."""
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How the search methods run (every budget and seed of a comparison alike).
+
+    Attributes:
+        ppo: GNN-RL agent settings.
+        ddpg: AMC-style agent settings.
+        random_samples: Candidates of the random search.
+        latency_weight: Weight of the latency term of ``"gnnrl_latency"``'s reward.
+        round_to: Channel multiple of ``"gnnrl_latency"`` (1: no snapping).
+    """
+
+    ppo: agents.PPOConfig = field(default_factory=agents.PPOConfig)
+    ddpg: agents.DDPGConfig = field(default_factory=agents.DDPGConfig)
+    random_samples: int = 100
+    latency_weight: float = 0.5
+    round_to: int = 8
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """How every network of a comparison is measured (all methods alike).
+
+    Attributes:
+        finetune: The fine-tuning schedule shared by every method.
+        recalibrate: Re-estimate BatchNorm statistics of every evaluated network on
+            training batches before each accuracy measurement.
+        calibration_batch: Batch size of the recalibration passes (all training items
+            are used once).
+        latency_batch: Batch size of the latency measurement.
+        latency_repeats: Timed repeats per model.
+    """
+
+    finetune: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=5, lr=1e-3))
+    recalibrate: bool = True
+    calibration_batch: int = 64
+    latency_batch: int = 256
+    latency_repeats: int = 30
+
+
+@dataclass(frozen=True)
+class PruningRequest:
+    """What a pruning method is given: the network, the budget and the settings.
+
+    Attributes:
+        task: The pruning task (its model is the trained original).
+        target: FLOPs budget fraction.
+        example: Two test inputs (for tracing and the peer's dependency graph).
+        search: The search settings.
+        seed: Seed of the random search.
+        latency_model: The latency model of a latency-aware method, if one is given.
+    """
+
+    task: ModelPruningTask
+    target: float
+    example: torch.Tensor
+    search: SearchConfig
+    seed: int = 0
+    latency_model: LatencyModel | None = None
+
+
+@dataclass(frozen=True)
+class PrunedNetwork:
+    """What a pruning method returns: the physically pruned network and how it was found.
+
+    Attributes:
+        model: The pruned network (not fine-tuned).
+        seconds: Wall time of the search and pruning.
+        keep: Per-group keep ratios (empty for a method without a policy, such as the peer).
+        counts: Kept channels per group (empty for a method without a policy).
+        search: The search's result (``None`` for a method without a policy).
+    """
+
+    model: nn.Module
+    seconds: float
+    keep: tuple[float, ...] = ()
+    counts: tuple[int, ...] = ()
+    search: agents.PolicySearchResult | None = None
+
+    @classmethod
+    def from_search(
+        cls, task: ModelPruningTask, result: agents.PolicySearchResult
+    ) -> PrunedNetwork:
+        """The network ``task.extract`` builds from a search's channel counts.
+
+        Args:
+            task: The pruning task that was searched.
+            result: The search's policy.
+        """
+        return cls(
+            model=task.extract(result.counts, ratios=False),
+            seconds=result.seconds,
+            keep=tuple(float(k) for k in result.keep),
+            counts=tuple(int(c) for c in result.counts),
+            search=result,
+        )
+
+
+@dataclass(frozen=True)
+class PruningMethod:
+    """An entry of the method table: how to prune a network at a FLOPs budget.
+
+    Attributes:
+        prune: Prunes ``request.task.model`` to ``request.target`` FLOPs.
+        needs_latency_model: The method cannot run without ``request.latency_model``.
+    """
+
+    prune: Callable[[PruningRequest], PrunedNetwork]
+    needs_latency_model: bool = False
+
+
+def _env_config(request: PruningRequest) -> EnvConfig:
+    return EnvConfig(target=request.target)
+
+
+def _gnnrl(request: PruningRequest) -> PrunedNetwork:
+    result = agents.gnnrl_search(request.task, _env_config(request), request.search.ppo)
+    return PrunedNetwork.from_search(request.task, result)
+
+
+def _gnnrl_latency(request: PruningRequest) -> PrunedNetwork:
+    aware = dataclasses.replace(
+        _env_config(request),
+        round_to=request.search.round_to,
+        latency_weight=request.search.latency_weight,
+    )
+    result = agents.gnnrl_search(
+        request.task,
+        aware,
+        request.search.ppo,
+        latency=request.latency_model,
+        method="gnnrl_latency",
+    )
+    return PrunedNetwork.from_search(request.task, result)
+
+
+def _uniform(request: PruningRequest) -> PrunedNetwork:
+    return PrunedNetwork.from_search(
+        request.task, agents.uniform_search(request.task, request.target)
+    )
+
+
+def _random(request: PruningRequest) -> PrunedNetwork:
+    result = agents.random_search(
+        request.task, request.target, samples=request.search.random_samples, seed=request.seed
+    )
+    return PrunedNetwork.from_search(request.task, result)
+
+
+def _amc_ddpg(request: PruningRequest) -> PrunedNetwork:
+    result = agents.amc_ddpg_search(request.task, _env_config(request), request.search.ddpg)
+    return PrunedNetwork.from_search(request.task, result)
+
+
+def _torch_pruning(request: PruningRequest) -> PrunedNetwork:
+    start = time.perf_counter()
+    peer = torch_pruning_at_budget(request.task.model, request.example, request.target)
+    return PrunedNetwork(peer.model, time.perf_counter() - start)
+
+
+def _check_method(obj: object) -> str | None:
+    if isinstance(obj, PruningMethod):
+        return None
+    return f"expected a PruningMethod, got {type(obj).__name__}"
+
+
+PRUNING_METHODS: Registry[PruningMethod] = Registry("pruning method", check=_check_method)
+"""The method table: name -> :class:`PruningMethod`."""
+for _name, _method in (
+    ("gnnrl", PruningMethod(_gnnrl)),
+    ("gnnrl_latency", PruningMethod(_gnnrl_latency, needs_latency_model=True)),
+    ("uniform", PruningMethod(_uniform)),
+    ("random", PruningMethod(_random)),
+    ("amc_ddpg", PruningMethod(_amc_ddpg)),
+    ("torch_pruning", PruningMethod(_torch_pruning)),
+):
+    PRUNING_METHODS.register(_name, _method)
+
 METHODS = ("gnnrl", "gnnrl_latency", "uniform", "random", "amc_ddpg", "torch_pruning")
-"""Method names understood by :func:`compare_methods`."""
+"""The built-in methods of :data:`PRUNING_METHODS`."""
 
 DEFAULT_METHODS = ("gnnrl", "uniform", "random", "amc_ddpg", "torch_pruning")
 """The methods :func:`compare_methods` runs unless told (no latency model needed)."""
@@ -130,155 +337,171 @@ class MethodOutcome:
     counts: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`compare_methods` measured at one budget.
+
+    Attributes:
+        outcomes: One :class:`MethodOutcome` per method, the original first.
+        searches: The :class:`~hpcnb.pruning.agents.PolicySearchResult` of each method
+            that searched a policy, by method name.
+    """
+
+    outcomes: list[MethodOutcome]
+    searches: dict[str, agents.PolicySearchResult]
+
+
 def _flops(model: nn.Module, example: torch.Tensor) -> int:
     return ir.trace(model.eval(), example[:1]).total_flops()
 
 
+def _resolve_methods(
+    methods: Sequence[str], latency_model: LatencyModel | None
+) -> dict[str, PruningMethod]:
+    table = {name: PRUNING_METHODS.get(name) for name in methods}
+    for name, method in table.items():
+        if method.needs_latency_model and latency_model is None:
+            raise InvalidInputError(f"compare_methods: {name!r} needs latency_model=...")
+    return table
+
+
+class _Evaluation:
+    """Scores networks on one split the same way: recalibrate, score, fine-tune, score."""
+
+    def __init__(self, split: ImageSplit, config: EvaluationConfig) -> None:
+        self.split = split
+        self.config = config
+
+    def scored(self, model: nn.Module) -> tuple[nn.Module, np.ndarray]:
+        """A recalibrated copy of ``model`` and its per-item test results."""
+        ready = copy.deepcopy(model)
+        if self.config.recalibrate:
+            batches = training_batches(self.split.x_train, self.config.calibration_batch)
+            recalibrate_batchnorm(ready, batches)
+        return ready, top1_correct(ready, self.split.x_test, self.split.y_test)
+
+    def items(self, model: nn.Module, *, tune: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Per-item test results before and after fine-tuning (the same when not ``tune``)."""
+        ready, before = self.scored(model)
+        if not tune:
+            return before, before
+        split = self.split
+        tuned = fine_tune(ready, split.x_train, split.y_train, self.config.finetune)
+        return before, self.scored(tuned)[1]
+
+
+def _outcome(
+    name: str,
+    model: nn.Module,
+    pruned: PrunedNetwork | None,
+    evaluation: _Evaluation,
+    timing: tuple[np.ndarray, LatencyResult],
+    *,
+    target: float,
+    base_flops: int,
+    example: torch.Tensor,
+    seed: int,
+) -> MethodOutcome:
+    """Measure one network (``pruned`` is ``None`` for the original)."""
+    split = evaluation.split
+    n_test = len(split.y_test)
+    inherited = top1_accuracy(model, split.x_test, split.y_test)
+    items_before, items_after = evaluation.items(model, tune=pruned is not None)
+    before, after = int(items_before.sum()), int(items_after.sum())
+    base_samples, latency = timing
+    samples = tuple(float(r) for r in base_samples / np.asarray(latency.samples_s))
+    return MethodOutcome(
+        method=name,
+        target=target,
+        flops_ratio=_flops(model, example) / base_flops,
+        params=count_params(model),
+        acc_before=before / n_test,
+        acc_after=after / n_test,
+        latency_ms=1e3 * latency.median_s,
+        speedup=float(np.median(samples)),
+        search_seconds=0.0 if pruned is None else pruned.seconds,
+        acc_inherited=inherited,
+        n_test=n_test,
+        correct_before=before,
+        correct_after=after,
+        keep=() if pruned is None else pruned.keep,
+        counts=() if pruned is None else pruned.counts,
+        speedup_samples=samples,
+        items_before=items_before,
+        items_after=items_after,
+        model=model,
+        seed=seed,
+    )
+
+
 def compare_methods(
     task: ModelPruningTask,
-    split: object,
+    split: ImageSplit,
     target: float,
     *,
-    methods: tuple[str, ...] = DEFAULT_METHODS,
-    ppo: agents.PPOConfig | None = None,
-    ddpg: agents.DDPGConfig | None = None,
-    random_samples: int = 100,
-    finetune: TrainConfig | None = None,
-    latency_batch: int = 256,
-    latency_repeats: int = 30,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    search: SearchConfig | None = None,
+    evaluation: EvaluationConfig | None = None,
+    latency_model: LatencyModel | None = None,
     seed: int = 0,
-    recalibrate: bool = True,
-    calibration_batch: int = 64,
-    latency_model: object | None = None,
-    latency_weight: float = 0.5,
-    round_to: int = 8,
-) -> tuple[list[MethodOutcome], dict[str, agents.PolicySearchResult]]:
+) -> Comparison:
     """Prune ``task.model`` to ``target`` FLOPs with each method and measure the results.
 
     Args:
         task: The pruning task (its model is the trained original).
-        split: A :class:`hpcnb.data.DigitsSplit` (train for fine-tuning, test for scores).
+        split: The data split (train for fine-tuning and recalibration, test for scores).
         target: FLOPs budget fraction.
-        methods: Subset of :data:`METHODS` (default :data:`DEFAULT_METHODS`).
-        ppo: GNN-RL agent settings (default :class:`~hpcnb.pruning.agents.PPOConfig`).
-        ddpg: AMC-style agent settings (default :class:`~hpcnb.pruning.agents.DDPGConfig`).
-        random_samples: Candidates of the random search.
-        finetune: The fine-tuning schedule shared by every method (default 5 epochs).
-        latency_batch: Batch size of the latency measurement.
-        latency_repeats: Timed repeats per model.
-        seed: Seed of the random search.
-        recalibrate: Re-estimate BatchNorm statistics of every evaluated network on
-            training batches before each accuracy measurement (all methods alike).
-        calibration_batch: Batch size of the recalibration passes (all training items
-            are used once).
-        latency_model: A :class:`~hpcnb.pruning.latency.LatencyModel` for
-            ``"gnnrl_latency"`` (needed when that method is asked for).
-        latency_weight: Weight of the latency term of ``"gnnrl_latency"``'s reward.
-        round_to: Channel multiple of ``"gnnrl_latency"`` (1: no snapping).
+        methods: Names of :data:`PRUNING_METHODS` entries or ``"package.module:attr"``
+            references to a :class:`PruningMethod` (default :data:`DEFAULT_METHODS`).
+        search: How the searches run (default :class:`SearchConfig`).
+        evaluation: How every network is measured (default :class:`EvaluationConfig`:
+            5 epochs of fine-tuning, BatchNorm recalibration).
+        latency_model: The latency model of ``"gnnrl_latency"`` (needed when that
+            method is asked for).
+        seed: Seed of the random search, kept on every outcome.
 
     Returns:
-        ``(outcomes, searches)``: one :class:`MethodOutcome` per method plus the original
-        (first), and the :class:`~hpcnb.pruning.agents.PolicySearchResult` of each search method.
+        The :class:`Comparison`: one :class:`MethodOutcome` per method plus the original
+        (first), and each search method's :class:`~hpcnb.pruning.agents.PolicySearchResult`.
+
+    Raises:
+        hpcnb.plugins.PluginError: An unknown method name.
+        InvalidInputError: A method that needs a latency model without one.
     """
-    unknown = set(methods) - set(METHODS)
-    if unknown:
-        raise ValueError(f"compare_methods: unknown methods {sorted(unknown)}; known: {METHODS}")
-    if "gnnrl_latency" in methods and latency_model is None:
-        raise ValueError("compare_methods: 'gnnrl_latency' needs latency_model=...")
-    ppo = ppo or agents.PPOConfig()
-    ddpg = ddpg or agents.DDPGConfig()
-    finetune = finetune or TrainConfig(epochs=5, lr=1e-3)
-    env_config = EnvConfig(target=target)
-    x_test, y_test = split.x_test, split.y_test  # type: ignore[attr-defined]
-    x_train, y_train = split.x_train, split.y_train  # type: ignore[attr-defined]
-    example = torch.as_tensor(np.asarray(x_test[:2])).float()
+    table = _resolve_methods(methods, latency_model)
+    search = search or SearchConfig()
+    evaluation = evaluation or EvaluationConfig()
+    example = torch.as_tensor(np.asarray(split.x_test[:2])).float()
     base_flops = _flops(task.model, example)
-    searches: dict[str, agents.PolicySearchResult] = {}
-    pruned: dict[str, tuple[nn.Module, float, tuple[float, ...], tuple[int, ...]]] = {}
-    for method in methods:
-        if method == "torch_pruning":
-            start = time.perf_counter()
-            peer = torch_pruning_at_budget(task.model, example, target)
-            pruned[method] = (peer.model, time.perf_counter() - start, (), ())
-            continue
-        if method == "gnnrl":
-            result = agents.gnnrl_search(task, env_config, ppo)
-        elif method == "gnnrl_latency":
-            aware = dataclasses.replace(
-                env_config, round_to=round_to, latency_weight=latency_weight
-            )
-            result = agents.gnnrl_search(
-                task, aware, ppo, latency=latency_model, method="gnnrl_latency"
-            )  # type: ignore[arg-type]
-        elif method == "uniform":
-            result = agents.uniform_search(task, target)
-        elif method == "random":
-            result = agents.random_search(task, target, samples=random_samples, seed=seed)
-        else:
-            result = agents.amc_ddpg_search(task, env_config, ddpg)
-        searches[method] = result
-        model = task.extract(result.counts, ratios=False)
-        pruned[method] = (
-            model,
-            result.seconds,
-            tuple(float(k) for k in result.keep),
-            tuple(int(c) for c in result.counts),
-        )
-    models = {"original": task.model, **{m: v[0] for m, v in pruned.items()}}
-    batch = torch.as_tensor(
-        np.resize(np.asarray(x_train), (latency_batch, *np.asarray(x_train).shape[1:]))
-    )
-    latency = measure_latency(models, batch.float(), repeats=latency_repeats)
-    n_test = len(y_test)
-
-    def evaluated(model: nn.Module) -> tuple[nn.Module, np.ndarray]:
-        ready = copy.deepcopy(model)
-        if recalibrate:
-            recalibrate_batchnorm(ready, training_batches(x_train, calibration_batch))
-        return ready, top1_correct(ready, x_test, y_test)
-
+    request = PruningRequest(task, target, example, search, seed, latency_model)
+    pruned = {name: method.prune(request) for name, method in table.items()}
+    models = {"original": task.model, **{m: p.model for m, p in pruned.items()}}
+    x_train = np.asarray(split.x_train)
+    batch = torch.as_tensor(np.resize(x_train, (evaluation.latency_batch, *x_train.shape[1:])))
+    latency = measure_latency(models, batch.float(), repeats=evaluation.latency_repeats)
     base_samples = np.asarray(latency["original"].samples_s)
-    outcomes = []
-    for name, model in models.items():
-        inherited = top1_accuracy(model, x_test, y_test)
-        ready, items_before = evaluated(model)
-        items_after = (
-            items_before
-            if name == "original"
-            else evaluated(fine_tune(ready, x_train, y_train, finetune))[1]
+    scorer = _Evaluation(split, evaluation)
+    outcomes = [
+        _outcome(
+            name,
+            model,
+            pruned.get(name),
+            scorer,
+            (base_samples, latency[name]),
+            target=target,
+            base_flops=base_flops,
+            example=example,
+            seed=seed,
         )
-        before, after = int(items_before.sum()), int(items_after.sum())
-        samples = tuple(float(r) for r in base_samples / np.asarray(latency[name].samples_s))
-        outcomes.append(
-            MethodOutcome(
-                method=name,
-                target=target,
-                flops_ratio=_flops(model, example) / base_flops,
-                params=count_params(model),
-                acc_before=before / n_test,
-                acc_after=after / n_test,
-                latency_ms=1e3 * latency[name].median_s,
-                speedup=float(np.median(samples)),
-                search_seconds=0.0 if name == "original" else pruned[name][1],
-                acc_inherited=inherited,
-                n_test=n_test,
-                correct_before=before,
-                correct_after=after,
-                keep=() if name == "original" else pruned[name][2],
-                counts=() if name == "original" else pruned[name][3],
-                speedup_samples=samples,
-                items_before=items_before,
-                items_after=items_after,
-                model=model,
-                seed=seed,
-            )
-        )
-    return outcomes, searches
+        for name, model in models.items()
+    ]
+    searches = {m: p.search for m, p in pruned.items() if p.search is not None}
+    return Comparison(outcomes, searches)
 
 
 def score_pruned(
     model: nn.Module,
-    split: object,
+    split: ImageSplit,
     *,
     recalibrate: bool = True,
     calibration_batch: int = 64,
@@ -291,19 +514,16 @@ def score_pruned(
 
     Args:
         model: The network (not modified).
-        split: A :class:`hpcnb.data.DigitsSplit`.
+        split: The data split (train for recalibration, test for the score).
         recalibrate: Re-estimate BatchNorm statistics first.
         calibration_batch: Batch size of the recalibration passes.
 
     Returns:
         ``(the scored copy, correct test items, test items)``.
     """
-    x_test, y_test = split.x_test, split.y_test  # type: ignore[attr-defined]
-    ready = copy.deepcopy(model)
-    if recalibrate:
-        recalibrate_batchnorm(ready, training_batches(split.x_train, calibration_batch))  # type: ignore[attr-defined]
-    n_test = len(y_test)
-    return ready, round(top1_accuracy(ready, x_test, y_test) * n_test), n_test
+    config = EvaluationConfig(recalibrate=recalibrate, calibration_batch=calibration_batch)
+    ready, items = _Evaluation(split, config).scored(model)
+    return ready, int(items.sum()), len(items)
 
 
 def outcomes_table(outcomes: list[MethodOutcome]) -> pd.DataFrame:
@@ -326,20 +546,20 @@ def outcomes_table(outcomes: list[MethodOutcome]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["target", "method"])
 
 
-def _correct(outcome: MethodOutcome, stage: str) -> int:
+def _correct(outcome: MethodOutcome, stage: Stage) -> int:
     if stage not in ("before", "after"):
-        raise ValueError(f"stage={stage!r}: expected 'before' or 'after'")
+        raise InvalidInputError(f"stage={stage!r}: expected 'before' or 'after'")
     if outcome.n_test < 1:
-        raise ValueError(f"outcome {outcome.method!r} carries no test counts (n_test=0)")
+        raise InvalidInputError(f"outcome {outcome.method!r} carries no test counts (n_test=0)")
     return outcome.correct_before if stage == "before" else outcome.correct_after
 
 
 def accuracy_gap(
     a: MethodOutcome,
     b: MethodOutcome,
-    stage_a: str = "after",
-    stage_b: str = "after",
-) -> tuple[float, float, float, int]:
+    stage_a: Stage = "after",
+    stage_b: Stage = "after",
+) -> Estimate:
     """Accuracy of ``a`` minus that of ``b`` with Newcombe's 95 % interval.
 
     Both are scored on the same test items, for which Newcombe's (independent-samples)
@@ -352,16 +572,16 @@ def accuracy_gap(
         stage_b: The same for ``b``.
 
     Returns:
-        ``(difference, low, high, n)`` with ``n`` the test items.
+        The difference with its interval and ``n`` the test items (shared by both).
 
     Raises:
-        ValueError: A bad stage, outcomes without counts, or different test sets.
+        InvalidInputError: A bad stage, outcomes without counts, or different test sets.
     """
     ca, cb = _correct(a, stage_a), _correct(b, stage_b)
     if a.n_test != b.n_test:
-        raise ValueError(f"accuracy_gap: test sets differ ({a.n_test} vs {b.n_test} items)")
-    diff, low, high = difference_interval(ca, a.n_test, cb, b.n_test)
-    return diff, low, high, a.n_test
+        raise InvalidInputError(f"accuracy_gap: test sets differ ({a.n_test} vs {b.n_test} items)")
+    gap = difference_interval(ca, a.n_test, cb, b.n_test)
+    return dataclasses.replace(gap, n=a.n_test)
 
 
 PASSES, FAILS = "passes", "fails"
@@ -373,7 +593,7 @@ def bar_table(
     flops_max: float,
     max_drop: float,
     reference: str = "original",
-    stage: str = "after",
+    stage: Stage = "after",
 ) -> pd.DataFrame:
     """Which methods pass one bar: FLOPs within ``flops_max`` and a small accuracy drop.
 
@@ -395,20 +615,23 @@ def bar_table(
         ``drop_high``, ``status`` (``"passes"``, ``"fails"`` or ``"inconclusive"``).
 
     Raises:
-        ValueError: No outcome is the reference, or outcomes span several budgets.
+        InvalidInputError: No outcome is the reference, or outcomes span several budgets.
     """
     by_method = {o.method: o for o in outcomes}
     if reference not in by_method:
-        raise ValueError(f"bar_table: no outcome named {reference!r} among {sorted(by_method)}")
+        raise InvalidInputError(
+            f"bar_table: no outcome named {reference!r} among {sorted(by_method)}"
+        )
     if len({o.target for o in outcomes}) > 1:
-        raise ValueError("bar_table: outcomes of several budgets; pass those of one budget")
+        raise InvalidInputError("bar_table: outcomes of several budgets; pass those of one budget")
     ref = by_method[reference]
     rows = []
     for o in outcomes:
         if o.method == reference:
             continue
-        drop, low, high, _ = accuracy_gap(ref, o, "before", stage)
-        state = evaluate_target(drop, f"<= {max_drop}", low, high)
+        drop = accuracy_gap(ref, o, "before", stage)
+        low, high = drop.bounds
+        state = evaluate_target(drop.value, f"<= {max_drop}", low, high)
         status = INCONCLUSIVE if state == INCONCLUSIVE else PASSES if state == MET else FAILS
         if o.flops_ratio > flops_max:
             status = FAILS
@@ -416,7 +639,7 @@ def bar_table(
             {
                 "method": o.method,
                 "flops_ratio": o.flops_ratio,
-                "drop": drop,
+                "drop": drop.value,
                 "drop_low": low,
                 "drop_high": high,
                 "status": status,
@@ -430,6 +653,10 @@ def count_passing(
 ) -> tuple[int, int, list[str]]:
     """Count the rows of a :func:`bar_table` that pass, leaving out ``exclude``.
 
+    Args:
+        table: A :func:`bar_table`.
+        exclude: Methods not counted (the main method itself).
+
     Returns:
         ``(passing, inconclusive, names of the passing methods)``.
     """
@@ -440,14 +667,14 @@ def count_passing(
 
 def compare_over_seeds(
     task: ModelPruningTask,
-    split: object,
+    split: ImageSplit,
     target: float,
     seeds: Sequence[int],
     *,
-    ppo: agents.PPOConfig | None = None,
-    ddpg: agents.DDPGConfig | None = None,
-    finetune: TrainConfig | None = None,
-    **options: object,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    search: SearchConfig | None = None,
+    evaluation: EvaluationConfig | None = None,
+    latency_model: LatencyModel | None = None,
 ) -> dict[int, list[MethodOutcome]]:
     """Run :func:`compare_methods` once per seed (searches and fine-tuning reseeded).
 
@@ -459,52 +686,60 @@ def compare_over_seeds(
         split: The data split.
         target: FLOPs budget fraction.
         seeds: Seeds to run (at least one).
-        ppo: GNN-RL agent settings (its seed is replaced).
-        ddpg: AMC-style agent settings (its seed is replaced).
-        finetune: The shared fine-tuning (its seed is replaced).
-        **options: Further keyword arguments of :func:`compare_methods`.
+        methods: The methods (see :func:`compare_methods`).
+        search: How the searches run (the agents' seeds are replaced).
+        evaluation: How every network is measured (the fine-tuning's seed is replaced).
+        latency_model: The latency model of ``"gnnrl_latency"``.
 
     Returns:
         ``{seed: outcomes}``.
+
+    Raises:
+        InvalidInputError: No seeds.
     """
     if not seeds:
-        raise ValueError("compare_over_seeds: no seeds given")
-    ppo = ppo or agents.PPOConfig()
-    ddpg = ddpg or agents.DDPGConfig()
-    finetune = finetune or TrainConfig(epochs=5, lr=1e-3)
+        raise InvalidInputError("compare_over_seeds: no seeds given")
+    search = search or SearchConfig()
+    evaluation = evaluation or EvaluationConfig()
     runs = {}
     for seed in seeds:
-        outs, _ = compare_methods(
+        comparison = compare_methods(
             task,
             split,
             target,
-            ppo=dataclasses.replace(ppo, seed=seed),
-            ddpg=dataclasses.replace(ddpg, seed=seed),
-            finetune=dataclasses.replace(finetune, seed=seed),
+            methods=methods,
+            search=dataclasses.replace(
+                search,
+                ppo=dataclasses.replace(search.ppo, seed=seed),
+                ddpg=dataclasses.replace(search.ddpg, seed=seed),
+            ),
+            evaluation=dataclasses.replace(
+                evaluation, finetune=dataclasses.replace(evaluation.finetune, seed=seed)
+            ),
+            latency_model=latency_model,
             seed=seed,
-            **options,  # type: ignore[arg-type]
         )
-        runs[int(seed)] = outs
+        runs[int(seed)] = comparison.outcomes
     return runs
 
 
-def _items(outcome: MethodOutcome, stage: str) -> np.ndarray:
+def _items(outcome: MethodOutcome, stage: Stage) -> np.ndarray:
     _correct(outcome, stage)
     items = outcome.items_before if stage == "before" else outcome.items_after
     if len(items) != outcome.n_test:
-        raise ValueError(f"outcome {outcome.method!r} carries no per-item results")
+        raise InvalidInputError(f"outcome {outcome.method!r} carries no per-item results")
     return items.astype(np.float64)
 
 
 def gap_over_seeds(
     a: Sequence[MethodOutcome],
     b: Sequence[MethodOutcome],
-    stage_a: str = "after",
-    stage_b: str = "after",
+    stage_a: Stage = "after",
+    stage_b: Stage = "after",
     *,
     resamples: int = 2000,
     seed: int = 0,
-) -> tuple[float, float, float, int]:
+) -> Estimate:
     """Mean accuracy of ``a`` minus ``b`` over seeds, with a two-level bootstrap interval.
 
     ``a[i]`` and ``b[i]`` come from the same seed and are scored on the same test items.
@@ -523,13 +758,15 @@ def gap_over_seeds(
         seed: Seed of the resampling.
 
     Returns:
-        ``(difference, low, high, n)`` with ``n`` = seeds x test items.
+        The mean difference with its interval and ``n`` = seeds x test items.
 
     Raises:
-        ValueError: Different numbers of seeds or test items, or no per-item results.
+        InvalidInputError: Different numbers of seeds or test items, or no per-item results.
     """
     if len(a) != len(b) or not a:
-        raise ValueError(f"gap_over_seeds: {len(a)} vs {len(b)} outcomes; expected equal, >= 1")
+        raise InvalidInputError(
+            f"gap_over_seeds: {len(a)} vs {len(b)} outcomes; expected equal, >= 1"
+        )
     return paired_gap_interval(
         np.stack([_items(x, stage_a) for x in a]),
         np.stack([_items(y, stage_b) for y in b]),
@@ -548,7 +785,7 @@ def by_method(runs: dict[int, list[MethodOutcome]]) -> dict[str, list[MethodOutc
 
 
 def sweep_table(
-    sweep: dict[float, dict[int, list[MethodOutcome]]], main: str, stage: str = "after"
+    sweep: dict[float, dict[int, list[MethodOutcome]]], main: str, stage: Stage = "after"
 ) -> pd.DataFrame:
     """Summarise a budget sweep over seeds: per budget and method, accuracy and gap to ``main``.
 
@@ -561,23 +798,27 @@ def sweep_table(
         One row per (budget, method other than the original): mean ``flops_ratio``, mean
         ``accuracy``, and ``gap`` (main minus method) with ``gap_low`` / ``gap_high``
         (:func:`gap_over_seeds`), ``separated`` when the interval excludes 0.
+
+    Raises:
+        InvalidInputError: A budget without outcomes of ``main``.
     """
     rows = []
     for budget, runs in sweep.items():
         grouped = by_method(runs)
         if main not in grouped:
-            raise ValueError(f"sweep_table: no {main!r} outcomes at budget {budget}")
+            raise InvalidInputError(f"sweep_table: no {main!r} outcomes at budget {budget}")
         for method, outs in grouped.items():
             if method == "original":
                 continue
-            gap, low, high, _ = gap_over_seeds(grouped[main], outs, stage, stage)
+            gap = gap_over_seeds(grouped[main], outs, stage, stage)
+            low, high = gap.bounds
             rows.append(
                 {
                     "budget": budget,
                     "method": method,
                     "flops_ratio": float(np.mean([o.flops_ratio for o in outs])),
                     "accuracy": float(np.mean([_correct(o, stage) / o.n_test for o in outs])),
-                    "gap": gap,
+                    "gap": gap.value,
                     "gap_low": low,
                     "gap_high": high,
                     "separated": method != main and (low > 0 or high < 0),

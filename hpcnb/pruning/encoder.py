@@ -30,6 +30,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, MessagePassing
 from torch_geometric.utils import scatter
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["EdgeConditionedConv", "GNNFeaturesExtractor", "MultiStageGNN"]
 
 
@@ -62,11 +64,22 @@ class EdgeConditionedConv(MessagePassing):
         self.root = nn.Linear(in_channels, out_channels)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> Tensor:
-        """Apply the layer (see class docstring for shapes)."""
+        """Apply the layer (see class docstring for shapes).
+
+        Args:
+            x: Node features ``(V, F_in)``.
+            edge_index: Edges as ``(2, M)`` source and target node ids.
+            edge_attr: Edge features ``(M, F_e)``.
+        """
         return torch.relu(self.root(x) + self.propagate(edge_index, x=x, edge_attr=edge_attr))
 
     def message(self, x_j: Tensor, edge_attr: Tensor) -> Tensor:
-        """Message from neighbour ``j`` conditioned on the edge feature."""
+        """Message from neighbour ``j`` conditioned on the edge feature.
+
+        Args:
+            x_j: Features of each edge's source node ``(M, F_in)``.
+            edge_attr: Edge features ``(M, F_e)``.
+        """
         return torch.relu(self.msg(torch.cat([x_j, edge_attr], dim=-1)))
 
 
@@ -94,7 +107,12 @@ class MultiStageGNN(nn.Module):
         )
 
     def embed_ops(self, op_x: Tensor, op_adj: Tensor) -> Tensor:
-        """Stage 1: ``op_x (B, N, K2, F1)``, ``op_adj (B, N, K2, K2)`` -> ``(B, N, H)``."""
+        """Stage 1: embed every operation's level-1 graph, ``(B, N, H)``.
+
+        Args:
+            op_x: Level-1 node features ``(B, N, K2, F1)``.
+            op_adj: Level-1 adjacency matrices ``(B, N, K2, K2)``.
+        """
         b, n, k2, f1 = op_x.shape
         x = op_x.reshape(b * n * k2, f1)
         graph, src, dst = torch.nonzero(op_adj.reshape(b * n, k2, k2) > 0, as_tuple=True)
@@ -125,6 +143,13 @@ class MultiStageGNN(nn.Module):
         return h.reshape(b, n, self.hidden), op_emb
 
 
+def _shape(space: gym.spaces.Dict, key: str) -> tuple[int, ...]:
+    shape = space[key].shape
+    if shape is None:
+        raise InvalidInputError(f"observation space {key!r} has no shape")
+    return shape
+
+
 class GNNFeaturesExtractor(BaseFeaturesExtractor):
     """SB3 features extractor: the multi-stage GNN plus a graph and per-group readout.
 
@@ -137,9 +162,9 @@ class GNNFeaturesExtractor(BaseFeaturesExtractor):
     def __init__(
         self, observation_space: gym.spaces.Dict, hidden: int = 32, stage2_layers: int = 3
     ) -> None:
-        f1 = observation_space["op_x"].shape[2]
-        f2 = observation_space["node_x"].shape[1]
-        groups = observation_space["keep"].shape[0]
+        f1 = _shape(observation_space, "op_x")[2]
+        f2 = _shape(observation_space, "node_x")[1]
+        groups = _shape(observation_space, "keep")[0]
         super().__init__(observation_space, features_dim=2 * hidden + groups * hidden + groups + 1)
         self.num_groups = groups
         self.gnn = MultiStageGNN(f1, f2, hidden=hidden, stage2_layers=stage2_layers)

@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from hpcnb.errors import InvalidInputError
 from hpcnb.pruning.problem import PruningProblem, keep_counts, project_to_budget, snap_counts
 
 if TYPE_CHECKING:
@@ -65,19 +66,21 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.target <= 1:
-            raise ValueError(f"EnvConfig.target={self.target}: expected in (0, 1]")
+            raise InvalidInputError(f"EnvConfig.target={self.target}: expected in (0, 1]")
         if self.max_steps < 1:
-            raise ValueError(f"EnvConfig.max_steps={self.max_steps}: expected >= 1")
+            raise InvalidInputError(f"EnvConfig.max_steps={self.max_steps}: expected >= 1")
         if not 0 < self.max_prune_per_step < 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"EnvConfig.max_prune_per_step={self.max_prune_per_step}: expected in (0, 1)"
             )
         if not 0 < self.min_keep <= 1:
-            raise ValueError(f"EnvConfig.min_keep={self.min_keep}: expected in (0, 1]")
+            raise InvalidInputError(f"EnvConfig.min_keep={self.min_keep}: expected in (0, 1]")
         if self.round_to < 1:
-            raise ValueError(f"EnvConfig.round_to={self.round_to}: expected >= 1")
+            raise InvalidInputError(f"EnvConfig.round_to={self.round_to}: expected >= 1")
         if not self.latency_weight >= 0:
-            raise ValueError(f"EnvConfig.latency_weight={self.latency_weight}: expected >= 0")
+            raise InvalidInputError(
+                f"EnvConfig.latency_weight={self.latency_weight}: expected >= 0"
+            )
 
 
 @dataclass
@@ -119,7 +122,7 @@ class _PruningEpisode:
         """Keep the problem and the settings, start an empty history; return the group count.
 
         Raises:
-            ValueError: The problem has no prunable groups, or a latency weight without a
+            InvalidInputError: The problem has no prunable groups, or a latency weight without a
                 latency model.
         """
         self.problem = problem
@@ -128,9 +131,9 @@ class _PruningEpisode:
         self.sizes = np.asarray(problem.group_sizes, dtype=np.int64)
         self.history = []
         if len(self.sizes) == 0:
-            raise ValueError(f"{type(self).__name__}: the problem has no prunable groups")
+            raise InvalidInputError(f"{type(self).__name__}: the problem has no prunable groups")
         if config.latency_weight > 0 and latency is None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{type(self).__name__}: EnvConfig.latency_weight={config.latency_weight} "
                 "needs a latency model (latency=...)"
             )
@@ -202,7 +205,12 @@ class PruningEnv(_PruningEpisode, gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[dict[str, np.ndarray], dict]:
-        """Start an episode at full width."""
+        """Start an episode at full width.
+
+        Args:
+            seed: Seed of the environment's generator (gymnasium's convention).
+            options: Unused (gymnasium's signature).
+        """
         super().reset(seed=seed)
         self.keep = np.ones(len(self.sizes))
         self.steps = 0
@@ -212,7 +220,7 @@ class PruningEnv(_PruningEpisode, gym.Env):
         """Prune every group by its action; end when the budget is met or steps run out."""
         act = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
         if act.shape != self.keep.shape:
-            raise ValueError(
+            raise InvalidInputError(
                 f"PruningEnv.step: action of shape {act.shape}, expected {self.keep.shape}"
             )
         prune = self.config.max_prune_per_step * (act + 1.0) / 2.0
@@ -289,7 +297,12 @@ class LayerwiseEnv(_PruningEpisode, gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[np.ndarray, dict]:
-        """Start at full width on the first group."""
+        """Start at full width on the first group.
+
+        Args:
+            seed: Seed of the environment's generator (gymnasium's convention).
+            options: Unused (gymnasium's signature).
+        """
         super().reset(seed=seed)
         self.keep = np.ones(len(self.sizes))
         self.t = 0

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["KIND_VOCAB", "LEVEL1_FEATURES", "HierarchicalGraph", "kind_one_hot"]
 
 KIND_VOCAB = (
@@ -83,29 +85,29 @@ class HierarchicalGraph:
     def __post_init__(self) -> None:
         n = self.node_x.shape[0]
         if self.op_x.ndim != 3 or self.op_x.shape[0] != n:
-            raise ValueError(
+            raise InvalidInputError(
                 f"HierarchicalGraph.op_x: shape {self.op_x.shape}, expected ({n}, K2, F1)"
             )
         k2 = self.op_x.shape[1]
         if self.op_adj.shape != (n, k2, k2):
-            raise ValueError(
+            raise InvalidInputError(
                 f"HierarchicalGraph.op_adj: shape {self.op_adj.shape}, expected ({n}, {k2}, {k2})"
             )
         if self.edge_index.ndim != 2 or self.edge_index.shape[0] != 2:
-            raise ValueError(
+            raise InvalidInputError(
                 f"HierarchicalGraph.edge_index: shape {self.edge_index.shape}, expected (2, E)"
             )
         if self.edge_index.size and (self.edge_index.min() < 0 or self.edge_index.max() >= n):
-            raise ValueError(f"HierarchicalGraph.edge_index: node ids must be in [0, {n})")
+            raise InvalidInputError(f"HierarchicalGraph.edge_index: node ids must be in [0, {n})")
         if self.node_group.shape != (n,):
-            raise ValueError(
+            raise InvalidInputError(
                 f"HierarchicalGraph.node_group: shape {self.node_group.shape}, expected ({n},)"
             )
         if (
             self.node_group.min(initial=-1) < -1
             or self.node_group.max(initial=-1) >= self.num_groups
         ):
-            raise ValueError(
+            raise InvalidInputError(
                 f"HierarchicalGraph.node_group: entries must be in [-1, {self.num_groups})"
             )
 
@@ -143,7 +145,7 @@ class HierarchicalGraph:
         """
         keep = np.asarray(keep, dtype=np.float32)
         if keep.shape != (self.num_groups,):
-            raise ValueError(
+            raise InvalidInputError(
                 f"observation: keep of shape {keep.shape}, expected ({self.num_groups},)"
             )
         node_keep = np.append(keep, np.float32(1.0))[self.node_group]

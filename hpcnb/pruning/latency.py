@@ -113,7 +113,12 @@ class LayerTiming:
     spread: np.ndarray = field(repr=False)
 
     def at(self, cin: float, cout: float) -> float:
-        """Bilinear interpolation (clamped at the grid's ends) at ``(cin, cout)``."""
+        """Bilinear interpolation (clamped at the grid's ends) at ``(cin, cout)``.
+
+        Args:
+            cin: Input channels kept.
+            cout: Output channels kept.
+        """
         rows = np.array([np.interp(cout, self.out_grid, row) for row in self.seconds])
         return float(np.interp(cin, self.in_grid, rows))
 
@@ -246,11 +251,13 @@ def _times(value: object, where: str, *, low: float = 0.0, strict: bool = True) 
 
 
 def _sizes(value: object, where: str) -> list[int]:
-    ok = isinstance(value, list) and bool(value)
-    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
-    if not ok:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
         raise CorruptCacheError(f"{where}: expected a non-empty list of channel counts")
-    return list(value)  # type: ignore[arg-type]
+    return list(value)
 
 
 def _check_table(data: object, key: dict, needed: set[str]) -> dict:
@@ -517,7 +524,7 @@ def latency_table_by_size(
     """
     import pandas as pd
 
-    from hpcnb.records import median_interval
+    from hpcnb.stats import median_interval
 
     if baseline not in models:
         raise LatencyModelError(f"latency_table_by_size: no model named {baseline!r}")
@@ -530,14 +537,15 @@ def latency_table_by_size(
             base = np.asarray(timed[baseline].samples_s)
             for name, result in timed.items():
                 samples = tuple(float(r) for r in base / np.asarray(result.samples_s))
-                value, low, high = median_interval(samples)
+                speedup = median_interval(samples)
+                low, high = speedup.interval or (speedup.value, speedup.value)
                 rows.append(
                     {
                         "size": size,
                         "batch": batch,
                         "model": name,
                         "latency_ms": 1e3 * result.median_s,
-                        "speedup": value,
+                        "speedup": speedup.value,
                         "speedup_low": low,
                         "speedup_high": high,
                         "speedup_samples": samples,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hpcnb.errors import InvalidInputError, InvalidStateError
+
 __all__ = ["PeerResult", "torch_pruning_at_budget"]
 
 
@@ -28,7 +30,7 @@ class PeerResult:
 
 
 def _classifier_layers(model: nn.Module, num_classes: int | None) -> list[nn.Module]:
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    linears: list[nn.Module] = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if num_classes is not None:
         heads = [m for m in linears if m.out_features == num_classes]
         if heads:
@@ -75,13 +77,13 @@ def torch_pruning_at_budget(
         tol: Bisection tolerance on the pruning ratio.
 
     Raises:
-        ValueError: ``target`` is not in (0, 1].
-        RuntimeError: Even the largest ratio tried misses the budget.
+        InvalidInputError: ``target`` is not in (0, 1].
+        InvalidStateError: Even the largest ratio tried misses the budget.
     """
     import torch_pruning as tp
 
     if not 0 < target <= 1:
-        raise ValueError(f"torch_pruning_at_budget: target={target}, expected in (0, 1]")
+        raise InvalidInputError(f"torch_pruning_at_budget: target={target}, expected in (0, 1]")
     names = {m: n for n, m in model.named_modules()}
     ignored = [names[m] for m in _classifier_layers(model, num_classes)]
     base, _ = tp.utils.count_ops_and_params(model, example)
@@ -94,7 +96,9 @@ def torch_pruning_at_budget(
     lo, hi = 0.0, 0.8  # MACs ~ (1 - ratio)^2; very high ratios are clamped by the library
     hi_ratio, hi_model = macs(hi)
     if hi_ratio > target:
-        raise RuntimeError(f"torch_pruning_at_budget: ratio {hi} keeps {hi_ratio:.3f} > {target}")
+        raise InvalidStateError(
+            f"torch_pruning_at_budget: ratio {hi} keeps {hi_ratio:.3f} > {target}"
+        )
     best = (hi, hi_ratio, hi_model)
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)

@@ -46,9 +46,18 @@ def plot_hierarchical_graph(graph: HierarchicalGraph, op: int | None = None) -> 
         pos[n] = (depth[n], -lane)
     colours = [graph.node_group[n] if graph.node_group[n] >= 0 else -1 for n in g.nodes]
     nx.draw_networkx(
-        g, pos, ax=ax2, node_size=60, with_labels=False, node_color=colours,
-        cmap="tab20", vmin=-1, vmax=max(graph.num_groups, 1), arrowsize=6, width=0.6,
-    )  # fmt: skip
+        g,
+        pos,
+        ax=ax2,
+        node_size=60,
+        with_labels=False,
+        node_color=colours,
+        cmap="tab20",
+        vmin=-1,
+        vmax=max(graph.num_groups, 1),
+        arrowsize=6,
+        width=0.6,
+    )
     ax2.set_title(f"level 2: {graph.num_nodes} feature maps, {graph.num_groups} prunable groups")
     ax2.set_xlabel("topological depth (edges = operations)")
     if op is None:
@@ -124,8 +133,13 @@ def plot_flops_vs_latency(table: pd.DataFrame, title: str = "") -> Figure:
     for _, row in table.iterrows():
         err = [[row.speedup - row.speedup_low], [row.speedup_high - row.speedup]]
         ax.errorbar(row.flops_ratio, row.speedup, yerr=err, fmt="o", capsize=3)
-        ax.annotate(str(row.model), (row.flops_ratio, row.speedup), fontsize=8,
-                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+        ax.annotate(
+            str(row.model),
+            (row.flops_ratio, row.speedup),
+            fontsize=8,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
     xs = np.linspace(max(0.05, float(table.flops_ratio.min()) * 0.8), 1.0, 50)
     ax.plot(xs, 1 / xs, "k--", lw=1, label="speed-up = 1 / FLOPs kept")
     ax.set_xlabel("FLOPs kept (pruned / original)")

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
+from hpcnb.errors import InvalidInputError
+
 if TYPE_CHECKING:
     from hpcnb.pruning.hiergraph import HierarchicalGraph
 
@@ -79,13 +81,15 @@ class FlopsModel:
     def __post_init__(self) -> None:
         t = len(self.coef)
         if len(self.out_group) != t or len(self.in_group) != t:
-            raise ValueError(
+            raise InvalidInputError(
                 f"FlopsModel: coef has {t} terms but out_group has {len(self.out_group)} "
                 f"and in_group {len(self.in_group)}: expected equal lengths"
             )
         for name, arr in (("out_group", self.out_group), ("in_group", self.in_group)):
             if t and (arr.min() < -1 or arr.max() >= self.num_groups):
-                raise ValueError(f"FlopsModel.{name}: entries must be in [-1, {self.num_groups})")
+                raise InvalidInputError(
+                    f"FlopsModel.{name}: entries must be in [-1, {self.num_groups})"
+                )
 
     @property
     def total(self) -> float:
@@ -96,7 +100,7 @@ class FlopsModel:
         """Return the FLOPs at per-group keep fractions ``fractions`` (shape ``(G,)``)."""
         f = np.asarray(fractions, dtype=np.float64)
         if f.shape != (self.num_groups,):
-            raise ValueError(
+            raise InvalidInputError(
                 f"FlopsModel: fractions of shape {f.shape}, expected ({self.num_groups},)"
             )
         ext = np.append(f, 1.0)  # index -1 -> 1.0
@@ -114,7 +118,7 @@ def keep_counts(ratios: np.ndarray, sizes: np.ndarray, min_keep: int = 1) -> np.
     ratios = np.asarray(ratios, dtype=np.float64)
     sizes = np.asarray(sizes, dtype=np.int64)
     if ratios.shape != sizes.shape:
-        raise ValueError(f"keep_counts: ratios {ratios.shape} vs sizes {sizes.shape}")
+        raise InvalidInputError(f"keep_counts: ratios {ratios.shape} vs sizes {sizes.shape}")
     counts = np.round(np.clip(ratios, 0.0, 1.0) * sizes).astype(np.int64)
     return np.clip(counts, np.minimum(min_keep, sizes), sizes)
 
@@ -145,7 +149,7 @@ def snap_counts(
         budget: Largest FLOPs allowed.
 
     Raises:
-        ValueError: ``round_to`` < 1 or shapes that differ.
+        InvalidInputError: ``round_to`` < 1 or shapes that differ.
 
     Example:
         >>> import numpy as np
@@ -153,11 +157,11 @@ def snap_counts(
         [8, 16, 32]
     """
     if round_to < 1:
-        raise ValueError(f"snap_counts: round_to={round_to}, expected >= 1")
+        raise InvalidInputError(f"snap_counts: round_to={round_to}, expected >= 1")
     counts = np.asarray(counts, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
     if counts.shape != sizes.shape:
-        raise ValueError(f"snap_counts: counts {counts.shape} vs sizes {sizes.shape}")
+        raise InvalidInputError(f"snap_counts: counts {counts.shape} vs sizes {sizes.shape}")
     if round_to == 1:
         return counts.copy()
     snapped = np.round(counts / round_to).astype(np.int64) * round_to
@@ -210,7 +214,7 @@ def uniform_ratios(problem: PruningProblem, target: float, tol: float = 1e-4) ->
         tol: Bisection tolerance on the ratio.
     """
     if not 0 < target <= 1:
-        raise ValueError(f"uniform_ratios: target={target}, expected in (0, 1]")
+        raise InvalidInputError(f"uniform_ratios: target={target}, expected in (0, 1]")
     g = len(problem.group_sizes)
     budget = target * problem.flops_model.total
     lo, hi = 0.0, 1.0

@@ -24,6 +24,7 @@ from torch import nn
 from torch.func import functional_call
 
 from hpcnb import ir
+from hpcnb.errors import InvalidInputError
 from hpcnb.pruning.hiergraph import (
     KIND_VOCAB,
     HierarchicalGraph,
@@ -73,13 +74,15 @@ class ModelPruningTask:
         seed: int = 0,
     ) -> None:
         if features not in ("weights", "random"):
-            raise ValueError(
+            raise InvalidInputError(
                 f"ModelPruningTask: features={features!r}, expected 'weights' or 'random'"
             )
         if criterion not in ("l2", "l1"):
-            raise ValueError(f"ModelPruningTask: criterion={criterion!r}, expected 'l2' or 'l1'")
+            raise InvalidInputError(
+                f"ModelPruningTask: criterion={criterion!r}, expected 'l2' or 'l1'"
+            )
         if bins < 1:
-            raise ValueError(f"ModelPruningTask: bins={bins}, expected >= 1")
+            raise InvalidInputError(f"ModelPruningTask: bins={bins}, expected >= 1")
         self.model = model.eval()
         self.example_input = example_input[:1]
         self.x_val = torch.as_tensor(np.asarray(x_val)).float()
@@ -93,7 +96,7 @@ class ModelPruningTask:
             if g.prunable and any(m.axis == 0 and m.param.endswith("weight") for m in g.members)
         ]
         if not self.groups:
-            raise ValueError(
+            raise InvalidInputError(
                 f"ModelPruningTask: {type(model).__name__} has no prunable channel group"
             )
         self.group_ids = [g.id for g in self.groups]
@@ -136,7 +139,7 @@ class ModelPruningTask:
             or (counts < 1).any()
             or (counts > self.group_sizes).any()
         ):
-            raise ValueError(
+            raise InvalidInputError(
                 f"counts {counts.tolist()}: expected {len(self.group_sizes)} integers in "
                 f"[1, size] with sizes {self.group_sizes.tolist()}"
             )
@@ -198,7 +201,7 @@ class ModelPruningTask:
             param: A weight's parameter name, e.g. ``"stem.0.weight"``.
         """
         if param not in self._state:
-            raise ValueError(f"layer_groups: {param!r} is not a parameter of the model")
+            raise InvalidInputError(f"layer_groups: {param!r} is not a parameter of the model")
         shape = self._state[param].shape
         found = []
         for axis in (0, 1):

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpcnb.errors import InvalidInputError
 from hpcnb.timing import interleaved, pinned_threads
 
 __all__ = [
@@ -58,18 +59,20 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.epochs < 0:
-            raise ValueError(f"TrainConfig.epochs={self.epochs}: expected >= 0")
+            raise InvalidInputError(f"TrainConfig.epochs={self.epochs}: expected >= 0")
         if self.batch_size < 1:
-            raise ValueError(f"TrainConfig.batch_size={self.batch_size}: expected >= 1")
+            raise InvalidInputError(f"TrainConfig.batch_size={self.batch_size}: expected >= 1")
         if not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr={self.lr}: expected > 0")
+            raise InvalidInputError(f"TrainConfig.lr={self.lr}: expected > 0")
 
 
 def _as_tensors(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> tuple:
     xt = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
     yt = torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y)
     if xt.shape[0] != yt.shape[0]:
-        raise ValueError(f"x has {xt.shape[0]} samples but y has {yt.shape[0]}: expected equal")
+        raise InvalidInputError(
+            f"x has {xt.shape[0]} samples but y has {yt.shape[0]}: expected equal"
+        )
     return xt.float(), yt.long()
 
 
@@ -160,15 +163,15 @@ def training_batches(
         limit: Keep at most this many batches (default: all).
 
     Raises:
-        ValueError: ``batch_size`` < 1, ``limit`` < 1 or ``x`` empty.
+        InvalidInputError: ``batch_size`` < 1, ``limit`` < 1 or ``x`` empty.
     """
     if batch_size < 1:
-        raise ValueError(f"training_batches: batch_size={batch_size}, expected >= 1")
+        raise InvalidInputError(f"training_batches: batch_size={batch_size}, expected >= 1")
     if limit is not None and limit < 1:
-        raise ValueError(f"training_batches: limit={limit}, expected >= 1 or None")
+        raise InvalidInputError(f"training_batches: limit={limit}, expected >= 1 or None")
     xt = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).float()
     if xt.shape[0] == 0:
-        raise ValueError("training_batches: no inputs")
+        raise InvalidInputError("training_batches: no inputs")
     batches = list(torch.split(xt, batch_size))
     return batches if limit is None else batches[:limit]
 
@@ -200,7 +203,7 @@ def recalibrate_batchnorm(
         ``model`` (recalibrated, in eval mode).
 
     Raises:
-        ValueError: The model has BatchNorm layers but ``batches`` is empty.
+        InvalidInputError: The model has BatchNorm layers but ``batches`` is empty.
     """
     norms = [
         m
@@ -215,7 +218,7 @@ def recalibrate_batchnorm(
         xb = batch[0] if isinstance(batch, tuple | list) else batch
         inputs.append(torch.as_tensor(np.asarray(xb) if not isinstance(xb, torch.Tensor) else xb))
     if not inputs:
-        raise ValueError("recalibrate_batchnorm: no batches given; expected at least one")
+        raise InvalidInputError("recalibrate_batchnorm: no batches given; expected at least one")
     momenta = [m.momentum for m in norms]
     try:
         for m in norms:
@@ -271,7 +274,7 @@ def measure_latency(
         Name -> :class:`LatencyResult`.
     """
     if repeats < 1:
-        raise ValueError(f"measure_latency: repeats={repeats}, expected >= 1")
+        raise InvalidInputError(f"measure_latency: repeats={repeats}, expected >= 1")
     for model in models.values():
         model.eval()
     calls = {name: (lambda model=model: model(example)) for name, model in models.items()}

@@ -12,12 +12,15 @@ shared machine hits both alike; each round times every model with
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 from torch import nn
 
+from hpcnb.errors import InvalidInputError
 from hpcnb.models.metrics import top1_accuracy
+from hpcnb.stats import Estimate, difference_interval
 from hpcnb.timing import median_time, pinned_threads
 
 __all__ = ["ModelComparison", "ModelMeasurement", "compare_models"]
@@ -100,14 +103,15 @@ class ModelComparison:
             for s, f in zip(self.subnet.latency_rounds, self.full.latency_rounds, strict=True)
         )
 
-    def accuracy_drop_interval(self, confidence: float = 0.95) -> tuple[float, float, float]:
-        """``(drop, low, high)``: the accuracy drop with Newcombe's interval (test items).
+    def accuracy_drop_interval(self, confidence: float = 0.95) -> Estimate:
+        """The accuracy drop with Newcombe's interval over the test items.
 
         The two models are scored on the same items, so the interval (which assumes
-        independent samples) is conservative.
-        """
-        from hpcnb.records import difference_interval
+        independent samples) is conservative; ``n`` is the items of both models.
 
+        Args:
+            confidence: Coverage of the interval.
+        """
         return difference_interval(
             self.full.correct,
             self.full.total,
@@ -118,7 +122,7 @@ class ModelComparison:
 
     def table(self) -> list[dict[str, float | str]]:
         """Rows for a pandas table: one per model."""
-        rows = []
+        rows: list[dict[str, float | str]] = []
         for name, m in (("full", self.full), ("subnet", self.subnet)):
             rows.append(
                 {
@@ -160,10 +164,10 @@ def compare_models(
         threads: Torch threads during timing (restored afterwards).
 
     Raises:
-        ValueError: Empty test set or non-positive sizes.
+        InvalidInputError: Empty test set or non-positive sizes.
     """
     if len(x_test) == 0 or batch_size < 1 or repeats < 1 or rounds < 1:
-        raise ValueError(
+        raise InvalidInputError(
             f"compare_models: need a test set, batch_size={batch_size}, repeats={repeats}, "
             f"rounds={rounds} all >= 1"
         )
@@ -180,12 +184,10 @@ def compare_models(
             for _ in range(rounds):
                 for name, m in models.items():
                     lat[name].append(
-                        median_time(lambda m=m: m(one), repeats=repeats, warmup=3).samples
+                        median_time(partial(m, one), repeats=repeats, warmup=3).samples
                     )
                     thr[name].append(
-                        median_time(
-                            lambda m=m: m(big), repeats=max(3, repeats // 4), warmup=3
-                        ).samples
+                        median_time(partial(m, big), repeats=max(3, repeats // 4), warmup=3).samples
                     )
         meas = {}
         for (name, m), f in zip(models.items(), flops, strict=True):

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from hpcnb.errors import InvalidInputError
+
 from .space import SubnetConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -95,7 +97,14 @@ class StepPhases:
         return len(self.compute)
 
     def add(self, compute: float, wait: float, allreduce: float, update: float) -> None:
-        """Append the phase durations (seconds) of one step."""
+        """Append the phase durations (seconds) of one step.
+
+        Args:
+            compute: This worker's forward and backward passes and gradient sums.
+            wait: The barrier after the compute (waiting for the slowest worker).
+            allreduce: The all-reduce of gradient sums and coverage counts.
+            update: The coverage-count average and the optimiser step.
+        """
         for name, value in zip(PHASES, (compute, wait, allreduce, update), strict=True):
             getattr(self, name).append(float(value))
 
@@ -201,6 +210,7 @@ def local_gradients(
             with torch.no_grad():
                 teacher = supernet.bind(big).pull()(x).detach()
         out = module(x)
+        use_teacher: torch.Tensor | None
         if teacher_logits is not None:
             use_teacher = teacher_logits
         else:
@@ -256,6 +266,7 @@ def subnet_gradients(
         binding = supernet.bind(config)
         module = binding.pull()
         module.train()
+        use_teacher: torch.Tensor | None
         if teacher_logits is not None:
             use_teacher = teacher_logits
         else:
@@ -281,10 +292,10 @@ def canonical_join(
         ``(gradient sums, coverage counts)`` in float64.
 
     Raises:
-        ValueError: ``parts`` is empty.
+        InvalidInputError: ``parts`` is empty.
     """
     if not parts:
-        raise ValueError("canonical_join: no subnet contributions")
+        raise InvalidInputError("canonical_join: no subnet contributions")
     first = next(iter(parts.values()))
     sums = torch.zeros_like(first[0])
     counts = torch.zeros_like(first[1])
@@ -295,7 +306,12 @@ def canonical_join(
 
 
 def join_digest(sums: torch.Tensor, counts: torch.Tensor) -> str:
-    """SHA-256 of the joined vectors' bytes: equal digests mean bitwise-equal joins."""
+    """SHA-256 of the joined vectors' bytes: equal digests mean bitwise-equal joins.
+
+    Args:
+        sums: Joined gradient sums over the flat parameters.
+        counts: Joined coverage counts over the flat parameters.
+    """
     h = hashlib.sha256()
     for t in (sums, counts):
         h.update(t.detach().contiguous().numpy().tobytes())
@@ -384,7 +400,7 @@ def assign_subnets(
         For each worker, the indices into ``configs`` it trains.
     """
     if workers < 1:
-        raise ValueError(f"workers={workers}: expected >= 1")
+        raise InvalidInputError(f"workers={workers}: expected >= 1")
     big = supernet.space.max()
     teacher = float(supernet.flops(big)) if distill else 0.0
     cost = [3.0 * supernet.flops(c) for c in configs]
@@ -409,6 +425,10 @@ def coverage_average(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Return the per-element mean gradient over the subnets that cover each element.
 
     Elements no subnet covers get a zero gradient.
+
+    Args:
+        sums: Gradient sums over the flat parameters.
+        counts: How many subnets covered each element.
     """
     return torch.where(counts > 0, sums / counts.clamp_min(1.0), torch.zeros_like(sums))
 
@@ -479,7 +499,9 @@ def fork_join_step(
         The losses of the subnets this rank trained.
     """
     if join not in ("canonical", "allreduce"):
-        raise ValueError(f"fork_join_step: join={join!r}, expected 'canonical' or 'allreduce'")
+        raise InvalidInputError(
+            f"fork_join_step: join={join!r}, expected 'canonical' or 'allreduce'"
+        )
     t0 = time.perf_counter()
     if join == "canonical":
         multi = comm is not None and comm.Get_size() > 1
@@ -574,7 +596,9 @@ def last_writer_step(
         The new flat weight vector (a copy).
     """
     if sorted(order) != list(range(len(configs))):
-        raise ValueError(f"order={list(order)} is not a permutation of range({len(configs)})")
+        raise InvalidInputError(
+            f"order={list(order)} is not a permutation of range({len(configs)})"
+        )
     start = supernet.flat.params.clone()
     updates = []
     for config in configs:
@@ -637,7 +661,7 @@ def join_order_demo(
             counts += per_worker[i].counts
         joined.append(start - lr * coverage_average(sums, counts))
         written.append(last_writer_step(supernet, configs, x, y, lr, order, distill=distill))
-    total_counts = sum(r.counts for r in per_worker)
+    total_counts = sum((r.counts for r in per_worker[1:]), per_worker[0].counts)
     covered = total_counts > 0
     return {
         "join_order_max_diff": max(float((a - joined[0]).abs().max()) for a in joined),

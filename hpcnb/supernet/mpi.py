@@ -22,18 +22,21 @@ Run a job by hand with ``mpiexec -n 2 python -m hpcnb.supernet.mpi JOB_DIR`` (ad
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
+from hpcnb.errors import InvalidInputError, MissingFileError, UnknownNameError
 from hpcnb.launch import python_env, run_bounded, run_mpi
+from hpcnb.plugins import PluginError, load
 from hpcnb.timing import pinned_threads
 
 from .forkjoin import StepPhases, fork_join_step
@@ -56,7 +59,8 @@ class ForkJoinJob:
     """Settings of a fork-join training run (JSON-serialisable).
 
     Attributes:
-        factory: ``"module:function"`` building the base model.
+        factory: ``"package.module:function"`` building the base model (every rank imports
+            it through :func:`hpcnb.plugins.load`).
         factory_kwargs: Keyword arguments of the factory.
         example_shape: Shape of an example input (for tracing).
         supernet_kwargs: Keyword arguments of :meth:`Supernet.from_model` (``reorder``
@@ -100,6 +104,13 @@ def write_job(
 ) -> Path:
     """Write a job folder: ``job.json``, ``weights.pt``, ``data.npz``.
 
+    Args:
+        folder: The folder (created if needed).
+        job: The job's settings.
+        state_dict: The supernet's (reordered) weights.
+        x: Training inputs.
+        y: Training labels.
+
     Returns:
         The folder.
     """
@@ -111,15 +122,28 @@ def write_job(
     return folder
 
 
-def _load(folder: Path) -> tuple[ForkJoinJob, Any, np.ndarray, np.ndarray]:
+def _model_factory(job: ForkJoinJob, path: Path) -> Callable[..., nn.Module]:
+    """The job's ``"package.module:function"`` factory, imported on this rank."""
+    what = f"{path}: model factory"
+    factory = load(job.factory, what=what)
+    if not callable(factory):
+        raise PluginError(f"{what} {job.factory!r}: not callable ({type(factory).__name__})")
+    return factory
+
+
+def _load(folder: Path) -> tuple[ForkJoinJob, nn.Module, np.ndarray, np.ndarray]:
+    """Read a job folder on a rank: the job, the model with its weights, the data.
+
+    Raises:
+        MissingFileError: The folder has no ``job.json``.
+        hpcnb.plugins.PluginError: The factory does not import or is not callable; the
+            message names the job file.
+    """
     path = folder / "job.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no job file (write one with write_job)")
+        raise MissingFileError(f"{path}: no job file (write one with write_job)")
     job = ForkJoinJob.from_json(json.loads(path.read_text(encoding="utf-8")))
-    module_name, _, func = job.factory.partition(":")
-    if not func:
-        raise ValueError(f"{path}: factory {job.factory!r} is not 'module:function'")
-    model = getattr(importlib.import_module(module_name), func)(**job.factory_kwargs)
+    model = _model_factory(job, path)(**job.factory_kwargs)
     model.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
     data = np.load(folder / "data.npz")
     return job, model, data["x"], data["y"]
@@ -174,9 +198,15 @@ class _Trainer:
         losses = []
         for configs, idx in zip(schedule, index, strict=True):
             step_losses = fork_join_step(
-                sn, configs, self.x[idx], self.y[idx], opt, comm=comm, distill=job.distill,
+                sn,
+                configs,
+                self.x[idx],
+                self.y[idx],
+                opt,
+                comm=comm,
+                distill=job.distill,
                 phases=phases,
-            )  # fmt: skip
+            )
             losses.append(float(np.mean(step_losses)) if step_losses else 0.0)
         if comm is not None:
             comm.Barrier()
@@ -226,7 +256,12 @@ def _idle_until_all_arrive(comm: Any, poll_s: float = 0.002) -> None:
 
 
 def variant_name(processes: int, threads: int) -> str:
-    """Name of a benchmark configuration, e.g. ``"2 proc x 1 thr"``."""
+    """Name of a benchmark configuration, e.g. ``"2 proc x 1 thr"``.
+
+    Args:
+        processes: MPI ranks (1 for a one-process run).
+        threads: Torch threads per process.
+    """
     return f"{processes} proc x {threads} thr"
 
 
@@ -258,10 +293,10 @@ def run_benchmark_job(
         "max_weight_diff"}``, also written to ``bench.json``; ``None`` on other ranks.
 
     Raises:
-        ValueError: ``rounds`` < 1 or no sequential thread count.
+        InvalidInputError: ``rounds`` < 1 or no sequential thread count.
     """
     if rounds < 1 or not sequential_threads:
-        raise ValueError(f"rounds={rounds} must be >= 1 and sequential_threads non-empty")
+        raise InvalidInputError(f"rounds={rounds} must be >= 1 and sequential_threads non-empty")
     folder = Path(folder)
     trainer = _Trainer(folder, comm, None, bind_all=True)
     job, size, rank = trainer.job, trainer.size, trainer.rank
@@ -341,6 +376,12 @@ def run_forkjoin_mpi(
 ) -> dict[str, Any]:
     """Run a fork-join job folder with ``mpiexec -n workers`` (``job.threads`` per rank).
 
+    Args:
+        folder: The job folder (:func:`write_job`).
+        workers: MPI ranks.
+        timeout: Seconds allowed for the launch.
+        hostfile: MPI hostfile for a cluster.
+
     Returns:
         Rank 0's result, with ``"final"`` the final flat weights.
 
@@ -356,6 +397,11 @@ def run_forkjoin_mpi(
 
 def run_local(folder: str | Path, *, threads: int = 2, timeout: float = 120.0) -> dict[str, Any]:
     """Run a job folder sequentially in a fresh process with ``threads`` torch threads.
+
+    Args:
+        folder: The job folder (:func:`write_job`).
+        threads: Torch threads of the process.
+        timeout: Seconds allowed for the run.
 
     Returns:
         The result, with ``"final"`` the final flat weights.
@@ -416,16 +462,21 @@ class ForkJoinBenchmark:
         """Per-round speed-ups ``baseline seconds / MPI seconds`` (samples for a record).
 
         Raises:
-            KeyError: ``baseline`` is not a measured configuration.
+            UnknownNameError: ``baseline`` is not a measured configuration.
         """
         if baseline not in self.seconds:
-            raise KeyError(f"{baseline!r} is not one of {list(self.seconds)}")
+            raise UnknownNameError(f"{baseline!r} is not one of {list(self.seconds)}")
         return tuple(
             b / m for b, m in zip(self.seconds[baseline], self.seconds[self.mpi], strict=True)
         )
 
     def phase_samples(self, name: str, phase: str) -> tuple[float, ...]:
-        """Per round, the mean over ranks of a phase's seconds per step."""
+        """Per round, the mean over ranks of a phase's seconds per step.
+
+        Args:
+            name: A configuration (a key of ``seconds``).
+            phase: ``"compute"``, ``"wait"``, ``"allreduce"`` or ``"update"``.
+        """
         return tuple(
             float(np.mean([rank.get(phase, 0.0) for rank in rnd])) for rnd in self.phases[name]
         )
@@ -504,8 +555,13 @@ def benchmark_fork_join(
     folder = write_job(folder, job, state_dict, x, y)
     threads = max([job.threads, *sequential_threads])
     seq = ",".join(str(t) for t in sequential_threads)
-    _launch_mpi([str(folder), "--bench", str(rounds), "--seq-threads", seq], workers, threads,
-                timeout, hostfile)  # fmt: skip
+    _launch_mpi(
+        [str(folder), "--bench", str(rounds), "--seq-threads", seq],
+        workers,
+        threads,
+        timeout,
+        hostfile,
+    )
     data = json.loads((folder / "bench.json").read_text(encoding="utf-8"))
     return ForkJoinBenchmark.from_json(data)
 
@@ -517,9 +573,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-mpi", action="store_true", help="run sequentially, no MPI")
     parser.add_argument("--threads", type=int, default=None, help="override torch threads")
     parser.add_argument(
-        "--bench", type=int, default=0, metavar="ROUNDS",
+        "--bench",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
         help="interleaved benchmark: sequential and MPI runs, ROUNDS rounds",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--seq-threads", default="1,2", help="torch threads of the sequential baselines"
     )

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["crowding_distance", "pareto_ranks"]
 
 
@@ -29,11 +31,11 @@ def pareto_ranks(points: np.ndarray) -> np.ndarray:
     """
     pts = np.asarray(points, dtype=float)
     if pts.ndim != 2:
-        raise ValueError(f"points has shape {pts.shape}; expected (n, m)")
+        raise InvalidInputError(f"points has shape {pts.shape}; expected (n, m)")
     n = len(pts)
     le = (pts[:, None, :] <= pts[None, :, :]).all(-1)
     lt = (pts[:, None, :] < pts[None, :, :]).any(-1)
-    dominates = le & lt  # dominates[i, j]: i dominates j
+    dominates = np.asarray(le & lt)  # dominates[i, j]: i dominates j
     dominated_by = dominates.sum(0)
     ranks = np.full(n, -1, dtype=int)
     rank = 0

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hpcnb.errors import InvalidInputError
+
 from .pareto import pareto_ranks
 from .space import SearchSpace, SubnetConfig
 
@@ -37,11 +39,21 @@ class Sampler(Protocol):
     """What a trainer needs from a sampler."""
 
     def draw(self, rng: np.random.Generator, n: int) -> list[SubnetConfig]:
-        """Return the ``n`` subnets of one step."""
+        """Return the ``n`` subnets of one step.
+
+        Args:
+            rng: The trainer's generator.
+            n: Subnets per step.
+        """
         ...
 
     def update(self, supernet: Supernet, step: int) -> None:
-        """Learn from the supernet after training step ``step``."""
+        """Learn from the supernet after training step ``step``.
+
+        Args:
+            supernet: The supernet being trained.
+            step: Index of the step just taken (from 0).
+        """
         ...
 
 
@@ -60,12 +72,22 @@ class UniformSampler:
         self.include_max = include_max
 
     def draw(self, rng: np.random.Generator, n: int) -> list[SubnetConfig]:
-        """Return ``n`` subnets (the largest first when ``include_max``)."""
+        """Return ``n`` subnets (the largest first when ``include_max``).
+
+        Args:
+            rng: The trainer's generator.
+            n: Subnets per step.
+        """
         head = [self.space.max()] if self.include_max and n > 0 else []
         return head + [self.space.sample(rng) for _ in range(n - len(head))]
 
     def update(self, supernet: Supernet, step: int) -> None:
-        """Nothing to learn."""
+        """Nothing to learn.
+
+        Args:
+            supernet: The supernet being trained.
+            step: Index of the step just taken.
+        """
 
 
 class SandwichSampler:
@@ -81,12 +103,22 @@ class SandwichSampler:
         self.space = space
 
     def draw(self, rng: np.random.Generator, n: int) -> list[SubnetConfig]:
-        """Return ``[max, min, uniform...]`` (truncated when ``n < 2``)."""
+        """Return ``[max, min, uniform...]`` (truncated when ``n < 2``).
+
+        Args:
+            rng: The trainer's generator.
+            n: Subnets per step.
+        """
         out = [self.space.max(), self.space.min()][:n]
         return out + [self.space.sample(rng) for _ in range(n - len(out))]
 
     def update(self, supernet: Supernet, step: int) -> None:
-        """Nothing to learn."""
+        """Nothing to learn.
+
+        Args:
+            supernet: The supernet being trained.
+            step: Index of the step just taken.
+        """
 
 
 class PrioritizedSampler:
@@ -120,11 +152,11 @@ class PrioritizedSampler:
         seed: int = 0,
     ) -> None:
         if pool_size < 2:
-            raise ValueError(f"pool_size={pool_size}: the pool needs at least 2 candidates")
+            raise InvalidInputError(f"pool_size={pool_size}: the pool needs at least 2 candidates")
         if refresh_every < 1:
-            raise ValueError(f"refresh_every={refresh_every}: expected >= 1")
+            raise InvalidInputError(f"refresh_every={refresh_every}: expected >= 1")
         if temperature <= 0:
-            raise ValueError(f"temperature={temperature}: expected > 0")
+            raise InvalidInputError(f"temperature={temperature}: expected > 0")
         self.supernet = supernet
         self.space = supernet.space
         self.val_x, self.val_y = val_x, val_y
@@ -168,14 +200,24 @@ class PrioritizedSampler:
         return w / w.sum()
 
     def draw(self, rng: np.random.Generator, n: int) -> list[SubnetConfig]:
-        """Return ``n`` subnets: the largest first (optional), then pool draws by promise."""
+        """Return ``n`` subnets: the largest first (optional), then pool draws by promise.
+
+        Args:
+            rng: The trainer's generator.
+            n: Subnets per step.
+        """
         head = [self.space.max()] if self.include_max and n > 0 else []
         k = n - len(head)
         idx = rng.choice(len(self.pool), size=k, p=self.probabilities(), replace=k > len(self.pool))
         return head + [self.pool[int(i)] for i in idx]
 
     def update(self, supernet: Supernet, step: int) -> None:
-        """Every ``refresh_every`` steps: re-score, replace the most dominated, re-rank."""
+        """Every ``refresh_every`` steps: re-score, replace the most dominated, re-rank.
+
+        Args:
+            supernet: The supernet being trained (scores the pool).
+            step: Index of the step just taken (from 0).
+        """
         if (step + 1) % self.refresh_every:
             return
         self._score()

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from hpcnb.errors import InvalidInputError
+
 from .pareto import crowding_distance, pareto_ranks
 from .space import SearchSpace, SubnetConfig
 from .training import subnet_accuracy
@@ -80,11 +82,11 @@ class SubnetSearchResult:
         """Return the most accurate front member whose cost is at most ``budget``.
 
         Raises:
-            ValueError: No front member fits the budget.
+            InvalidInputError: No front member fits the budget.
         """
         fits = [c for c in self.front if c.cost <= budget]
         if not fits:
-            raise ValueError(f"no subnet on the front costs <= {budget:g}")
+            raise InvalidInputError(f"no subnet on the front costs <= {budget:g}")
         return max(fits, key=lambda c: (c.accuracy, -c.cost))
 
 
@@ -218,10 +220,10 @@ def evolutionary_search(
         seeds: Configurations placed in the first population.
 
     Raises:
-        ValueError: Bad sizes, or no configuration fits the budget.
+        InvalidInputError: Bad sizes, or no configuration fits the budget.
     """
     if population < 2 or generations < 0:
-        raise ValueError(f"population={population} (>= 2), generations={generations} (>= 0)")
+        raise InvalidInputError(f"population={population} (>= 2), generations={generations} (>= 0)")
     rng = np.random.default_rng(seed)
     ev = _Evaluator(evaluate, cost, budget)
 
@@ -240,7 +242,7 @@ def evolutionary_search(
             break
         pop.append(ev(c))
     if not pop:
-        raise ValueError(f"no configuration found with cost <= budget={budget}")
+        raise InvalidInputError(f"no configuration found with cost <= budget={budget}")
     history = [max(c.accuracy for c in pop)]
     for _ in range(generations):
         ranks, crowd = _rank_and_crowd(pop)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["FlatParameters", "SubnetBinding", "bind_subnet"]
 
 
@@ -40,10 +42,12 @@ class FlatParameters:
     def __init__(self, model: nn.Module) -> None:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not named:
-            raise ValueError(f"{type(model).__name__}: the model has no trainable parameters")
+            raise InvalidInputError(
+                f"{type(model).__name__}: the model has no trainable parameters"
+            )
         dtypes = {p.dtype for _, p in named}
         if len(dtypes) != 1:
-            raise ValueError(f"{type(model).__name__}: mixed parameter dtypes {dtypes}")
+            raise InvalidInputError(f"{type(model).__name__}: mixed parameter dtypes {dtypes}")
         dtype = dtypes.pop()
         self.model = model
         self.param_names = [n for n, _ in named]
@@ -131,8 +135,7 @@ class SubnetBinding:
             p.copy_(src[codes])
             p.grad = None
         for name, codes in self.buffer_codes.items():
-            owner, attr = _owner(self.module, name)
-            owner._buffers[attr].copy_(self.flat.buffers[codes])
+            self.module.get_buffer(name).copy_(self.flat.buffers[codes])
         return self.module
 
     @torch.no_grad()
@@ -173,7 +176,7 @@ def bind_subnet(
         extractor: Maps a model (with the supernet's structure) to the subnet module.
 
     Raises:
-        ValueError: The extractor changed values (a subnet element is not a copy of one
+        InvalidInputError: The extractor changed values (a subnet element is not a copy of one
             supernet element), so weights cannot be shared.
     """
     module = copy.deepcopy(extractor(coded))  # never share tensors with the supernet
@@ -187,7 +190,7 @@ def bind_subnet(
         if b.is_floating_point() and b.numel():
             try:
                 codes = _read_codes(b, name, total_p, total_p + total_b)
-            except ValueError:
+            except InvalidInputError:
                 continue  # a constant the extractor made itself: not shared, kept as is
             buffer_codes[name] = codes - total_p
     binding = SubnetBinding(module, param_codes, buffer_codes, flat)
@@ -202,7 +205,7 @@ def _read_codes(values: torch.Tensor, name: str, lo: int, hi: int) -> torch.Tens
         or rounded.min().item() < lo
         or rounded.max().item() >= hi
     ):
-        raise ValueError(
+        raise InvalidInputError(
             f"subnet tensor {name!r}: its values are not copies of supernet elements "
             f"(expected integer codes in [{lo}, {hi})); the extractor must slice, not compute"
         )

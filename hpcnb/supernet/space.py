@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcnb.errors import InvalidInputError
+
 __all__ = ["Dimension", "SearchSpace", "SubnetConfig", "width_choices"]
 
 _KINDS = ("width", "heads", "depth")
@@ -30,14 +32,14 @@ def width_choices(size: int, ratios: Sequence[float], minimum: int = 1) -> tuple
         minimum: Smallest size allowed.
 
     Raises:
-        ValueError: A ratio is outside (0, 1] or ``size`` is below 1.
+        InvalidInputError: A ratio is outside (0, 1] or ``size`` is below 1.
     """
     if size < 1:
-        raise ValueError(f"size={size}: a dimension needs at least one element")
+        raise InvalidInputError(f"size={size}: a dimension needs at least one element")
     out = set()
     for r in ratios:
         if not 0 < r <= 1:
-            raise ValueError(f"width ratio {r}: expected a fraction in (0, 1]")
+            raise InvalidInputError(f"width ratio {r}: expected a fraction in (0, 1]")
         out.add(min(size, max(minimum, math.ceil(size * r - 1e-9))))
     out.add(size)
     return tuple(sorted(out))
@@ -63,13 +65,13 @@ class Dimension:
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
-            raise ValueError(f"dimension {self.name!r}: kind {self.kind!r} not in {_KINDS}")
+            raise InvalidInputError(f"dimension {self.name!r}: kind {self.kind!r} not in {_KINDS}")
         if not self.choices or list(self.choices) != sorted(set(self.choices)):
-            raise ValueError(
+            raise InvalidInputError(
                 f"dimension {self.name!r}: choices {self.choices} must be distinct, ascending"
             )
         if self.choices[-1] != self.full:
-            raise ValueError(
+            raise InvalidInputError(
                 f"dimension {self.name!r}: the largest choice {self.choices[-1]} must equal "
                 f"the full size {self.full}"
             )
@@ -101,13 +103,13 @@ class SearchSpace:
         dims: The dimensions, in a fixed order.
 
     Raises:
-        ValueError: Two dimensions share a name.
+        InvalidInputError: Two dimensions share a name.
     """
 
     def __init__(self, dims: Sequence[Dimension]) -> None:
         names = [d.name for d in dims]
         if len(set(names)) != len(names):
-            raise ValueError(f"search space: duplicate dimension names in {names}")
+            raise InvalidInputError(f"search space: duplicate dimension names in {names}")
         self.dims: tuple[Dimension, ...] = tuple(dims)
 
     def __len__(self) -> int:
@@ -137,15 +139,17 @@ class SearchSpace:
         """Check that ``config`` belongs to this space and return it.
 
         Raises:
-            ValueError: Wrong length or a value not among a dimension's choices.
+            InvalidInputError: Wrong length or a value not among a dimension's choices.
         """
         if len(config.values) != len(self.dims):
-            raise ValueError(
+            raise InvalidInputError(
                 f"config has {len(config.values)} values, the space has {len(self.dims)} dims"
             )
         for d, v in zip(self.dims, config.values, strict=True):
             if v not in d.choices:
-                raise ValueError(f"config value {v} for dimension {d.name!r} not in {d.choices}")
+                raise InvalidInputError(
+                    f"config value {v} for dimension {d.name!r} not in {d.choices}"
+                )
         return config
 
     def mutate(
@@ -178,7 +182,13 @@ class SearchSpace:
         return int(d.choices[int(rng.choice(moves))])
 
     def crossover(self, a: SubnetConfig, b: SubnetConfig, rng: np.random.Generator) -> SubnetConfig:
-        """Return a uniform crossover of two configurations."""
+        """Return a uniform crossover of two configurations.
+
+        Args:
+            a: First parent.
+            b: Second parent.
+            rng: Generator of the per-dimension coin flips.
+        """
         pick = rng.random(len(self.dims)) < 0.5
         return SubnetConfig(
             tuple(int(x if p else y) for x, y, p in zip(a.values, b.values, pick, strict=True))
@@ -188,10 +198,10 @@ class SearchSpace:
         """Yield every configuration (for exhaustive search of small spaces).
 
         Raises:
-            ValueError: The space has more than ``limit`` configurations.
+            InvalidInputError: The space has more than ``limit`` configurations.
         """
         if self.size() > limit:
-            raise ValueError(
+            raise InvalidInputError(
                 f"search space has {self.size():.3g} configurations, above limit={limit}; "
                 "use evolutionary search"
             )

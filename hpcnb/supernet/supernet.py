@@ -16,14 +16,22 @@ import contextlib
 import copy
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
 
+from hpcnb.errors import InvalidInputError
+
 from .sharing import FlatParameters, SubnetBinding, bind_subnet
 from .space import Dimension, SearchSpace, SubnetConfig, width_choices
+
+if TYPE_CHECKING:
+    from hpcnb.ir import Graph
+
+ExampleInputs = torch.Tensor | tuple[torch.Tensor, ...]
+"""Example inputs of a model: one tensor or a tuple of them."""
 
 __all__ = ["Supernet"]
 
@@ -41,6 +49,7 @@ class Supernet:
             slices) and ``skip_blocks`` names the depth dimensions set to 0.
         example_inputs: Inputs used to count FLOPs of subnets.
         flop_counter: ``flop_counter(module, example_inputs)`` (default: the IR's trace).
+        graph: The IR graph the space was read from (:meth:`from_model`), if any.
         cache_size: Number of bound subnets kept.
     """
 
@@ -49,10 +58,10 @@ class Supernet:
         model: nn.Module,
         space: SearchSpace,
         extractor: Extractor,
-        example_inputs: torch.Tensor | tuple[torch.Tensor, ...],
+        example_inputs: ExampleInputs,
         *,
-        flop_counter: Callable[[nn.Module, Any], int] | None = None,
-        graph: Any = None,
+        flop_counter: Callable[[nn.Module, ExampleInputs], int] | None = None,
+        graph: Graph | None = None,
         cache_size: int = 64,
     ) -> None:
         self.model = model
@@ -100,7 +109,7 @@ class Supernet:
             cache_size: Number of bound subnets kept.
 
         Raises:
-            ValueError: The model yields no elastic dimension.
+            InvalidInputError: The model yields no elastic dimension.
         """
         from hpcnb import ir
 
@@ -128,7 +137,7 @@ class Supernet:
             for block in graph.blocks():
                 dims.append(Dimension(name=block, kind="depth", choices=(0, 1), full=1))
         if not dims:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{type(model).__name__}: the IR found no prunable group and no skippable "
                 "block, so there is nothing elastic"
             )
@@ -219,7 +228,12 @@ class Supernet:
         return self.bind(config).numel()
 
     def forward(self, config: SubnetConfig, x: torch.Tensor) -> torch.Tensor:
-        """Run a subnet on ``x`` with the current shared weights (eval mode, no grad)."""
+        """Run a subnet on ``x`` with the current shared weights (eval mode, no grad).
+
+        Args:
+            config: The subnet.
+            x: Inputs.
+        """
         module = self.bind(config).pull().eval()
         with torch.no_grad():
             return module(x)
@@ -230,7 +244,7 @@ class Supernet:
         flat = self.flat
         total_p = flat.numel
         if total_p + int(flat.buffers.numel()) >= 2**24:
-            raise ValueError(
+            raise InvalidInputError(
                 f"supernet has {total_p} parameters; subnet binding needs fewer than 2**24"
             )
         saved_p = flat.params.clone()
@@ -248,7 +262,7 @@ class Supernet:
                 flat.buffers.copy_(saved_b)
 
 
-def _ir_flops(module: nn.Module, example_inputs: Any) -> int:
+def _ir_flops(module: nn.Module, example_inputs: ExampleInputs) -> int:
     from hpcnb import ir
 
     return int(ir.trace(module, example_inputs).total_flops())

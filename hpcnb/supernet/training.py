@@ -25,6 +25,7 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to te
     warnings.simplefilter("ignore", TqdmWarning)
     from tqdm.auto import tqdm
 
+from hpcnb.errors import InvalidInputError
 from hpcnb.models.metrics import top1_accuracy
 from hpcnb.progress import show_progress
 
@@ -76,12 +77,12 @@ class SupernetTrainConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or self.subnets_per_step < 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"SupernetTrainConfig: steps={self.steps} (>= 0), batch_size="
                 f"{self.batch_size} (>= 1), subnets_per_step={self.subnets_per_step} (>= 1)"
             )
         if self.optimizer not in ("adam", "sgd"):
-            raise ValueError(f"optimizer={self.optimizer!r}: expected 'adam' or 'sgd'")
+            raise InvalidInputError(f"optimizer={self.optimizer!r}: expected 'adam' or 'sgd'")
 
 
 @dataclass
@@ -102,18 +103,30 @@ class TrainLog:
 def make_optimizer(params: Iterator[nn.Parameter], name: str, lr: float) -> torch.optim.Optimizer:
     """Return an Adam or SGD (momentum 0.9) optimiser.
 
+    Args:
+        params: Parameters to optimise.
+        name: ``"adam"`` or ``"sgd"``.
+        lr: Learning rate.
+
     Raises:
-        ValueError: Unknown optimiser name.
+        InvalidInputError: Unknown optimiser name.
     """
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    raise ValueError(f"optimizer={name!r}: expected 'adam' or 'sgd'")
+    raise InvalidInputError(f"optimizer={name!r}: expected 'adam' or 'sgd'")
 
 
 def batches(n: int, batch_size: int, rng: np.random.Generator, steps: int) -> Iterator[np.ndarray]:
-    """Yield ``steps`` index batches, reshuffling after every epoch."""
+    """Yield ``steps`` index batches, reshuffling after every epoch.
+
+    Args:
+        n: Items to draw from (indices ``0 .. n - 1``).
+        batch_size: Indices per batch.
+        rng: Generator of the shuffles.
+        steps: Batches to yield.
+    """
     order = rng.permutation(n)
     pos = 0
     for _ in range(steps):
@@ -209,6 +222,11 @@ def _adam_epochs(
 def recalibrate_norm(module: nn.Module, x: torch.Tensor, batch_size: int = 256) -> bool:
     """Re-estimate batch-norm running statistics of a subnet on ``x``.
 
+    Args:
+        module: The subnet (left in eval mode).
+        x: Calibration inputs.
+        batch_size: Inputs per forward pass.
+
     Returns:
         Whether the module has batch-norm layers (otherwise nothing is done).
     """
@@ -235,7 +253,15 @@ def subnet_accuracy(
     y: torch.Tensor,
     calib_x: torch.Tensor | None = None,
 ) -> float:
-    """Accuracy of a subnet with the current shared weights (BN recalibrated on ``calib_x``)."""
+    """Accuracy of a subnet with the current shared weights (BN recalibrated on ``calib_x``).
+
+    Args:
+        supernet: The supernet.
+        config: The subnet.
+        x: Evaluation inputs.
+        y: Evaluation labels.
+        calib_x: Inputs to re-estimate batch-norm statistics on first (none: keep them).
+    """
     module = supernet.bind(config).pull()
     if calib_x is not None:
         recalibrate_norm(module, calib_x)
@@ -334,19 +360,20 @@ def finetune_subnet(
         The mean training loss of each epoch.
 
     Raises:
-        ValueError: Bad sizes, ``alpha`` or ``temperature``, or only one of ``x_val``/``y_val``.
+        InvalidInputError: Bad sizes, ``alpha`` or ``temperature``, or only one of ``x_val``
+            and ``y_val``.
     """
     if epochs < 0 or batch_size < 1 or len(x) == 0 or len(x) != len(y):
-        raise ValueError(
+        raise InvalidInputError(
             f"finetune_subnet: epochs={epochs} (>= 0), batch_size={batch_size} (>= 1), "
             f"len(x)={len(x)} == len(y)={len(y)} > 0 expected"
         )
     if not 0.0 <= alpha <= 1.0 or temperature <= 0:
-        raise ValueError(
+        raise InvalidInputError(
             f"finetune_subnet: alpha={alpha} must lie in [0, 1], temperature={temperature} > 0"
         )
     if (x_val is None) != (y_val is None):
-        raise ValueError("finetune_subnet: give both x_val and y_val, or neither")
+        raise InvalidInputError("finetune_subnet: give both x_val and y_val, or neither")
     teacher.eval()
     best_acc = (
         top1_accuracy(subnet, x_val, y_val) if x_val is not None and y_val is not None else None
@@ -420,10 +447,10 @@ def selective_recall(
         reads images row by row) and labels ``y`` of shape ``(n,)``.
 
     Raises:
-        ValueError: ``features`` too small or sizes below 1.
+        InvalidInputError: ``features`` too small or sizes below 1.
     """
     if features < classes + 1 or n < 1 or length < 1 or classes < 2:
-        raise ValueError(
+        raise InvalidInputError(
             f"selective_recall: need features >= classes + 1 (got {features}, {classes}), "
             f"n={n} >= 1, length={length} >= 1, classes >= 2"
         )
