@@ -372,8 +372,11 @@ def _collect(output: Path, status: str, error: str) -> tuple[str, str, dict[str,
 #: temporary folder instead of TCP ports on localhost: nothing is sent over TCP, so
 #: ipykernel's "Kernel is running over TCP without encryption" warning has no cause.
 #: Where Unix sockets are missing (Windows), the kernel keeps jupyter_client's TCP default.
+#: papermill's own reading of the parameters cell misses ``Literal[...]`` annotations and
+#: would warn "Passed unknown parameter" for them; every name was checked against the cell
+#: before papermill starts, so that warning is dropped.
 _PAPERMILL_IPC = """
-import atexit, os, shutil, sys, tempfile
+import atexit, logging, os, shutil, sys, tempfile
 from papermill.cli import papermill
 from papermill.engines import NBClientEngine, papermill_engines
 from traitlets.config import Config
@@ -389,6 +392,11 @@ class IPCEngine(NBClientEngine):
             config.KernelManager.ip = os.path.join(folder, "kernel")
         return super().execute_managed_notebook(nb_man, kernel_name, config=config, **kwargs)
 
+class _CheckedNames(logging.Filter):
+    def filter(self, record):
+        return not record.getMessage().startswith("Passed unknown parameter")
+
+logging.getLogger("papermill").addFilter(_CheckedNames())
 papermill_engines.register("hpcnb-ipc", IPCEngine)
 papermill(sys.argv[1:] + ["--engine", "hpcnb-ipc"], prog_name="papermill")
 """

@@ -214,3 +214,27 @@ def test_run_refuses_a_choice_before_a_kernel_starts(tmp_path):
     assert proc.returncode == 2
     assert "'digits', 'cifar10'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(out.glob("*.ipynb"))  # nothing was executed
+
+
+def test_run_passes_a_valid_choice_without_papermill_warnings(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    body = 'from typing import Literal\n\nDATASET: Literal["digits", "cifar10"] = "digits"  # d\n'
+    path = _literal_notebook(tmp_path, body)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpcnb", "run", str(path), "-p", "DATASET", "cifar10"]
+        + ["--out", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "unknown parameter" not in proc.stderr + proc.stdout
+    executed = json.loads((out / "lit.ipynb").read_text())
+    printed = "".join(
+        "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])
+    )
+    assert "cifar10" in printed
