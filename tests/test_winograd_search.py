@@ -11,7 +11,7 @@ from hpcnb.winograd import WinogradConfig, lookup_wisdom, prove_equivalence
 from hpcnb.winograd.autotune import autotune, regret_study
 from hpcnb.winograd.bench import benchmark_layer, check_threads, smoke_layers
 from hpcnb.winograd.config import WinogradError
-from hpcnb.winograd.points import STANDARD_POINTS, pareto_front, point_search, symmetric_sets
+from hpcnb.winograd.points import STANDARD_POINTS, pareto_points, point_search, symmetric_sets
 from hpcnb.winograd.transforms import cook_toom
 
 
@@ -38,7 +38,7 @@ def test_symmetric_sets_and_searched_points_give_exact_transforms():
     assert std["points"] == ", ".join(map(str, STANDARD_POINTS[(4, 3)]))
     # searched points beat the common ones in fp32 error on this benchmark (F(4,3))
     assert best["fp32_error"] < std["fp32_error"]
-    front = pareto_front(rows)
+    front = pareto_points(rows)
     assert front[0]["ops"] == min(r["ops"] for r in rows)
     assert all(a["fp32_error"] > b["fp32_error"] for a, b in itertools.pairwise(front))
 

@@ -228,7 +228,7 @@ def test_convolution_reads_wisdom_only_when_asked(tmp_path, monkeypatch):
     w = rng.standard_normal(WS, dtype=np.float32)
     seen: list[object] = []
     monkeypatch.setattr(
-        "hpcnb.winograd.conv.lookup_wisdom",
+        "hpcnb.winograd.backend.lookup_wisdom",
         lambda *a, **k: seen.append(a) or lookup_wisdom(*a, **k),
     )
     conv2d_winograd(x, w, padding=1)  # the default configuration, no file read

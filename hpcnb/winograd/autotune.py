@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -27,7 +28,7 @@ from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
 from hpcnb.winograd.conv import filter_transform, winograd_numpy
 from hpcnb.winograd.wisdom import read_wisdom, shape_key, store_entry, stored_entry
 
-__all__ = ["RegretResult", "TuneResult", "autotune", "regret_study", "search_space"]
+__all__ = ["KNOBS", "RegretResult", "TuneResult", "autotune", "regret_study", "search_space"]
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,35 @@ def search_space(
     threads: tuple[int, ...] = (1, 2),
     gemms: tuple[str, ...] = ("blas",),
 ) -> list[WinogradConfig]:
-    """Cartesian product of the tuning knobs (plus the default configuration)."""
+    """Cartesian product of the tuning knobs (plus the default configuration).
+
+    Args:
+        r: Filter size (decides the default configuration).
+        ms: Tile sizes.
+        blocks: Tiles per block (``block_tiles``).
+        orders: Loop orders (``channel_major``).
+        threads: Thread counts.
+        gemms: GEMM back ends.
+    """
     space = [
         WinogradConfig(m=m, block_tiles=b, channel_major=o, threads=t, gemm=g)
         for m, b, o, t, g in itertools.product(ms, blocks, orders, threads, gemms)
     ]
     d = default_config(r)
     return space if d in space else [d, *space]
+
+
+#: The fields of :class:`~hpcnb.winograd.config.WinogradConfig` a coordinate search may vary.
+KNOBS: tuple[str, ...] = (
+    "m",
+    "block_tiles",
+    "channel_major",
+    "threads",
+    "gemm",
+    "schedule",
+    "fused",
+    "points",
+)
 
 
 def autotune(
@@ -125,94 +148,141 @@ def autotune(
 
     Returns:
         The tuning result (``from_wisdom`` tells whether it was measured now).
+
+    Raises:
+        WinogradError: Invalid shapes, ``finalists`` or ``final_reps`` below 1, or an
+            unknown knob (a ``ValueError``).
     """
+    _check_tuning(x_shape, w_shape, padding, knobs, finalists, final_reps)
+    key = shape_key(x_shape, w_shape, padding)
+    stored = stored_entry(read_wisdom(path), key)
+    if reuse and stored is not None:
+        return _stored_result(key, stored)
+    r = int(w_shape[2])
+    default = default or default_config(r)
+    trials = _Trials(x_shape, w_shape, padding, reps, seed)
+    trials.measure(default)
+    if knobs is not None:
+        _coordinate_search(trials, default, knobs, rounds)
+    else:
+        _sweep(trials, list(space or search_space(r)), progress, key)
+    result = _final_measurement(trials, key, default, finalists, final_reps)
+    store_entry(key, _wisdom_entry(result), path)
+    return result
+
+
+def _check_tuning(
+    x_shape: tuple,
+    w_shape: tuple,
+    padding: int,
+    knobs: dict[str, tuple] | None,
+    finalists: int,
+    final_reps: int,
+) -> None:
+    """Refuse a tuning run that could not run or could not choose."""
     check_conv_args(tuple(x_shape), tuple(w_shape), padding)
     if finalists < 1 or final_reps < 1:
         raise WinogradError(
             f"autotune: finalists and final_reps must be >= 1, got {finalists}, {final_reps}"
         )
-    r = int(w_shape[2])
-    key = shape_key(x_shape, w_shape, padding)
-    stored = stored_entry(read_wisdom(path), key)
-    if reuse and stored is not None:
-        return TuneResult(
-            shape=key,
-            best=WinogradConfig(**stored["best"]),
-            best_s=stored["best_s"],
-            default_s=stored["default_s"],
-            trials=tuple((t["config"], t["seconds"]) for t in stored["trials"]),
-            final=tuple((t["config"], t["seconds"]) for t in stored.get("final", ())),
-            from_wisdom=True,
-        )
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(x_shape, dtype=np.float32)
-    w = rng.standard_normal(w_shape, dtype=np.float32)
-    default = default or default_config(r)
-    filters: dict[tuple, np.ndarray] = {}  # filters are transformed once per (m, points)
-    measured: dict[WinogradConfig, float] = {}
+    unknown = set(knobs or ()) - set(KNOBS)
+    if unknown:
+        raise WinogradError(f"autotune: unknown knobs {sorted(unknown)}")
 
-    def runner(cfg: WinogradConfig):
+
+def _stored_result(key: str, stored: dict) -> TuneResult:
+    """The tuning result kept in the wisdom for ``key``."""
+    return TuneResult(
+        shape=key,
+        best=WinogradConfig(**stored["best"]),
+        best_s=stored["best_s"],
+        default_s=stored["default_s"],
+        trials=tuple((t["config"], t["seconds"]) for t in stored["trials"]),
+        final=tuple((t["config"], t["seconds"]) for t in stored.get("final", ())),
+        from_wisdom=True,
+    )
+
+
+class _Trials:
+    """The measurements of one tuning run on one random layer: each configuration once.
+
+    Filters are transformed once per ``(m, points)`` (inference with fixed weights), and
+    every configuration is timed once (``reps`` repetitions after a warm-up call).
+    """
+
+    def __init__(self, x_shape: tuple, w_shape: tuple, padding: int, reps: int, seed: int):
+        rng = np.random.default_rng(seed)
+        self.x = rng.standard_normal(x_shape, dtype=np.float32)
+        self.w = rng.standard_normal(w_shape, dtype=np.float32)
+        self.padding, self.reps = padding, reps
+        self.filters: dict[tuple, np.ndarray] = {}
+        self.measured: dict[WinogradConfig, float] = {}
+
+    def runner(self, cfg: WinogradConfig) -> Callable[[], np.ndarray]:
+        """One convolution of the layer with ``cfg``, its filters transformed beforehand."""
         key_u = (cfg.m, cfg.points)
-        if key_u not in filters:
-            filters[key_u] = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
-        U = filters[key_u]
+        if key_u not in self.filters:
+            self.filters[key_u] = filter_transform(self.w, cfg.m, cfg.points, dtype=np.float32)
+        U = self.filters[key_u]
+        x, w, padding = self.x, self.w, self.padding
         return lambda: winograd_numpy(x, w, padding, cfg, U=U)
 
-    def measure(cfg: WinogradConfig) -> float:
-        if cfg not in measured:
-            measured[cfg] = median_time(runner(cfg), repeats=reps, warmup=1).median
-        return measured[cfg]
+    def measure(self, cfg: WinogradConfig) -> float:
+        """Median seconds of ``cfg`` (timed on its first request only)."""
+        if cfg not in self.measured:
+            self.measured[cfg] = median_time(self.runner(cfg), repeats=self.reps, warmup=1).median
+        return self.measured[cfg]
 
-    measure(default)
-    if knobs is not None:  # coordinate search: one knob at a time, the others at their best
-        unknown = set(knobs) - {
-            "m",
-            "block_tiles",
-            "channel_major",
-            "threads",
-            "gemm",
-            "schedule",
-            "fused",
-            "points",
-        }
-        if unknown:
-            raise WinogradError(f"autotune: unknown knobs {sorted(unknown)}")
-        best = default
-        for _ in range(rounds):
-            for knob, values in knobs.items():
-                for v in values:
-                    cand = replace(best, **{knob: v})
-                    if measure(cand) < measure(best):
-                        best = cand
-    else:
-        space = list(space or search_space(r))
-        from hpcnb.progress import progress as progress_bar
 
-        iterator = space
-        if progress is not False:
-            iterator = progress_bar(space, desc=f"autotune {key}", unit="configs", enabled=progress)
-        for cfg in iterator:
-            measure(cfg)
-    trials = [(asdict(c), t) for c, t in measured.items()]
-    # final measurement: the default and the fastest few of the sweep, interleaved
+def _coordinate_search(
+    trials: _Trials, default: WinogradConfig, knobs: dict[str, tuple], rounds: int
+) -> None:
+    """One knob at a time from the default, the others at their best so far."""
+    best = default
+    for _ in range(rounds):
+        for knob, values in knobs.items():
+            for v in values:
+                cand = replace(best, **{knob: v})
+                if trials.measure(cand) < trials.measure(best):
+                    best = cand
+
+
+def _sweep(trials: _Trials, space: list[WinogradConfig], progress: bool | None, key: str) -> None:
+    """Every configuration of ``space`` once, with a progress bar when asked."""
+    from hpcnb.progress import progress as progress_bar
+
+    iterator: Iterable[WinogradConfig] = space
+    if progress is not False:
+        iterator = progress_bar(space, desc=f"autotune {key}", unit="configs", enabled=progress)
+    for cfg in iterator:
+        trials.measure(cfg)
+
+
+def _final_measurement(
+    trials: _Trials, key: str, default: WinogradConfig, finalists: int, final_reps: int
+) -> TuneResult:
+    """The default and the fastest few of the sweep timed again in interleaved rounds."""
+    measured = trials.measured
     ranked = [c for c, _ in sorted(measured.items(), key=lambda kv: kv[1]) if c != default]
     finals = [default, *ranked[:finalists]]
-    timings = interleaved([runner(c) for c in finals], repeats=final_reps, warmup=1)
+    timings = interleaved([trials.runner(c) for c in finals], repeats=final_reps, warmup=1)
     final_s = [t.median for t in timings]
     i_best = min(range(len(finals)), key=lambda i: (final_s[i], i))  # ties: the default
-    best, best_s, default_s = finals[i_best], final_s[i_best], final_s[0]
-    final = [(asdict(c), t) for c, t in zip(finals, final_s, strict=True)]
-    result = TuneResult(key, best, best_s, default_s, tuple(trials), tuple(final))
-    entry = {
-        "best": asdict(best),
-        "best_s": best_s,
-        "default_s": default_s,
-        "trials": [{"config": c, "seconds": s} for c, s in trials],
-        "final": [{"config": c, "seconds": s} for c, s in final],
+    trial_rows = tuple((asdict(c), t) for c, t in measured.items())
+    final = tuple((asdict(c), t) for c, t in zip(finals, final_s, strict=True))
+    return TuneResult(key, finals[i_best], final_s[i_best], final_s[0], trial_rows, final)
+
+
+def _wisdom_entry(result: TuneResult) -> dict:
+    """The wisdom entry (schema of :mod:`~hpcnb.winograd.wisdom`) of a measured result."""
+    return {
+        "best": asdict(result.best),
+        "best_s": result.best_s,
+        "default_s": result.default_s,
+        "trials": [{"config": c, "seconds": s} for c, s in result.trials],
+        "final": [{"config": c, "seconds": s} for c, s in result.final],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    store_entry(key, entry, path)
-    return result
 
 
 @dataclass(frozen=True)
@@ -288,12 +358,13 @@ def regret_study(
     filters = {
         (c.m, c.points): filter_transform(w, c.m, c.points, dtype=np.float32) for c in configs
     }
+
+    def runner(c: WinogradConfig) -> Callable[[], np.ndarray]:
+        U = filters[(c.m, c.points)]
+        return lambda: winograd_numpy(x, w, padding, c, U=U)
+
     t0 = time.perf_counter()
-    timings = interleaved(
-        [lambda c=c: winograd_numpy(x, w, padding, c, U=filters[(c.m, c.points)]) for c in configs],
-        repeats=reps,
-        warmup=1,
-    )
+    timings = interleaved([runner(c) for c in configs], repeats=reps, warmup=1)
     sweep_s = time.perf_counter() - t0
     medians = [t.median for t in timings]
     i_best = int(np.argmin(medians))

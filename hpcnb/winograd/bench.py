@@ -13,7 +13,7 @@ raises instead of reporting.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -114,7 +114,12 @@ class Layer:
 
 
 def layer_set(batches: tuple[int, ...] = (1, 8), scale: int = 1) -> list[Layer]:
-    """The ResNet/VGG layer set, optionally with channels and sides divided by ``scale``."""
+    """The ResNet/VGG layer set, optionally with channels and sides divided by ``scale``.
+
+    Args:
+        batches: Batch sizes; every shape of :data:`RESNET_LAYERS` at each of them.
+        scale: Divisor of the channels (at least 1 left) and image sides (at least 4).
+    """
     return [
         Layer(N=b, C=max(c // scale, 1), H=max(h // scale, 4))
         for c, h in RESNET_LAYERS
@@ -127,7 +132,7 @@ def smoke_layers() -> list[Layer]:
     return [Layer(N=1, C=16, H=14), Layer(N=2, C=32, H=7)]
 
 
-def geometric_mean(values) -> float:
+def geometric_mean(values: Iterable[float]) -> float:
     """Geometric mean of positive numbers."""
     v = np.asarray(list(values), dtype=np.float64)
     return float(np.exp(np.log(v).mean()))
@@ -149,7 +154,8 @@ def round_geometric_means(per_layer: Sequence[Sequence[float]]) -> list[float]:
         One geometric mean per round.
 
     Raises:
-        ValueError: No layers, an empty or non-positive sequence, or unequal lengths.
+        WinogradError: No layers, an empty or non-positive sequence, or unequal lengths
+            (a ``ValueError``).
     """
     if not per_layer:
         raise WinogradError("round_geometric_means: no layers")
@@ -202,17 +208,41 @@ def benchmark_layer(
         "im2col": (...)}``, the per-round ratios (method time / Winograd time of the same
         round), ``reps`` of each, and ``round_times``: ``{method: (seconds per round)}``.
     """
-    import torch
-    import torch.nn.functional as F
-
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(layer.x_shape, dtype=np.float32)
-    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-    pad = (layer.r - 1) // 2
     cfg = config or default_config(layer.r)
     if cfg.threads == 0 or cfg.threads > threads:
         cfg = replace(cfg, threads=threads)
-    threads = cfg.threads  # every method runs with the same count as the Winograd configuration
+    x, w = _layer_data(layer, seed)
+    methods, U = _methods(layer, x, w, cfg, direct=direct, im2col=im2col)
+    from hpcnb.winograd.numerics import direct_fp64, relative_error
+
+    ref = direct_fp64(x, w, (layer.r - 1) // 2)
+    # every method runs with the same count as the Winograd configuration
+    y, counts, timings = _measure_methods(layer, x, w, cfg, U, methods, reps)
+    return _layer_summary(layer, cfg, timings, relative_error(y, ref), counts)
+
+
+def _layer_data(layer: Layer, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random float32 input and filters of ``layer``."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(layer.x_shape, dtype=np.float32)
+    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    return x, w
+
+
+def _methods(
+    layer: Layer,
+    x: np.ndarray,
+    w: np.ndarray,
+    cfg: WinogradConfig,
+    *,
+    direct: bool,
+    im2col: bool,
+) -> tuple[dict[str, Callable[[], object]], np.ndarray]:
+    """The timed calls by method name, and the filters transformed once for Winograd."""
+    import torch
+    import torch.nn.functional as F
+
+    pad = (layer.r - 1) // 2
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
     U = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
 
@@ -220,7 +250,7 @@ def benchmark_layer(
         with torch.no_grad():
             F.conv2d(xt, wt, padding=pad)
 
-    methods = {
+    methods: dict[str, Callable[[], object]] = {
         "torch": run_torch,
         "winograd": lambda: winograd_numpy(x, w, pad, cfg, U=U),
         "winograd_with_filter_transform": lambda: winograd_numpy(x, w, pad, cfg),
@@ -229,17 +259,37 @@ def benchmark_layer(
         methods["im2col"] = lambda: conv2d_im2col(x, w, pad)
     if direct:
         methods["direct"] = lambda: conv2d_direct(x, w, pad)
-    from hpcnb.winograd.numerics import direct_fp64, relative_error
+    return methods, U
 
-    ref = direct_fp64(x, w, pad)
-    with pinned_threads(threads):
-        counts = check_threads(threads)
-        y = winograd_numpy(x, w, pad, cfg, U=U)
+
+def _measure_methods(
+    layer: Layer,
+    x: np.ndarray,
+    w: np.ndarray,
+    cfg: WinogradConfig,
+    U: np.ndarray,
+    methods: dict[str, Callable[[], object]],
+    reps: int,
+) -> tuple[np.ndarray, dict[str, int], dict[str, Timing]]:
+    """Winograd's output and every method's interleaved timing, the pools pinned and checked."""
+    with pinned_threads(cfg.threads):
+        counts = check_threads(cfg.threads)
+        y = winograd_numpy(x, w, (layer.r - 1) // 2, cfg, U=U)
         # one warm-up round (and compile), then interleaved rounds: a change of machine
         # load hits every method alike
         timings = interleaved(methods, repeats=reps, warmup=1)
-        check_threads(threads)  # nothing changed the pools while timing
-    times = {k: t.samples for k, t in timings.items()}
+        check_threads(cfg.threads)  # nothing changed the pools while timing
+    return y, counts, timings
+
+
+def _layer_summary(
+    layer: Layer,
+    cfg: WinogradConfig,
+    timings: dict[str, Timing],
+    rel_error: float,
+    counts: dict[str, int],
+) -> dict:
+    """Medians, speed-ups and per-round times and ratios of one layer's timings."""
     med = {k: t.median for k, t in timings.items()}
     t_wino = med["winograd"]
     out = {
@@ -250,7 +300,7 @@ def benchmark_layer(
         "m": cfg.m,
         "threads": cfg.threads,
         "points": cfg.points,
-        "winograd_rel_error": relative_error(y, ref),
+        "winograd_rel_error": rel_error,
         "threads_checked": counts,
         "winograd_gflops_equiv": layer.flops / t_wino / 1e9,
     }
@@ -259,7 +309,7 @@ def benchmark_layer(
     for k in ("direct", "im2col"):
         if k in med:
             out[f"speedup_vs_{k}"] = med[k] / t_wino
-    out["round_times"] = times
+    out["round_times"] = {k: t.samples for k, t in timings.items()}
     out["round_speedups"] = {
         k: ratios(timings[k], timings["winograd"])
         for k in ("torch", "direct", "im2col")

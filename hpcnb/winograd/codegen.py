@@ -39,8 +39,9 @@ from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 
-from hpcnb.codecache import deprecated_cache_env, load_generated, source_digest
+from hpcnb.codecache import load_generated, source_digest
 from hpcnb.paths import cache_root
+from hpcnb.winograd.config import WinogradError
 from hpcnb.winograd.opcount import TransformPrograms, transform_programs
 from hpcnb.winograd.slp import LinearProgram
 
@@ -48,17 +49,19 @@ __all__ = [
     "CPU_TARGET",
     "CUDA_TARGET",
     "PythonTarget",
-    "cache_dir",
     "constants_of",
     "cpu_kernels",
     "cpu_source",
     "cuda_kernels",
     "cuda_source",
     "input_body",
+    "kernel_cache_dir",
     "load_module",
     "output_body",
+    "python_constant",
     "render_module",
     "render_program",
+    "source_excerpt",
     "target_kernels",
 ]
 
@@ -66,14 +69,13 @@ ConstFmt = Callable[[Fraction], str]
 _CODEGEN_VERSION = "9"
 
 
-def cache_dir() -> Path:
-    """Return the cache root of the generated Winograd kernels.
+def kernel_cache_dir() -> Path:
+    """Return the cache root of the generated Winograd kernels (the folder is not created).
 
     This is the one cache root of hpcnb, :func:`hpcnb.paths.cache_root` (``$HPCNB_CACHE``,
-    else the user cache folder). ``$HPCNB_CACHE_DIR`` is a deprecated alias still honoured
-    (with a ``FutureWarning``) when ``$HPCNB_CACHE`` is unset. The folder is not created.
+    else the user cache folder); the kernels live in its ``winograd/generated`` folder.
     """
-    return deprecated_cache_env("HPCNB_CACHE_DIR") or cache_root()
+    return cache_root()
 
 
 def constants_of(progs: TransformPrograms) -> list[Fraction]:
@@ -85,8 +87,26 @@ def constants_of(progs: TransformPrograms) -> list[Fraction]:
     return sorted(out)
 
 
-def _const_name(c: Fraction) -> str:
+def python_constant(c: Fraction) -> str:
+    """Name of the module-level constant holding ``c`` in a Python-syntax target (``K1_2``)."""
     return f"K{c.numerator}_{c.denominator}"
+
+
+def source_excerpt(source: str, first: str, lines: int) -> str:
+    """``lines`` lines of ``source`` from the one starting with ``first``, each stripped.
+
+    Args:
+        source: Generated text.
+        first: The text where the excerpt starts (e.g. the first input-transform line).
+        lines: Number of lines.
+
+    Raises:
+        WinogradError: ``first`` does not occur in ``source``.
+    """
+    start = source.find(first)
+    if start < 0:
+        raise WinogradError(f"source_excerpt: {first[:60]!r} is not in the generated source")
+    return "\n".join(ln.strip() for ln in source[start:].splitlines()[:lines])
 
 
 def render_program(
@@ -178,7 +198,14 @@ def _nested_2d(
 def input_body(
     progs: TransformPrograms, const: ConstFmt, decl: str = "", end: str = ""
 ) -> list[str]:
-    """Nested 2-D input transform ``v = BT d B`` on locals ``d_i_j`` -> ``v_a_b``."""
+    """Nested 2-D input transform ``v = BT d B`` on locals ``d_i_j`` -> ``v_a_b``.
+
+    Args:
+        progs: Optimised programs of one ``F(m, r)``.
+        const: Renders a constant magnitude (:func:`python_constant`, or a C literal).
+        decl: Declaration prefix of each assignment (``"const float "`` in C).
+        end: Statement terminator (``";"`` in C).
+    """
     n = progs.transform.n
     return _nested_2d(progs.input, (n, n), ("d", "s", "v"), ("ic", "ir"), const, decl, end)
 
@@ -186,7 +213,14 @@ def input_body(
 def output_body(
     progs: TransformPrograms, const: ConstFmt, decl: str = "", end: str = ""
 ) -> list[str]:
-    """Nested 2-D output transform ``y = AT M A`` on locals ``m_a_b`` -> ``y_i_j``."""
+    """Nested 2-D output transform ``y = AT M A`` on locals ``m_a_b`` -> ``y_i_j``.
+
+    Args:
+        progs: Optimised programs of one ``F(m, r)``.
+        const: Renders a constant magnitude (:func:`python_constant`, or a C literal).
+        decl: Declaration prefix of each assignment (``"const float "`` in C).
+        end: Statement terminator (``";"`` in C).
+    """
     n, m = progs.transform.n, progs.transform.m
     return _nested_2d(progs.output, (n, m), ("m", "u", "y"), ("oc", "or"), const, decl, end)
 
@@ -202,7 +236,7 @@ def _tile_lines(progs: TransformPrograms, checked: bool) -> dict[str, list[str]]
     instead of relying on a scratch patch.
     """
     n, m = progs.transform.n, progs.transform.m
-    const = _const_name
+    const = python_constant
     if checked:
         load = [f"rv{i} = 0 <= h0 + {i} < H" for i in range(n)]
         load += [f"cv{j} = 0 <= w0 + {j} < W" for j in range(n)]
@@ -322,7 +356,7 @@ def render_module(progs: TransformPrograms, target: PythonTarget, dtype: str = "
         "",
         *target.imports,
         "",
-        *[f"{_const_name(c)} = np.{dtype}({float(c)!r})" for c in constants_of(progs)],
+        *[f"{python_constant(c)} = np.{dtype}({float(c)!r})" for c in constants_of(progs)],
         f"ZERO = np.{dtype}(0.0)",
         f"N_TILE = {n}",
         f"M_TILE = {m}",
@@ -380,34 +414,37 @@ def _cpu_tails(progs: TransformPrograms) -> dict[str, list[str]]:
     }
 
 
-def _cpu_vector_functions(progs: TransformPrograms) -> list[str]:
-    """The fused path: tile bodies applied to a vector of tiles, gather, scatter, drivers.
+def _lines(text: str) -> list[str]:
+    """The lines of a generated block written as one indented text (outer blank lines cut)."""
+    return text.strip("\n").split("\n")
 
-    Layout of one block of ``L`` consecutive tiles (tile ``p0 + q``, ``q < L``):
 
-    * ``D[i*n + j, q]``: the gathered ``n x n`` patch of one channel (zero outside the
-      image), ``n² x L``: the tile gather, consumed at once by the input transform;
-    * ``V[ab, c, q]``: transformed input, ``n² x C x L``, contiguous in ``q``;
-    * ``Mt[ab, k, q] = Σ_c U[ab, k, c] V[ab, c, q]``: the ``n²`` independent GEMMs
-      (``K x C`` times ``C x L``), by BLAS (``np.dot``, one thread per call) or by the
-      register-blocked Numba loop ``gemm_block``;
-    * ``Y[i*m + j, q]``: one filter's output tiles, scattered into ``out`` at once.
-
-    The transform loops run over ``q`` with the straight-line body inside, so every load
-    and store is unit-stride in ``q`` and the loop vectorises across tiles.
-    """
-    n, m = progs.transform.n, progs.transform.m
-    const = _const_name
+def _in_vec_lines(progs: TransformPrograms) -> list[str]:
+    """``in_vec(D, V, c, L)``: the input transform of ``L`` gathered tiles of channel ``c``."""
+    n = progs.transform.n
     ind = " " * 8
-    in_vec = ["@numba.njit(cache=True)", "def in_vec(D, V, c, L):", "    for q in range(L):"]
-    in_vec += [f"{ind}d_{i}_{j} = D[{i * n + j}, q]" for i in range(n) for j in range(n)]
-    in_vec += [ind + ln for ln in input_body(progs, const)]
-    in_vec += [f"{ind}V[{a * n + b}, c, q] = v_{a}_{b}" for a in range(n) for b in range(n)]
-    out_vec = ["@numba.njit(cache=True)", "def out_vec(Mt, k, Y, L):", "    for q in range(L):"]
-    out_vec += [f"{ind}m_{a}_{b} = Mt[{a * n + b}, k, q]" for a in range(n) for b in range(n)]
-    out_vec += [ind + ln for ln in output_body(progs, const)]
-    out_vec += [f"{ind}Y[{i * m + j}, q] = y_{i}_{j}" for i in range(m) for j in range(m)]
-    rest = f"""
+    lines = ["@numba.njit(cache=True)", "def in_vec(D, V, c, L):", "    for q in range(L):"]
+    lines += [f"{ind}d_{i}_{j} = D[{i * n + j}, q]" for i in range(n) for j in range(n)]
+    lines += [ind + ln for ln in input_body(progs, python_constant)]
+    lines += [f"{ind}V[{a * n + b}, c, q] = v_{a}_{b}" for a in range(n) for b in range(n)]
+    return lines
+
+
+def _out_vec_lines(progs: TransformPrograms) -> list[str]:
+    """``out_vec(Mt, k, Y, L)``: the output transform of filter ``k`` for ``L`` tiles."""
+    n, m = progs.transform.n, progs.transform.m
+    ind = " " * 8
+    lines = ["@numba.njit(cache=True)", "def out_vec(Mt, k, Y, L):", "    for q in range(L):"]
+    lines += [f"{ind}m_{a}_{b} = Mt[{a * n + b}, k, q]" for a in range(n) for b in range(n)]
+    lines += [ind + ln for ln in output_body(progs, python_constant)]
+    lines += [f"{ind}Y[{i * m + j}, q] = y_{i}_{j}" for i in range(m) for j in range(m)]
+    return lines
+
+
+def _gather_lines(progs: TransformPrograms) -> list[str]:
+    """``gather``: the ``n x n`` patches of ``L`` tiles of one channel, zero outside the image."""
+    n, m = progs.transform.n, progs.transform.m
+    return _lines(f"""
 @numba.njit(cache=True)
 def gather(x, c, p0, L, D, pad, tiles_h, tiles_w):
     H = x.shape[2]
@@ -432,8 +469,13 @@ def gather(x, c, p0, L, D, pad, tiles_h, tiles_w):
                         D[i * {n} + j, q] = x[b, c, hh, ww]
                     else:
                         D[i * {n} + j, q] = ZERO
+""")
 
 
+def _scatter_lines(progs: TransformPrograms) -> list[str]:
+    """``scatter``: one filter's ``m x m`` outputs of ``L`` tiles into the image (clipped)."""
+    m = progs.transform.m
+    return _lines(f"""
 @numba.njit(cache=True)
 def scatter(Y, out, k, p0, L, tiles_h, tiles_w):
     Ho = out.shape[2]
@@ -448,8 +490,12 @@ def scatter(Y, out, k, p0, L, tiles_h, tiles_w):
         for i in range(min({m}, Ho - oh)):
             for j in range(min({m}, Wo - ow)):
                 out[b, k, oh + i, ow + j] = Y[i * {m} + j, q]
+""")
 
 
+def _gemm_block_lines(progs: TransformPrograms) -> list[str]:
+    """``gemm_block``: the register-blocked Numba GEMM (the same for every ``F(m, r)``)."""
+    return _lines("""
 @numba.njit(cache=True)
 def gemm_block(A, B, Cm):
     # Cm = A @ B for A (K, C), B (C, L), four rows of Cm per pass over B (register blocking)
@@ -481,16 +527,25 @@ def gemm_block(A, B, Cm):
             a0 = A[k, c]
             for q in range(L):
                 Cm[k, q] += a0 * B[c, q]
+""")
 
 
+def _products_lines(progs: TransformPrograms) -> list[str]:
+    """``products``: GEMM number ``t`` of a block, by BLAS or by ``gemm_block``."""
+    return _lines("""
 @numba.njit(cache=True)
 def products(U, V, Mt, t, use_blas):
     if use_blas:
         Mt[t] = np.dot(U[t], V[t])
     else:
         gemm_block(U[t], V[t], Mt[t])
+""")
 
 
+def _fused_tiles_lines(progs: TransformPrograms) -> list[str]:
+    """``fused_tiles``: the whole layer, one block of tiles per parallel work item."""
+    n, m = progs.transform.n, progs.transform.m
+    return _lines(f"""
 @numba.njit(parallel=True, cache=True)
 def fused_tiles(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
     # one block of tiles per work item: gather + input transform, n² GEMMs, output
@@ -514,8 +569,13 @@ def fused_tiles(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
         for k in range(K):
             out_vec(Mt, k, Y, L)
             scatter(Y, out, k, p0, L, tiles_h, tiles_w)
+""")
 
 
+def _fused_stages_lines(progs: TransformPrograms) -> list[str]:
+    """``fused_stages``: blocks in sequence, each stage parallel (for few tiles)."""
+    n, m = progs.transform.n, progs.transform.m
+    return _lines(f"""
 @numba.njit(parallel=True, cache=True)
 def fused_stages(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
     # blocks in sequence, each stage parallel: over channels (gather + input transform),
@@ -540,8 +600,43 @@ def fused_stages(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
             Y = np.empty(({m * m}, L), dtype=x.dtype)
             out_vec(Mb, k, Y, L)
             scatter(Y, out, k, p0, L, tiles_h, tiles_w)
-"""
-    return [*in_vec, "", "", *out_vec, "", *rest.rstrip("\n").split("\n")]
+""")
+
+
+#: The kernels of the fused CPU path, in the order they are written into the module.
+_VECTOR_KERNELS: tuple[Callable[[TransformPrograms], list[str]], ...] = (
+    _in_vec_lines,
+    _out_vec_lines,
+    _gather_lines,
+    _scatter_lines,
+    _gemm_block_lines,
+    _products_lines,
+    _fused_tiles_lines,
+    _fused_stages_lines,
+)
+
+
+def _cpu_vector_functions(progs: TransformPrograms) -> list[str]:
+    """The fused path: tile bodies applied to a vector of tiles, gather, scatter, drivers.
+
+    Layout of one block of ``L`` consecutive tiles (tile ``p0 + q``, ``q < L``):
+
+    * ``D[i*n + j, q]``: the gathered ``n x n`` patch of one channel (zero outside the
+      image), ``n² x L``: the tile gather, consumed at once by the input transform;
+    * ``V[ab, c, q]``: transformed input, ``n² x C x L``, contiguous in ``q``;
+    * ``Mt[ab, k, q] = Σ_c U[ab, k, c] V[ab, c, q]``: the ``n²`` independent GEMMs
+      (``K x C`` times ``C x L``), by BLAS (``np.dot``, one thread per call) or by the
+      register-blocked Numba loop ``gemm_block``;
+    * ``Y[i*m + j, q]``: one filter's output tiles, scattered into ``out`` at once.
+
+    The transform loops run over ``q`` with the straight-line body inside, so every load
+    and store is unit-stride in ``q`` and the loop vectorises across tiles. Each kernel
+    comes from its own generator (:data:`_VECTOR_KERNELS`); two blank lines separate them.
+    """
+    lines: list[str] = []
+    for i, kernel in enumerate(_VECTOR_KERNELS):
+        lines += ["", "", *kernel(progs)] if i else kernel(progs)
+    return lines
 
 
 CPU_TARGET = PythonTarget(
@@ -640,7 +735,7 @@ _LOADED: dict[str, ModuleType] = {}
 def load_module(source: str, stem: str) -> ModuleType:
     """Write ``source`` to the cache folder (content-addressed), verify it and import it.
 
-    The file is ``<cache_dir()>/winograd/generated/hpcnb_wino_<stem>_<sha256>.py``; a file
+    The file is ``<kernel_cache_dir()>/winograd/generated/hpcnb_wino_<stem>_<sha256>.py``; a file
     found there that differs from ``source`` is rewritten with a
     :class:`~hpcnb.codecache.CodeCacheWarning`, and only ``source`` itself runs (see
     :func:`hpcnb.codecache.load_generated`). A Numba cache entry of its functions that
@@ -657,7 +752,7 @@ def load_module(source: str, stem: str) -> ModuleType:
     """
     key = f"hpcnb_wino_{stem}_{source_digest(source)}"
     if key not in _LOADED:
-        folder = cache_dir() / "winograd" / "generated"
+        folder = kernel_cache_dir() / "winograd" / "generated"
         _LOADED[key] = load_generated(source, folder, f"hpcnb_wino_{stem}")
     return _LOADED[key]
 
@@ -691,8 +786,7 @@ def target_kernels(
     progs = transform_programs(m, r, points, level)
     src = render_module(progs, target, dtype)
     mod = load_module(src, f"{target.key}_" + _stem(m, r, points, dtype, level))
-    mod.SOURCE = src
-    mod.PROGRAMS = progs
+    vars(mod).update(SOURCE=src, PROGRAMS=progs)
     return mod
 
 
@@ -702,8 +796,15 @@ def cpu_kernels(
     """The Numba CPU kernels of ``F(m, r)``: :func:`target_kernels` of :data:`CPU_TARGET`.
 
     The module holds ``in_tile``, ``out_tile``, ``input_transform`` and
-    ``output_transform``; the products are a BLAS or Numba batched GEMM
-    (:mod:`hpcnb.winograd.conv`).
+    ``output_transform`` (the unfused path, whose products are a BLAS or Numba batched
+    GEMM in :mod:`hpcnb.winograd.conv`), and the fused ``fused_tiles`` and ``fused_stages``.
+
+    Args:
+        m: Outputs per tile.
+        r: Filter size.
+        points: Point set.
+        dtype: ``"float32"`` or ``"float64"``.
+        level: Optimisation level of the transforms.
     """
     return target_kernels(CPU_TARGET, m, r, points, dtype, level)
 
@@ -715,5 +816,12 @@ def cuda_kernels(
 
     The module holds ``input_transform``, ``batched_gemm`` and ``output_transform`` (run
     on a GPU or in Numba's simulator).
+
+    Args:
+        m: Outputs per tile.
+        r: Filter size.
+        points: Point set.
+        dtype: ``"float32"`` or ``"float64"``.
+        level: Optimisation level of the transforms.
     """
     return target_kernels(CUDA_TARGET, m, r, points, dtype, level)

@@ -16,18 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcnb.errors import HpcnbError
-from hpcnb.winograd.transforms import validate_mr
+from hpcnb.winograd.transforms import WinogradError, validate_mr
 
 __all__ = ["GEMMS", "SCHEDULES", "STORAGE", "WinogradConfig", "WinogradError", "default_config"]
 
 GEMMS: tuple[str, ...] = ("blas", "numba")
 STORAGE: tuple[str, ...] = ("fp32", "fp16")
 SCHEDULES: tuple[str, ...] = ("auto", "tiles", "stages")
-
-
-class WinogradError(HpcnbError, ValueError):
-    """Bad arguments of a Winograd convolution (configuration, shapes, target)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,7 @@ class WinogradConfig:
         """Check every field.
 
         Raises:
-            ValueError: A field out of range, with its name.
+            WinogradError: A field out of range, with its name (a ``ValueError``).
         """
         validate_mr(self.m, 1)
         if not isinstance(self.block_tiles, int) or self.block_tiles < 0:

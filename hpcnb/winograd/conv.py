@@ -1,13 +1,14 @@
 """2-D convolution with generated Winograd kernels, and the baselines it is compared with.
 
-:func:`conv2d_winograd` matches ``torch.nn.functional.conv2d(x, w, padding=p)`` (stride 1,
-no bias, NCHW) for any batch, channel counts and image size. The filter transform is done
-once in float64 (``U = G w Gᵀ``), the input transform, the ``n²`` batched products and the
-output transform run as generated Numba kernels, in blocks of tiles
-(:class:`~hpcnb.winograd.config.WinogradConfig`). The configuration is explicit: the
-default one, a given one, or with ``config="wisdom"`` the one tuned for this machine
-(:mod:`~hpcnb.winograd.wisdom`). This is the ``"cpu"`` target of
-:mod:`~hpcnb.winograd.backend`. Baselines: :func:`conv2d_direct` (a direct Numba loop
+This module is the ``"cpu"`` target (:data:`CPU_BACKEND`) of
+:func:`~hpcnb.winograd.backend.conv2d_winograd`, which matches
+``torch.nn.functional.conv2d(x, w, padding=p)`` (stride 1, no bias, NCHW) for any batch,
+channel counts and image size. The filter transform is done once in float64
+(``U = G w Gᵀ``, cached per weight by :func:`cached_filters`), the input transform, the
+``n²`` batched products and the output transform run as generated Numba kernels, in
+blocks of tiles (:class:`~hpcnb.winograd.config.WinogradConfig`). The configuration is
+explicit: the default one, a given one, or with ``config="wisdom"`` the one tuned for this
+machine (:mod:`~hpcnb.winograd.wisdom`). Baselines: :func:`conv2d_direct` (a direct Numba loop
 nest) and :func:`conv2d_im2col` (im2col in Numba + one BLAS GEMM per image). The Numba
 on-disk caches of this module's kernels, like those of the generated ones, are guarded
 (:func:`hpcnb.codecache.guard_numba_cache`): an entry that does not load is dropped with a
@@ -28,21 +29,27 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections import OrderedDict
-from dataclasses import replace
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
+import numpy.typing as npt
 
 from hpcnb.codecache import guard_numba_cache
 from hpcnb.timing import pinned_threads
-from hpcnb.winograd.backend import Backend, check_conv_args, convolve, register_backend
-from hpcnb.winograd.codegen import cpu_kernels
+from hpcnb.winograd.backend import Backend, check_conv_args, conv2d_winograd, register_backend
+from hpcnb.winograd.codegen import (
+    cpu_kernels,
+    cpu_source,
+    input_body,
+    python_constant,
+    source_excerpt,
+)
 from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
 from hpcnb.winograd.opcount import transform_programs
 from hpcnb.winograd.transforms import validate_mr
-from hpcnb.winograd.wisdom import lookup_wisdom
 
 __all__ = [
     "CPU_BACKEND",
@@ -50,7 +57,7 @@ __all__ = [
     "cached_filters",
     "conv2d_direct",
     "conv2d_im2col",
-    "conv2d_winograd",
+    "conv2d_winograd",  # the one call of every target, defined in hpcnb.winograd.backend
     "filter_transform",
     "fused_plan",
     "winograd_numpy",
@@ -67,9 +74,9 @@ def _pinned(threads: int, blas: bool = True) -> contextlib.AbstractContextManage
 def filter_transform(
     w: np.ndarray,
     m: int,
-    points: str = "default",
+    points: str | tuple = "default",
     level: str = "searched",
-    dtype: type = np.float64,
+    dtype: npt.DTypeLike = np.float64,
 ) -> np.ndarray:
     """Return ``U[ab, k, c] = (G w[k, c] Gᵀ)[a, b]`` computed in float64.
 
@@ -243,65 +250,6 @@ def winograd_numpy(
     return out
 
 
-def conv2d_winograd(
-    x,
-    w,
-    padding: int = 0,
-    config: WinogradConfig | str | None = None,
-    *,
-    m: int | None = None,
-    wisdom: str | os.PathLike | None = None,
-):
-    """Stride-1 2-D convolution by Winograd's minimal filtering on the CPU, like ``F.conv2d``.
-
-    The configuration is explicit: the default configuration unless ``config`` says
-    otherwise. The filter transform is done once per weight (:func:`cached_filters`:
-    a ``torch.Tensor`` until it is changed in place, a read-only NumPy array). The
-    per-machine wisdom (:mod:`~hpcnb.winograd.wisdom`) is read only when
-    asked with ``config="wisdom"``.
-
-    Args:
-        x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (computed in float32).
-        w: Filters ``(K, C, r, r)``.
-        padding: Zero padding on every side.
-        config: A :class:`~hpcnb.winograd.config.WinogradConfig`; ``None``: the default
-            configuration (:func:`~hpcnb.winograd.config.default_config`); ``"wisdom"``: the
-            configuration tuned for this machine and shape
-            (:func:`~hpcnb.winograd.wisdom.lookup_wisdom`), else the default.
-        m: Outputs per tile side; overrides the configuration's ``m``.
-        wisdom: Wisdom file read with ``config="wisdom"`` (default: see
-            :func:`~hpcnb.winograd.wisdom.wisdom_path`).
-
-    Returns:
-        Output ``(N, K, Ho, Wo)`` of the same kind as ``x`` (tensor or array), float32.
-
-    Raises:
-        ValueError: For invalid shapes, padding, m or config, or a ``wisdom`` file without
-            ``config="wisdom"``.
-    """
-    if wisdom is not None and config != "wisdom":
-        raise WinogradError(
-            "conv2d_winograd: wisdom= names the file read by config='wisdom'; "
-            f"pass config='wisdom' to use it (config is {config!r})"
-        )
-    if config == "wisdom":
-        shapes = (tuple(np.shape(x)), tuple(np.shape(w)), padding)
-        check_conv_args(*shapes)
-        config = lookup_wisdom(*shapes, path=wisdom)
-    elif config is not None and not isinstance(config, WinogradConfig):
-        raise WinogradError(
-            f"conv2d_winograd: config must be a WinogradConfig, 'wisdom' or None, got {config!r}"
-        )
-    check_conv_args(tuple(np.shape(x)), tuple(np.shape(w)), padding)
-    r = int(np.shape(w)[2])
-    cfg = config or default_config(r)
-    if m is not None:
-        validate_mr(m, r)
-        cfg = replace(cfg, m=m)
-    validate_mr(cfg.m, r)
-    return convolve(x, w, padding, cfg, target="cpu", U=cached_filters(w, cfg.m, cfg.points))
-
-
 _FILTERS: OrderedDict = OrderedDict()
 FILTER_CACHE_BYTES = 512 * 2**20
 """Largest total size of the transformed filters kept by :func:`cached_filters` (bytes)."""
@@ -322,7 +270,7 @@ def _weight_key(w) -> tuple | None:
     return None
 
 
-def cached_filters(w, m: int, points: str = "default") -> np.ndarray | None:
+def cached_filters(w: Any, m: int, points: str | tuple = "default") -> np.ndarray | None:
     """Transformed filters ``U`` of ``w`` for ``F(m, r)``, computed once per weight.
 
     The cache (least recently used first out, at most :data:`FILTER_CACHE_BYTES`) holds a
@@ -352,13 +300,51 @@ def cached_filters(w, m: int, points: str = "default") -> np.ndarray | None:
     return U
 
 
-CPU_BACKEND = register_backend(Backend("cpu", winograd_numpy, default_config))
-"""The Numba CPU target (:func:`winograd_numpy` with the default configuration)."""
+def _plan(
+    x_shape: tuple[int, ...], w: np.ndarray, padding: int, config: WinogradConfig
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The CPU target's plan: the filters transformed once, then :func:`winograd_numpy`."""
+    U = filter_transform(w, config.m, config.points, dtype=np.float32)
+    return lambda x: winograd_numpy(x, w, padding, config, U=U)
+
+
+def _prepare(w: Any, config: WinogradConfig) -> dict[str, Any]:
+    """The transformed filters of ``w`` from :func:`cached_filters` (None: not cacheable)."""
+    return {"U": cached_filters(w, config.m, config.points)}
+
+
+def _excerpt(m: int, r: int, lines: int) -> dict[str, str]:
+    """The first input-transform lines of the generated Numba module."""
+    progs = transform_programs(m, r)
+    first = input_body(progs, python_constant)[0]
+    return {"Numba CPU": source_excerpt(cpu_source(progs), first, lines)}
+
+
+CPU_BACKEND = register_backend(
+    Backend(
+        "cpu",
+        winograd_numpy,
+        default_config,
+        label="Numba CPU",
+        excerpt=_excerpt,
+        plan=_plan,
+        prepare=_prepare,
+        wisdom=True,
+    )
+)
+"""The Numba CPU target: :func:`winograd_numpy`, filters cached per weight, tuned by
+:func:`~hpcnb.winograd.autotune.autotune` (``config="wisdom"``)."""
 
 
 @numba.njit(parallel=True, cache=True)
 def batched_gemm(U, V, Mt):  # pragma: no cover - compiled
-    """``Mt[t] = U[t] @ V[t]`` for every ``t`` (Numba, parallel over ``(t, k)``)."""
+    """``Mt[t] = U[t] @ V[t]`` for every ``t`` (Numba, parallel over ``(t, k)``).
+
+    Args:
+        U: Transformed filters ``(T, K, C)``.
+        V: Transformed input ``(T, C, P)``.
+        Mt: Output ``(T, K, P)``, overwritten.
+    """
     T, K, C = U.shape
     P = V.shape[2]
     for idx in numba.prange(T * K):
@@ -458,7 +444,14 @@ def _im2col(x: np.ndarray, w: np.ndarray, padding: int, Ho: int, Wo: int) -> np.
 def conv2d_im2col(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int = 0) -> np.ndarray:
     """im2col (Numba) followed by one BLAS GEMM per image, float32.
 
-    Arguments and result as for :func:`conv2d_direct`.
+    Args:
+        x: Input ``(N, C, H, W)``.
+        w: Filters ``(K, C, r, r)``.
+        padding: Zero padding.
+        threads: Thread count (0: current setting).
+
+    Returns:
+        ``(N, K, Ho, Wo)`` float32.
     """
     return _baseline(x, w, padding, threads, _im2col)
 

@@ -1,10 +1,13 @@
 """Running the generated ``numba.cuda`` kernels: on a GPU, or in Numba's CUDA simulator.
 
-:func:`conv2d_winograd_cuda` launches the three generated kernels (input transform,
-batched products, output transform) for one convolution. Without a GPU the kernels run
-in Numba's simulator, which must be enabled (``NUMBA_ENABLE_CUDASIM=1``) before
-``numba.cuda`` is first imported; :func:`validate_in_simulator` therefore starts a fresh
-Python process with that variable set and compares the results to ``F.conv2d``.
+:data:`CUDA_BACKEND` is the ``"cuda"`` target of
+:func:`~hpcnb.winograd.backend.conv2d_winograd`: it launches the three generated kernels
+(input transform, batched products, output transform) for one convolution, chooses its
+tile size by measuring on a GPU or, without one, by the ptxas-based model of
+:mod:`~hpcnb.winograd.ptx`, and reports its PTX resources per architecture. Without a GPU
+the kernels run in Numba's simulator, which must be enabled (``NUMBA_ENABLE_CUDASIM=1``)
+before ``numba.cuda`` is first imported; :func:`validate_in_simulator` therefore starts a
+fresh Python process with that variable set and compares the results to ``F.conv2d``.
 """
 
 from __future__ import annotations
@@ -13,19 +16,44 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from hpcnb.errors import InvalidStateError
 from hpcnb.launch import run_bounded
-from hpcnb.winograd.backend import Backend, check_conv_args, convolve, register_backend
-from hpcnb.winograd.codegen import cuda_kernels
+from hpcnb.winograd.backend import (
+    Backend,
+    TileChoice,
+    check_conv_args,
+    conv2d_winograd,
+    register_backend,
+    sweep_tiles,
+)
+from hpcnb.winograd.codegen import (
+    cuda_kernels,
+    cuda_source,
+    input_body,
+    python_constant,
+    source_excerpt,
+)
 from hpcnb.winograd.config import WinogradConfig, WinogradError
 from hpcnb.winograd.conv import filter_transform
+from hpcnb.winograd.opcount import transform_programs
+from hpcnb.winograd.ptx import (
+    ARCHS,
+    compile_kernel,
+    cuda_toolkit,
+    kernel_signatures,
+    model_choice,
+    model_time,
+    ptx_arithmetic,
+)
 
 __all__ = [
     "CUDA_BACKEND",
     "DEFAULT_SIM_CASES",
-    "conv2d_winograd_cuda",
     "simulator_active",
     "validate_in_simulator",
 ]
@@ -90,6 +118,92 @@ def _default_config(r: int) -> WinogradConfig:
     return WinogradConfig(m=2)
 
 
+def _excerpt(m: int, r: int, lines: int, archs: tuple[str, ...] = ("sm_90",)) -> dict[str, str]:
+    """The first input-transform lines of the generated module, and of its PTX per arch.
+
+    The PTX excerpts (the first floating-point instructions) need the CUDA toolkit and
+    are left out without it.
+    """
+    progs = transform_programs(m, r)
+    first = input_body(progs, python_constant)[0]
+    out = {"numba.cuda": source_excerpt(cuda_source(progs), first, lines)}
+    if cuda_toolkit() is not None:
+        out.update({f"PTX {arch}": ptx_arithmetic(m, r, arch, lines) for arch in archs})
+    return out
+
+
+def _tune(
+    shape: tuple[int, int, int, int],
+    *,
+    ms: tuple[int, ...],
+    reps: int,
+    seed: int,
+    archs: tuple[str, ...] = tuple(ARCHS),
+) -> list[TileChoice]:
+    """Choose ``m``: measured on a real GPU, else modelled per architecture.
+
+    Without a GPU (or in the simulator) every architecture of ``archs`` gets
+    :func:`~hpcnb.winograd.ptx.model_choice` (ptxas occupancy and a roofline), which
+    needs the CUDA toolkit.
+    """
+    if _available() and not simulator_active():
+        from numba import cuda
+
+        choice = sweep_tiles(CUDA_BACKEND, shape, ms=ms, reps=reps, seed=seed)
+        return [replace(choice, target=f"numba.cuda on {cuda.get_current_device().name}")]
+    out = []
+    for arch in archs:
+        res = model_choice(shape, arch, ms)
+        est = res["estimates"]
+        out.append(
+            TileChoice(
+                target=f"CUDA {arch} ({ARCHS[arch].gpu})",
+                best_m=res["best_m"],
+                seconds={m: e["model_s"] for m, e in est.items()},
+                measured=False,
+                detail={m: f"occupancy {e['occupancy']:.2f}" for m, e in est.items()},
+            )
+        )
+    return out
+
+
+def _resources(
+    m: int,
+    r: int,
+    shape: tuple[int, int, int, int],
+    *,
+    archs: tuple[str, ...] = ("sm_75", "sm_80", "sm_90"),
+    sim_error: float | None = None,
+) -> list[dict[str, Any]]:
+    """One portability row per architecture: ptxas resources and the modelled time.
+
+    ``sim_error`` is the largest relative error of the same source in the simulator
+    (:func:`validate_in_simulator`); None when it was not run.
+    """
+    if cuda_toolkit() is None:
+        return [
+            {"target": f"CUDA {arch} (no toolkit)", "compiled": False, "time_kind": "-"}
+            for arch in archs
+        ]
+    rows = []
+    for arch in archs:
+        res = [compile_kernel(m, r, k, arch)[1] for k in kernel_signatures()]
+        occ = min(x.occupancy for x in res)
+        rows.append(
+            {
+                "target": f"CUDA {arch} ({ARCHS[arch].gpu})",
+                "compiled": True,
+                "max_rel_error": sim_error if sim_error is not None else np.nan,
+                "time_ms": 1e3 * model_time(m, r, shape, ARCHS[arch], occ),
+                "time_kind": "modelled",
+                "registers": max(x.registers for x in res),
+                "spills": sum(x.spill_stores + x.spill_loads for x in res),
+                "occupancy": occ,
+            }
+        )
+    return rows
+
+
 CUDA_BACKEND = register_backend(
     Backend(
         "cuda",
@@ -97,37 +211,15 @@ CUDA_BACKEND = register_backend(
         _default_config,
         _available,
         "a CUDA GPU, or NUMBA_ENABLE_CUDASIM=1 set before numba.cuda is first imported",
+        label="numba.cuda",
+        excerpt=_excerpt,
+        tune=_tune,
+        resources=_resources,
     )
 )
-"""The ``numba.cuda`` target (a GPU, or Numba's CUDA simulator)."""
-
-
-def conv2d_winograd_cuda(
-    x, w, padding: int = 0, config: WinogradConfig | None = None, *, m: int | None = None,
-    threads_per_block: int = 64,
-):  # fmt: skip
-    """Winograd convolution with the generated ``numba.cuda`` kernels.
-
-    One thread per channel and tile in the transforms, per output element in the batched
-    products; the filters are transformed on the host in float64.
-
-    Args:
-        x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (copied as float32).
-        w: Filters ``(K, C, r, r)``.
-        padding: Zero padding on every side.
-        config: Configuration; the CUDA kernels use its ``m``, ``points`` and
-            ``channel_major`` (None: ``WinogradConfig(m=2)``).
-        m: Outputs per tile side; overrides the configuration's ``m``.
-        threads_per_block: CUDA block size.
-
-    Returns:
-        ``(N, K, Ho, Wo)`` float32, a tensor when ``x`` is one, else an array.
-
-    Raises:
-        BackendUnavailableError: Neither a GPU nor the simulator is available (a
-            ``RuntimeError``).
-    """
-    return convolve(x, w, padding, config, target="cuda", m=m, threads_per_block=threads_per_block)
+"""The ``numba.cuda`` target (a GPU, or Numba's CUDA simulator): one thread per channel and
+tile in the transforms, per output element in the batched products, the filters
+transformed on the host in float64; options of ``run``: ``threads_per_block`` (64)."""
 
 
 def _check_cases(cases: list[tuple[int, ...]], seed: int) -> list[dict]:
@@ -140,7 +232,7 @@ def _check_cases(cases: list[tuple[int, ...]], seed: int) -> list[dict]:
     for N, C, K, H, W, r, pad, m in cases:
         x = rng.standard_normal((N, C, H, W), dtype=np.float32)
         w = rng.standard_normal((K, C, r, r), dtype=np.float32)
-        y = conv2d_winograd_cuda(x, w, pad, WinogradConfig(m=m))
+        y = conv2d_winograd(x, w, pad, WinogradConfig(m=m), target="cuda")
         ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad).numpy()
         rel = float(np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30))
         out.append({"case": [N, C, K, H, W, r, pad, m], "max_rel_error": rel})
@@ -162,7 +254,8 @@ def validate_in_simulator(
         the output's largest magnitude).
 
     Raises:
-        RuntimeError: When the subprocess fails (its stderr is included).
+        InvalidStateError: The subprocess fails (its stderr is included; a
+            ``RuntimeError``).
     """
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     payload = json.dumps({"cases": [list(c) for c in cases], "seed": seed})
@@ -172,7 +265,7 @@ def validate_in_simulator(
     )
     proc = run_bounded([sys.executable, "-c", code, payload], env=env, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(
+        raise InvalidStateError(
             f"CUDA simulator run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
         )
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -84,7 +84,7 @@ def winograd_reference(
     xp[:, :, padding : padding + hh, padding : padding + ww] = x[:, :, :hh, :ww]
     win = np.lib.stride_tricks.sliding_window_view(xp, (n, n), axis=(2, 3))[:, :, ::m, ::m]
     V = apply_program(progs.input, apply_program(progs.input, win, 4), 5)  # (N,C,th,tw,n,n)
-    U = filter_transform(w, m, points, level).reshape(n, n, K, C).astype(dtype)
+    U: np.ndarray = filter_transform(w, m, points, level).reshape(n, n, K, C).astype(dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         if storage == "fp16":  # values beyond the half range become inf (reported as such)
             V = V.astype(np.float16).astype(dtype)
@@ -96,7 +96,13 @@ def winograd_reference(
 
 
 def direct_fp64(x: np.ndarray, w: np.ndarray, padding: int = 0) -> np.ndarray:
-    """Direct convolution in float64 (``torch.nn.functional.conv2d``) as the reference."""
+    """Direct convolution in float64 (``torch.nn.functional.conv2d``) as the reference.
+
+    Args:
+        x: Input ``(N, C, H, W)``.
+        w: Filters ``(K, C, r, r)``.
+        padding: Zero padding.
+    """
     import torch
     import torch.nn.functional as F
 
@@ -106,7 +112,12 @@ def direct_fp64(x: np.ndarray, w: np.ndarray, padding: int = 0) -> np.ndarray:
 
 
 def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
-    """``max |y - ref| / max |ref|``: error relative to the output's scale (inf on overflow)."""
+    """``max |y - ref| / max |ref|``: error relative to the output's scale (inf on overflow).
+
+    Args:
+        y: The result checked.
+        ref: The reference result, of the same shape.
+    """
     y = np.asarray(y, np.float64)
     if not np.all(np.isfinite(y)):
         return float("inf")

@@ -25,7 +25,7 @@ import sympy as sp
 
 from hpcnb.winograd.config import WinogradError
 from hpcnb.winograd.slp import LinearProgram, dense_cost, naive_program, optimise
-from hpcnb.winograd.transforms import WinogradTransform, cook_toom
+from hpcnb.winograd.transforms import Matrix, WinogradTransform, cook_toom
 
 __all__ = [
     "LEVELS",
@@ -81,10 +81,12 @@ def sympy_cse_cost(M) -> tuple[int, int]:
     """
     x = sp.symbols(f"x0:{len(M[0])}")
     rows = [
-        sum((sp.Rational(c.numerator, c.denominator) * xi for c, xi in zip(row, x, strict=True)),
-            start=sp.Integer(0))
+        sum(
+            (sp.Rational(c.numerator, c.denominator) * xi for c, xi in zip(row, x, strict=True)),
+            start=sp.Integer(0),
+        )
         for row in M
-    ]  # fmt: skip
+    ]
     subs, reduced = sp.cse(rows)
     a = m = 0
     for expr in [e for _, e in subs] + list(reduced):
@@ -131,14 +133,18 @@ def transform_programs(
         The three programs; each computes its matrix exactly.
 
     Raises:
-        ValueError: For an unknown level.
+        WinogradError: For an unknown level (a ``ValueError``).
     """
     tr = cook_toom(m, r, points)
     n = tr.n
     pairs = point_pairs(tr)
     if level == "searched":
         tr = search_row_scaling(tr)
-    mats = {"input": (tr.BT, n, n, pairs, ()), "kernel": (tr.G, r, n, pairs, ())}
+    # matrix, inputs, outputs, row pairs, column pairs
+    mats: dict[str, tuple[Matrix, int, int, tuple, tuple]] = {
+        "input": (tr.BT, n, n, pairs, ()),
+        "kernel": (tr.G, r, n, pairs, ()),
+    }
     mats["output"] = (tr.AT, n, m, (), pairs)
     progs = {}
     for key, (M, k, rows, rp, cp) in mats.items():

@@ -4,7 +4,10 @@
 (``float t = ...;`` and ``0.5f`` constants) into three kernels that mirror the CUDA ones:
 input transform (one work-item per channel × tile, bounds-checked loads for padding and
 borders), batched products (one work-item per ``(ab, k, tile)``) and output transform.
-:func:`conv2d_winograd_opencl` runs them on an OpenCL device, by default PoCL's CPU device.
+:data:`OPENCL_BACKEND`, the ``"opencl"`` target of
+:func:`~hpcnb.winograd.backend.conv2d_winograd`, runs them on an OpenCL device, by default
+PoCL's CPU device; it chooses its tile size by timing every ``m``
+(:func:`~hpcnb.winograd.backend.sweep_tiles`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,9 @@ from hpcnb.winograd.backend import (
     Backend,
     BackendUnavailableError,
     check_conv_args,
-    convolve,
     register_backend,
 )
-from hpcnb.winograd.codegen import input_body, output_body
+from hpcnb.winograd.codegen import input_body, output_body, source_excerpt
 from hpcnb.winograd.config import WinogradConfig, WinogradError
 from hpcnb.winograd.conv import filter_transform
 from hpcnb.winograd.opcount import TransformPrograms, transform_programs
@@ -32,10 +34,8 @@ __all__ = [
     "OPENCL_BACKEND",
     "OpenCLWinograd",
     "cl_constant",
-    "conv2d_winograd_opencl",
     "opencl_device",
     "opencl_source",
-    "tune_opencl",
 ]
 
 
@@ -218,9 +218,10 @@ class OpenCLWinograd:
         self.M = cl.Buffer(self.ctx, mf.READ_WRITE, 4 * nn * self.K * self.P)
         self.x = cl.Buffer(self.ctx, mf.READ_ONLY, 4 * self.N * self.C * self.H * self.W)
         self.out = cl.Buffer(self.ctx, mf.WRITE_ONLY, 4 * self.N * self.K * self.Ho * self.Wo)
-        self.knl_in = self.prog.input_transform
-        self.knl_gemm = self.prog.batched_gemm
-        self.knl_out = self.prog.output_transform
+        # kernel objects of this plan's own (a program is shared by the plans of one F(m, r))
+        self.knl_in = cl.Kernel(self.prog, "input_transform")
+        self.knl_gemm = cl.Kernel(self.prog, "batched_gemm")
+        self.knl_out = cl.Kernel(self.prog, "output_transform")
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """Convolve ``x`` (shape as planned) and return ``(N, K, Ho, Wo)`` float32."""
@@ -229,21 +230,26 @@ class OpenCLWinograd:
         i32 = np.int32
         cl.enqueue_copy(self.queue, self.x, np.ascontiguousarray(x, np.float32))
         nn = self.n * self.n
-        self.knl_in(self.queue, (self.C * self.P,), None, self.x, self.V, i32(self.C),
-                    i32(self.H), i32(self.W), i32(self.padding), i32(self.tiles_h),
-                    i32(self.tiles_w), i32(self.P))  # fmt: skip
-        self.knl_gemm(self.queue, (nn * self.K * self.P,), None, self.U, self.V, self.M,
-                      i32(nn), i32(self.K), i32(self.C), i32(self.P))  # fmt: skip
-        self.knl_out(self.queue, (self.K * self.P,), None, self.M, self.out, i32(self.K),
-                     i32(self.Ho), i32(self.Wo), i32(self.tiles_h), i32(self.tiles_w),
-                     i32(self.P))  # fmt: skip
+        sizes_in = (self.C, self.H, self.W, self.padding, self.tiles_h, self.tiles_w, self.P)
+        self.knl_in(self.queue, (self.C * self.P,), None, self.x, self.V, *map(i32, sizes_in))
+        sizes_gemm = (nn, self.K, self.C, self.P)
+        self.knl_gemm(
+            self.queue, (nn * self.K * self.P,), None, self.U, self.V, self.M, *map(i32, sizes_gemm)
+        )
+        sizes_out = (self.K, self.Ho, self.Wo, self.tiles_h, self.tiles_w, self.P)
+        self.knl_out(self.queue, (self.K * self.P,), None, self.M, self.out, *map(i32, sizes_out))
         y = np.empty((self.N, self.K, self.Ho, self.Wo), dtype=np.float32)
         cl.enqueue_copy(self.queue, y, self.out)
         self.queue.finish()
         return y
 
     def time(self, x: np.ndarray, reps: int = 3) -> float:
-        """Median wall time (s) of one call after a warm-up call."""
+        """Median wall time (s) of one call after a warm-up call.
+
+        Args:
+            x: Input of the planned shape.
+            reps: Timed calls (median).
+        """
         return median_time(lambda: self(x), repeats=reps, warmup=1).median
 
 
@@ -258,63 +264,33 @@ def _run(
     return OpenCLWinograd(x.shape, w, padding, config, device)(x)
 
 
+def _plan(
+    x_shape: tuple[int, ...], w: np.ndarray, padding: int, config: WinogradConfig
+) -> OpenCLWinograd:
+    """The OpenCL target's plan: device buffers and transformed filters set up once."""
+    return OpenCLWinograd(x_shape, w, padding, config)
+
+
+def _excerpt(m: int, r: int, lines: int) -> dict[str, str]:
+    """The first input-transform lines of the generated OpenCL C program."""
+    progs = transform_programs(m, r)
+    first = input_body(progs, cl_constant, "const float ", ";")[0]
+    return {"OpenCL C": source_excerpt(opencl_source(progs), first, lines)}
+
+
 _REQUIREMENT = "install pocl-opencl-icd for PoCL's CPU device"
 OPENCL_BACKEND = register_backend(
-    Backend("opencl", _run, _default_config, lambda: _shared_device() is not None, _REQUIREMENT)
+    Backend(
+        "opencl",
+        _run,
+        _default_config,
+        lambda: _shared_device() is not None,
+        _REQUIREMENT,
+        label="OpenCL",
+        excerpt=_excerpt,
+        plan=_plan,
+    )
 )
-"""The OpenCL target (PoCL's CPU device by default)."""
-
-
-def conv2d_winograd_opencl(
-    x, w, padding: int = 0, config: WinogradConfig | None = None, *, m: int | None = None,
-    device: tuple | None = None,
-):  # fmt: skip
-    """One-shot Winograd convolution with the generated OpenCL kernels.
-
-    For repeated calls on one shape, :class:`OpenCLWinograd` keeps the device buffers
-    and the transformed filters.
-
-    Args:
-        x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (copied as float32).
-        w: Filters ``(K, C, r, r)``.
-        padding: Zero padding on every side.
-        config: Configuration; the OpenCL kernels use its ``m`` and ``points`` (None:
-            ``WinogradConfig(m=2)``).
-        m: Outputs per tile side; overrides the configuration's ``m``.
-        device: ``(context, queue)``; default :func:`opencl_device` (set up once).
-
-    Returns:
-        ``(N, K, Ho, Wo)`` float32, a tensor when ``x`` is one, else an array.
-
-    Raises:
-        BackendUnavailableError: No OpenCL device (a ``RuntimeError``).
-    """
-    return convolve(x, w, padding, config, target="opencl", m=m, device=device)
-
-
-def tune_opencl(
-    shape: tuple[int, int, int, int], ms: tuple[int, ...] = (2, 4, 6), reps: int = 3, seed: int = 0
-) -> dict:
-    """Measure the OpenCL kernels for each tile size on one layer and pick the fastest.
-
-    Args:
-        shape: ``(N, C, K, H)`` of a square 3×3 layer with padding 1.
-        ms: Tile sizes to try.
-        reps: Timed repetitions (median).
-        seed: Seed of the data.
-
-    Returns:
-        Dict with ``best_m``, ``times`` (seconds per m) and ``measured`` (True).
-
-    Raises:
-        BackendUnavailableError: When no OpenCL device exists (a ``RuntimeError``).
-    """
-    dev = _shared_device()
-    if dev is None:
-        raise BackendUnavailableError(f"no OpenCL device ({_REQUIREMENT})")
-    N, C, K, H = shape
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((N, C, H, H), dtype=np.float32)
-    w = rng.standard_normal((K, C, 3, 3), dtype=np.float32)
-    times = {m: OpenCLWinograd(x.shape, w, 1, WinogradConfig(m=m), dev).time(x, reps) for m in ms}
-    return {"best_m": min(times, key=times.get), "times": times, "measured": True}
+"""The OpenCL target (PoCL's CPU device by default; option of ``run``: ``device``, a
+``(context, queue)`` pair). For repeated calls on one shape, :class:`OpenCLWinograd`
+keeps the device buffers and the transformed filters."""

@@ -34,7 +34,7 @@ from hpcnb.winograd.transforms import check_tensor_identity, cook_toom, error_bo
 __all__ = [
     "MAGNITUDES",
     "STANDARD_POINTS",
-    "pareto_front",
+    "pareto_points",
     "point_search",
     "symmetric_sets",
 ]
@@ -46,9 +46,9 @@ MAGNITUDES: tuple[Fraction, ...] = tuple(
 """Candidate magnitudes ``a`` of the point pairs ``±a``."""
 
 STANDARD_POINTS: dict[tuple[int, int], tuple[Fraction, ...]] = {
-    (4, 3): tuple(map(Fraction, (0, 1, -1, 2, -2))),
-    (6, 3): tuple(map(Fraction, (0, 1, -1, 2, -2, "1/2", "-1/2"))),
-    (8, 3): tuple(map(Fraction, (0, 1, -1, 2, -2, "1/2", "-1/2", 4, -4))),
+    (4, 3): tuple(Fraction(v) for v in (0, 1, -1, 2, -2)),
+    (6, 3): tuple(Fraction(v) for v in (0, 1, -1, 2, -2, "1/2", "-1/2")),
+    (8, 3): tuple(Fraction(v) for v in (0, 1, -1, 2, -2, "1/2", "-1/2", 4, -4)),
 }
 """Commonly used points: Lavin & Gray's F(4,3) and F(6,3) (also NNPACK's F(6,3)); for
 F(8,3) the same sequence extended by ±4 (a frequent choice in wincnn-style tables; which
@@ -164,16 +164,24 @@ def point_search(
     return rows
 
 
-def pareto_front(rows: list[dict], x: str = "ops", y: str = "fp32_error") -> list[dict]:
-    """The rows not dominated in ``(x, y)`` (both smaller is better), sorted by ``x``.
+def pareto_points(rows: list[dict], x: str = "ops", y: str = "fp32_error") -> list[dict]:
+    """The point-set rows not dominated in ``(x, y)`` (both smaller is better), sorted by ``x``.
+
+    Args:
+        rows: Rows of :func:`point_search` (any dicts holding ``x`` and ``y``).
+        x: Key of the first criterion (operations per output by default).
+        y: Key of the second criterion (fp32 error by default).
 
     Example:
-        >>> rows = [{"ops": 1, "fp32_error": 3}, {"ops": 2, "fp32_error": 1},
-        ...         {"ops": 2, "fp32_error": 2}]
-        >>> [(r["ops"], r["fp32_error"]) for r in pareto_front(rows)]
+        >>> rows = [
+        ...     {"ops": 1, "fp32_error": 3},
+        ...     {"ops": 2, "fp32_error": 1},
+        ...     {"ops": 2, "fp32_error": 2},
+        ... ]
+        >>> [(r["ops"], r["fp32_error"]) for r in pareto_points(rows)]
         [(1, 3), (2, 1)]
     """
-    front = []
+    front: list[dict] = []
     for row in sorted(rows, key=lambda d: (d[x], d[y])):
         if not front or row[y] < front[-1][y]:
             front.append(row)

@@ -4,8 +4,9 @@
 capability (it needs libNVVM from the CUDA toolkit, not a driver); ``ptxas -v`` assembles
 the PTX and reports registers, shared memory, stack and spills. From those and each
 architecture's limits, :func:`occupancy` gives the theoretical occupancy, and
-:func:`model_choice` picks a tile size for a layer by a documented roofline model. When a
-GPU is present, :func:`tune_cuda` measures instead.
+:func:`model_choice` picks a tile size for a layer by a documented roofline model
+(:func:`model_time`); the ``"cuda"`` target (:mod:`~hpcnb.winograd.cuda`) uses it to tune
+without a GPU and measures when a GPU is present.
 
 The CUDA 13 toolkit no longer targets Volta (``sm_70``): its libNVVM rejects
 ``compute_70``, so the oldest architecture compiled here is Turing (``sm_75``).
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from hpcnb.errors import InvalidStateError
 from hpcnb.winograd.backend import BackendUnavailableError
 from hpcnb.winograd.codegen import cuda_kernels
 from hpcnb.winograd.config import WinogradError
+from hpcnb.winograd.opcount import transform_programs
 
 __all__ = [
     "ARCHS",
@@ -36,8 +39,9 @@ __all__ = [
     "cuda_toolkit",
     "kernel_signatures",
     "model_choice",
+    "model_time",
     "occupancy",
-    "tune_cuda",
+    "ptx_arithmetic",
 ]
 
 
@@ -185,8 +189,9 @@ def compile_kernel(
         ``(ptx text, resources)``.
 
     Raises:
-        RuntimeError: When the CUDA toolkit is missing or ptxas fails.
-        ValueError: For an unknown kernel or architecture.
+        BackendUnavailableError: The CUDA toolkit is missing (a ``RuntimeError``).
+        InvalidStateError: ptxas fails (a ``RuntimeError``).
+        WinogradError: An unknown kernel or architecture (a ``ValueError``).
     """
     home = cuda_toolkit()
     if home is None:
@@ -220,7 +225,7 @@ def compile_kernel(
             check=False,
         )
     if proc.returncode != 0:
-        raise RuntimeError(f"ptxas failed for {kernel} on {arch}: {proc.stderr[-2000:]}")
+        raise InvalidStateError(f"ptxas failed for {kernel} on {arch}: {proc.stderr[-2000:]}")
     rep = _ptxas_report(proc.stdout + proc.stderr)
     occ = occupancy(spec, rep["registers"], rep["shared_bytes"], threads_per_block)
     return ptx, KernelResources(kernel, arch, ptx_lines=ptx.count("\n"), occupancy=occ, **rep)
@@ -249,17 +254,26 @@ def compile_targets(
     return pd.DataFrame(rows)
 
 
-def _model_time(
+def model_time(
     m: int, r: int, shape: tuple[int, int, int, int], spec: ArchSpec, occ: float
 ) -> float:
-    """Roofline estimate (s) of one layer: max(flops / effective peak, bytes / bandwidth)."""
-    from hpcnb.winograd.opcount import transform_programs
+    """Roofline estimate (s) of one layer: max(flops / effective peak, bytes / bandwidth).
 
+    The compute roof is scaled by ``min(1, occ / 0.5)`` (latency is taken as hidden from
+    about 50 % occupancy on).
+
+    Args:
+        m: Outputs per tile.
+        r: Filter size.
+        shape: ``(N, C, K, H)`` of a square, padding-preserving layer.
+        spec: The architecture.
+        occ: The lowest occupancy of the layer's kernels.
+    """
     N, C, K, H = shape
     n = m + r - 1
     tiles = N * math.ceil(H / m) ** 2
     progs = transform_programs(m, r)
-    flops = tiles * (C * 2 * n * progs.input.ops + K * (n + m) * progs.output.ops)
+    flops = float(tiles * (C * 2 * n * progs.input.ops + K * (n + m) * progs.output.ops))
     flops += 2.0 * n * n * K * C * tiles
     nbytes = 4.0 * (N * C * H * H + 2 * n * n * C * tiles + 2 * n * n * K * tiles + N * K * H * H)
     nbytes += 4.0 * n * n * K * C
@@ -291,48 +305,25 @@ def model_choice(
     est = {}
     for m in ms:
         occ = min(compile_kernel(m, r, k, arch)[1].occupancy for k in kernel_signatures())
-        est[m] = {"model_s": _model_time(m, r, shape, spec, occ), "occupancy": occ}
+        est[m] = {"model_s": model_time(m, r, shape, spec, occ), "occupancy": occ}
     best = min(est, key=lambda k: est[k]["model_s"])
     return {"arch": arch, "best_m": best, "estimates": est, "measured": False}
 
 
-def tune_cuda(
-    shape: tuple[int, int, int, int], arch: str, ms: tuple[int, ...] = (2, 4, 6), reps: int = 5
-) -> dict:
-    """Choose ``m`` for a CUDA target: measured on a real GPU, else by :func:`model_choice`.
+def ptx_arithmetic(m: int, r: int, arch: str, lines: int, kernel: str = "input_transform") -> str:
+    """The first floating-point instructions of one generated kernel's PTX for ``arch``.
 
     Args:
-        shape: ``(N, C, K, H)``.
-        arch: Architecture key used when modelling.
-        ms: Tile sizes.
-        reps: Timed repetitions on a GPU.
+        m: Outputs per tile.
+        r: Filter size.
+        arch: Key of :data:`ARCHS`.
+        lines: Instructions shown.
+        kernel: ``input_transform``, ``batched_gemm`` or ``output_transform``.
 
-    Returns:
-        Dict with ``best_m`` and ``measured`` (True when timed on a GPU).
+    Raises:
+        BackendUnavailableError: The CUDA toolkit is missing (a ``RuntimeError``).
     """
-    from numba import cuda
-
-    from hpcnb.winograd.cuda import simulator_active
-
-    if not cuda.is_available() or simulator_active():
-        return model_choice(shape, arch, ms)
-    import numpy as np
-
-    from hpcnb.timing import median_time
-    from hpcnb.winograd.cuda import conv2d_winograd_cuda
-
-    N, C, K, H = shape
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((N, C, H, H), dtype=np.float32)
-    w = rng.standard_normal((K, C, 3, 3), dtype=np.float32)
-    times = {}
-    for m in ms:  # the warm-up call compiles
-        run = lambda m=m: conv2d_winograd_cuda(x, w, padding=1, m=m)  # noqa: E731
-        times[m] = median_time(run, repeats=reps, warmup=1).median
-    best = min(times, key=times.get)
-    return {
-        "arch": cuda.get_current_device().name,
-        "best_m": best,
-        "times": times,
-        "measured": True,
-    }
+    ptx, _ = compile_kernel(m, r, kernel, arch)
+    ops = ("add.f32", "sub.f32", "mul.f32", "fma.rn.f32")
+    arith = [ln.strip() for ln in ptx.splitlines() if ln.strip().startswith(ops)]
+    return "\n".join(arith[:lines])

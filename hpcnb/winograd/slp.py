@@ -22,6 +22,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 __all__ = [
     "Definition",
@@ -121,13 +122,13 @@ class LinearProgram:
             env[d.target] = acc
         return [[env[o].get(v, Fraction(0)) for v in self.inputs] for o in self.outputs]
 
-    def evaluate(self, values: dict[str, object]) -> list[object]:
+    def evaluate(self, values: dict[str, Any]) -> list[Any]:
         """Run the program on concrete or symbolic values (numbers, sympy symbols)."""
         env = dict(values)
         for d in self.definitions:
-            total = 0
+            total: Any = 0
             for c, terms in d.groups:
-                part = 0
+                part: Any = 0
                 for s, v in terms:
                     part = part + s * env[v]
                 total = total + (part if c == 1 else c * part)

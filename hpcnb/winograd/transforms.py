@@ -25,8 +25,12 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 
+from hpcnb.errors import HpcnbError
+
 __all__ = [
     "POINT_SETS",
+    "Matrix",
+    "WinogradError",
     "WinogradTransform",
     "accurate_points",
     "check_tensor_identity",
@@ -40,15 +44,18 @@ __all__ = [
 
 Matrix = tuple[tuple[Fraction, ...], ...]
 
+
+class WinogradError(HpcnbError, ValueError):
+    """Bad arguments of a Winograd convolution (configuration, shapes, target, transform)."""
+
+
+def _rationals(text: str) -> tuple[Fraction, ...]:
+    """The rationals written in ``text``, separated by spaces (``"0 1 -1/2"``)."""
+    return tuple(Fraction(v) for v in text.split())
+
+
 # Candidate points, in the order the default construction uses them (Lavin & Gray style).
-_DEFAULT_ORDER: tuple[Fraction, ...] = tuple(
-    Fraction(v)
-    for v in (
-        0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3, Fraction(1, 3),
-        Fraction(-1, 3), 4, -4, Fraction(1, 4), Fraction(-1, 4), Fraction(3, 2),
-        Fraction(-3, 2), Fraction(2, 3), Fraction(-2, 3),
-    )
-)  # fmt: skip
+_DEFAULT_ORDER = _rationals("0 1 -1 2 -2 1/2 -1/2 3 -3 1/3 -1/3 4 -4 1/4 -1/4 3/2 -3/2 2/3 -2/3")
 
 POINT_SETS: tuple[str, ...] = ("default", "accurate")
 
@@ -61,14 +68,15 @@ def validate_mr(m: int, r: int) -> None:
         r: Filter size (>= 1).
 
     Raises:
-        ValueError: When ``m`` or ``r`` is not a positive integer, or the tile is too large
-            for the available point sets (``m + r - 2 > 19`` finite points).
+        WinogradError: When ``m`` or ``r`` is not a positive integer, or the tile is too
+            large for the available point sets (``m + r - 2 > 19`` finite points); a
+            ``ValueError``.
     """
     for name, v in (("m", m), ("r", r)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"F(m, r): parameter {name} must be a positive integer, got {v!r}")
+            raise WinogradError(f"F(m, r): parameter {name} must be a positive integer, got {v!r}")
     if m + r - 2 > len(_DEFAULT_ORDER):
-        raise ValueError(
+        raise WinogradError(
             f"F({m}, {r}): needs {m + r - 2} finite points, at most {len(_DEFAULT_ORDER)} "
             "are available (choose a smaller m or r)"
         )
@@ -120,17 +128,19 @@ class WinogradTransform:
 
     def sympy(self) -> tuple[sp.Matrix, sp.Matrix, sp.Matrix]:
         """Return ``(AT, G, BT)`` as sympy matrices of exact rationals."""
-        return tuple(  # type: ignore[return-value]
-            sp.Matrix([[sp.Rational(v.numerator, v.denominator) for v in row] for row in M])
-            for M in (self.AT, self.G, self.BT)
-        )
+
+        def exact(M: Matrix) -> sp.Matrix:
+            return sp.Matrix([[sp.Rational(v.numerator, v.denominator) for v in row] for row in M])
+
+        return exact(self.AT), exact(self.G), exact(self.BT)
 
     def numpy(self, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return ``(AT, G, BT)`` as floating-point arrays of ``dtype``."""
-        return tuple(  # type: ignore[return-value]
-            np.array([[float(v) for v in row] for row in M], dtype=dtype)
-            for M in (self.AT, self.G, self.BT)
-        )
+
+        def floats(M: Matrix) -> np.ndarray:
+            return np.array([[float(v) for v in row] for row in M], dtype=dtype)
+
+        return floats(self.AT), floats(self.G), floats(self.BT)
 
 
 def _poly_from_roots(roots: list[Fraction]) -> list[Fraction]:
@@ -161,13 +171,13 @@ def _check_points(points: tuple[Fraction, ...] | list, m: int, r: int) -> tuple[
     try:
         pts = tuple(Fraction(p) for p in points)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"F({m}, {r}): points must be rationals, got {points!r}") from exc
+        raise WinogradError(f"F({m}, {r}): points must be rationals, got {points!r}") from exc
     if len(pts) != m + r - 2:
-        raise ValueError(
+        raise WinogradError(
             f"F({m}, {r}): expected {m + r - 2} finite points (∞ is added), got {len(pts)}"
         )
     if len(set(pts)) != len(pts):
-        raise ValueError(f"F({m}, {r}): points must be distinct, got {points!r}")
+        raise WinogradError(f"F({m}, {r}): points must be distinct, got {points!r}")
     return pts
 
 
@@ -217,7 +227,7 @@ def cook_toom(
         The transform with exact rational matrices.
 
     Raises:
-        ValueError: For invalid ``m``, ``r`` or points.
+        WinogradError: For invalid ``m``, ``r`` or points (a ``ValueError``).
     """
     validate_mr(m, r)
     if isinstance(points, str):
@@ -226,7 +236,7 @@ def cook_toom(
         elif points == "accurate":
             pts = accurate_points(m, r)
         else:
-            raise ValueError(
+            raise WinogradError(
                 f"points={points!r}: expected one of {POINT_SETS} or a sequence of rationals"
             )
     else:
@@ -348,7 +358,7 @@ def prove_equivalence(tr: WinogradTransform, dims: int = 1) -> bool:
         True when every output's difference expands to 0.
 
     Raises:
-        ValueError: When ``dims`` is not 1 or 2.
+        WinogradError: When ``dims`` is not 1 or 2 (a ``ValueError``).
     """
     AT, G, BT = tr.sympy()
     n, m, r = tr.n, tr.m, tr.r
@@ -368,4 +378,4 @@ def prove_equivalence(tr: WinogradTransform, dims: int = 1) -> bool:
                 if sp.expand(Y[i, j] - direct) != 0:
                     return False
         return True
-    raise ValueError(f"prove_equivalence: dims must be 1 or 2, got {dims!r}")
+    raise WinogradError(f"prove_equivalence: dims must be 1 or 2, got {dims!r}")

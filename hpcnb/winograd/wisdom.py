@@ -91,7 +91,13 @@ def wisdom_path(path: str | os.PathLike | None = None) -> Path:
 
 
 def shape_key(x_shape: tuple, w_shape: tuple, padding: int) -> str:
-    """Key of a layer: ``N{N}_C{C}_H{H}_W{W}_K{K}_r{r}_p{padding}``."""
+    """Key of a layer: ``N{N}_C{C}_H{H}_W{W}_K{K}_r{r}_p{padding}``.
+
+    Args:
+        x_shape: Input shape ``(N, C, H, W)``.
+        w_shape: Filter shape ``(K, C, r, r)``.
+        padding: Zero padding.
+    """
     N, C, H, W = (int(v) for v in x_shape)
     K, _, r, _ = (int(v) for v in w_shape)
     return f"N{N}_C{C}_H{H}_W{W}_K{K}_r{r}_p{int(padding)}"
@@ -182,8 +188,9 @@ def _check_seconds(value: object, path: str) -> None:
         raise _WisdomError(f"{path}: expected a finite number of seconds > 0, got {value!r:.40}")
 
 
+_TYPES: dict[str, type] = {"int": int, "bool": bool, "str": str}
 _CONFIG_TYPES = {
-    f.name: {"int": int, "bool": bool, "str": str}[getattr(f.type, "__name__", f.type)]
+    f.name: _TYPES[f.type if isinstance(f.type, str) else f.type.__name__]
     for f in fields(WinogradConfig)
 }
 
@@ -329,7 +336,7 @@ def write_wisdom(data: dict, path: str | os.PathLike | None = None) -> Path:
         The path written.
 
     Raises:
-        ValueError: ``data`` does not validate (nothing is written).
+        WinogradError: ``data`` does not validate (nothing is written; a ``ValueError``).
         OSError: The file cannot be written.
     """
     wp = wisdom_path(path)
