@@ -61,13 +61,11 @@ from pathlib import Path
 from typing import Any
 
 from hpcnb.errors import HpcnbError
-from hpcnb.paths import CACHE_ENV
 
 __all__ = [
     "CodeCacheError",
     "CodeCacheWarning",
     "atomic_write",
-    "deprecated_cache_env",
     "ensure_source",
     "generated_path",
     "guard_numba_cache",
@@ -76,7 +74,6 @@ __all__ = [
 ]
 
 _DIGEST_CHARS = 16
-_WARNED_ENV: set[str] = set()
 _WARNED_FOLDERS: set[str] = set()
 _PRIVATE_FOLDER: Path | None = None
 _GUARD_MARK = "_hpcnb_guarded"
@@ -414,29 +411,3 @@ def _drop_cache_files(index: Path) -> tuple[list[Path], list[Path]]:
         else:
             removed.append(p)
     return removed, kept
-
-
-def deprecated_cache_env(name: str) -> Path | None:
-    """Return the folder named by a deprecated cache variable, when ``$HPCNB_CACHE`` is unset.
-
-    Two deprecated variables name cache folders of their own (``HPCNB_CACHE_DIR``,
-    ``HPCNB_COMMPROF_CACHE``). They are honoured when the one cache root ``HPCNB_CACHE``
-    is not set, with a ``FutureWarning`` (once per variable and process).
-
-    Args:
-        name: The deprecated environment variable.
-
-    Returns:
-        Its folder, or None when it is unset or ``HPCNB_CACHE`` is set.
-    """
-    value = os.environ.get(name)
-    if not value or os.environ.get(CACHE_ENV):
-        return None
-    if name not in _WARNED_ENV:
-        _WARNED_ENV.add(name)
-        warnings.warn(
-            f"${name} is deprecated: set ${CACHE_ENV}, the one cache root of hpcnb",
-            FutureWarning,
-            stacklevel=3,
-        )
-    return Path(value).expanduser()

@@ -24,7 +24,6 @@ from hpcnb import codecache
 from hpcnb.codecache import (
     CodeCacheWarning,
     atomic_write,
-    deprecated_cache_env,
     ensure_source,
     generated_path,
     load_generated,
@@ -41,7 +40,7 @@ def _marker_line(marker: Path) -> str:
 
 
 def _env(cache: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HPCNB_CACHE_DIR",)}
+    env = dict(os.environ)
     env["HPCNB_CACHE"] = str(cache)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     return env
@@ -163,42 +162,21 @@ def test_load_generated_writes_no_bytecode(tmp_path):
     assert not list(tmp_path.rglob("*.pyc"))
 
 
-def test_deprecated_cache_env(monkeypatch, tmp_path):
-    monkeypatch.setattr(codecache, "_WARNED_ENV", set())
-    monkeypatch.delenv("HPCNB_CACHE", raising=False)
-    monkeypatch.setenv("HPCNB_OLD_CACHE", str(tmp_path))
-    with pytest.warns(FutureWarning, match=r"\$HPCNB_OLD_CACHE is deprecated"):
-        assert deprecated_cache_env("HPCNB_OLD_CACHE") == tmp_path
-    monkeypatch.setenv("HPCNB_CACHE", str(tmp_path / "root"))
-    assert deprecated_cache_env("HPCNB_OLD_CACHE") is None
-    monkeypatch.delenv("HPCNB_OLD_CACHE")
-    assert deprecated_cache_env("HPCNB_OLD_CACHE") is None
-
-
 # ---------------------------------------------------- cache folders under one root
 
 
 def test_cache_folders_live_under_the_cache_root(monkeypatch, tmp_path):
     from hpcnb.commprof.instrument import _cache_dir
-    from hpcnb.winograd.codegen import cache_dir
+    from hpcnb.winograd.codegen import kernel_cache_dir
     from hpcnb.winograd.wisdom import wisdom_path
 
     monkeypatch.setenv("HPCNB_CACHE", str(tmp_path))
     monkeypatch.delenv("HPCNB_WISDOM", raising=False)
-    monkeypatch.setenv("HPCNB_CACHE_DIR", str(tmp_path / "legacy"))  # HPCNB_CACHE wins
+    monkeypatch.setenv("HPCNB_CACHE_DIR", str(tmp_path / "legacy"))  # not a cache variable
+    monkeypatch.setenv("HPCNB_COMMPROF_CACHE", str(tmp_path / "legacy"))
     assert _cache_dir() == tmp_path / "commprof"
-    assert cache_dir() == tmp_path
+    assert kernel_cache_dir() == tmp_path
     assert wisdom_path() == tmp_path / "winograd_wisdom.json"
-
-
-def test_hpcnb_cache_dir_is_a_deprecated_alias(monkeypatch, tmp_path):
-    from hpcnb.winograd.codegen import cache_dir
-
-    monkeypatch.setattr(codecache, "_WARNED_ENV", set())
-    monkeypatch.delenv("HPCNB_CACHE", raising=False)
-    monkeypatch.setenv("HPCNB_CACHE_DIR", str(tmp_path))
-    with pytest.warns(FutureWarning, match="HPCNB_CACHE_DIR"):
-        assert cache_dir() == tmp_path
 
 
 # --------------------------------------- numba cache=True on verified generated files
