@@ -273,3 +273,68 @@ def test_argument_check_sees_a_missing_entry(tmp_path):
         "def _h(a, b):\n    pass\n"
     )
     assert _undocumented_arguments(source) == ["f(a, b)"]
+
+
+#: A module of a user's own, outside the package: one scheduler, one draft, one Winograd target.
+USER_PLUGINS = '''
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcnb.batchsim.policies import FCFS
+from hpcnb.speculative.contracts import DraftSpec
+from hpcnb.speculative.drafts import NgramDraft
+from hpcnb.winograd import Backend, WinogradConfig
+from hpcnb.winograd.numerics import winograd_reference
+
+
+class StubbornFCFS(FCFS):
+    """FCFS under another name."""
+
+
+@dataclass(frozen=True)
+class TinyDraftSpec(DraftSpec):
+    max_n: int = 2
+
+    def build(self, head_model):
+        return NgramDraft(max_n=self.max_n, name="tiny")
+
+
+def _run(x, w, padding, config):
+    return winograd_reference(x, w, config.m, padding, config.points, np.float32)
+
+
+BACKEND = Backend("user_numpy", _run, lambda r: WinogradConfig(m=2), label="user NumPy")
+'''
+
+
+@pytest.fixture
+def user_plugins(tmp_path, monkeypatch):
+    (tmp_path / "arch_user_plugins.py").write_text(USER_PLUGINS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "arch_user_plugins"
+    sys.modules.pop("arch_user_plugins", None)
+
+
+def test_extension_points_load_from_a_module_outside_the_package(user_plugins):
+    import numpy as np
+    import torch
+
+    from hpcnb.batchsim import make_scheduler
+    from hpcnb.speculative.contracts import DraftSpec
+    from hpcnb.winograd import conv2d_winograd
+
+    scheduler = make_scheduler(f"{user_plugins}:StubbornFCFS")
+    assert type(scheduler).__name__ == "StubbornFCFS"
+    assert not Path(sys.modules[user_plugins].__file__).is_relative_to(ROOT)
+
+    draft = DraftSpec.from_json({"kind": f"{user_plugins}:TinyDraftSpec", "max_n": 3})
+    assert type(draft).__name__ == "TinyDraftSpec" and draft.build(None).name == "tiny"
+    assert draft.to_json()["kind"] == f"{user_plugins}:TinyDraftSpec"  # what a rank receives
+
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.standard_normal((1, 2, 8, 8)).astype(np.float32))
+    w = torch.from_numpy(rng.standard_normal((3, 2, 3, 3)).astype(np.float32))
+    y = conv2d_winograd(x, w, padding=1, target=f"{user_plugins}:BACKEND")
+    ref = torch.nn.functional.conv2d(x, w, padding=1)
+    assert float((torch.as_tensor(y) - ref).abs().max()) < 1e-3
