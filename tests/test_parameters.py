@@ -224,9 +224,9 @@ def test_run_passes_a_valid_choice_without_papermill_warnings(tmp_path):
     body = 'from typing import Literal\n\nDATASET: Literal["digits", "cifar10"] = "digits"  # d\n'
     path = _literal_notebook(tmp_path, body)
     out = tmp_path / "run"
+    command = [sys.executable, "-m", "hpcnb", "run", str(path), "-p", "DATASET", "cifar10"]
     proc = subprocess.run(
-        [sys.executable, "-m", "hpcnb", "run", str(path), "-p", "DATASET", "cifar10"]
-        + ["--out", str(out), "--no-progress"],
+        [*command, "--out", str(out), "--no-progress"],
         capture_output=True,
         text=True,
         timeout=300,
