@@ -11,6 +11,11 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 _SHARED_DATA = REPO.parent / "shared" / "data"
 
+# A plug-in module registers a Winograd target when imported; doctest collection
+# (--doctest-modules) would import it for every test of the worker, so only its own
+# tests import it, and put it back afterwards.
+collect_ignore = ["_toy_winograd_target.py"]
+
 # Tests find real traces through HPCNB_DATA; point it at ../shared/data when present.
 if "HPCNB_DATA" not in os.environ and _SHARED_DATA.is_dir():
     os.environ["HPCNB_DATA"] = str(_SHARED_DATA)

@@ -52,21 +52,27 @@ def _rec(key="a.x", value=1.5, target=">= 1", low=None, high=None, source="real"
 
 @pytest.mark.parametrize(
     ("kind", "records", "expected"),
-    [("paper", [_rec()], REPRODUCED),
-     ("paper", [_rec(value=0.5)], NOT_REPRODUCED),
-     ("paper", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
-     ("paper", [_rec(low=0.9, high=1.6), _rec("a.y", 0.2)], NOT_REPRODUCED),
-     ("paper", [_rec(), _rec("a.y", target=None)], REPRODUCED),
-     ("paper", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
-     ("paper", [_rec(), _rec("a.y", source="simulated")], SIMULATED_ONLY),
-     ("paper", [_rec(source="simulated"), _rec("a.y", source="synthetic")], NOT_TESTED_SYNTHETIC),
-     ("own design", [_rec(value=0.1)], NOT_MET),
-     ("own design", [_rec()], MET),
-     ("own design", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
-     ("paper", [_rec(source="generated")], REPRODUCED),
-     ("own design", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
-     ("by construction", [_rec(source="synthetic")], BY_CONSTRUCTION)],
-)  # fmt: skip
+    [
+        ("paper", [_rec()], REPRODUCED),
+        ("paper", [_rec(value=0.5)], NOT_REPRODUCED),
+        ("paper", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
+        ("paper", [_rec(low=0.9, high=1.6), _rec("a.y", 0.2)], NOT_REPRODUCED),
+        ("paper", [_rec(), _rec("a.y", target=None)], REPRODUCED),
+        ("paper", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
+        ("paper", [_rec(), _rec("a.y", source="simulated")], SIMULATED_ONLY),
+        (
+            "paper",
+            [_rec(source="simulated"), _rec("a.y", source="synthetic")],
+            NOT_TESTED_SYNTHETIC,
+        ),
+        ("own design", [_rec(value=0.1)], NOT_MET),
+        ("own design", [_rec()], MET),
+        ("own design", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
+        ("paper", [_rec(source="generated")], REPRODUCED),
+        ("own design", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
+        ("by construction", [_rec(source="synthetic")], BY_CONSTRUCTION),
+    ],
+)
 def test_verdict_follows_only_the_records(kind, records, expected):
     assert verdict(kind, records) == expected
 
@@ -197,8 +203,9 @@ def test_read_claims_merges_tables_later_wins(tmp_path):
 
 
 def _paper_rec(key="p.x", value=0.15, target="< 0.2", own=None, low=0.12, high=0.17):
-    return Record(key, value, target=target, target_from="paper", own_target=own, low=low,
-                  high=high, n=40)  # fmt: skip
+    return Record(
+        key, value, target=target, target_from="paper", own_target=own, low=low, high=high, n=40
+    )
 
 
 def test_a_paper_claim_with_a_figure_but_only_our_targets_is_refused():
@@ -211,10 +218,21 @@ def test_a_paper_claim_with_a_figure_but_only_our_targets_is_refused():
     with pytest.raises(ClaimError, match="only our targets"):
         evaluate_claims()
     clear_session()
-    record("a.err", 0.108, interval=(0.103, 0.114), n=40, target="< 0.18", target_from="paper",
-           own_target="< 0.08")  # fmt: skip
-    claim("multi-node error under 18 %", records=["a.err"], paper="< 18 %",
-          explanation="our 8 % needs a quieter network model")  # fmt: skip
+    record(
+        "a.err",
+        0.108,
+        interval=(0.103, 0.114),
+        n=40,
+        target="< 0.18",
+        target_from="paper",
+        own_target="< 0.08",
+    )
+    claim(
+        "multi-node error under 18 %",
+        records=["a.err"],
+        paper="< 18 %",
+        explanation="our 8 % needs a quieter network model",
+    )
     rows = evaluate_claims()
     assert [(r.kind, r.verdict) for r in rows] == [("paper", REPRODUCED), (OWN_DESIGN, NOT_MET)]
     assert rows[0].judged_on == "the paper's figure" and rows[1].stricter_of == rows[0].claim
@@ -238,11 +256,19 @@ def test_paper_claims_are_judged_on_paper_targets_only():
 
 
 def test_baseline_and_explanation_are_shown_and_validated(capsys):
-    record("a.speedup", samples=[0.9, 0.95, 1.0, 0.97, 0.92, 0.99, 0.96], target=">= 1.5",
-           target_from="paper")  # fmt: skip
-    claim("PipeInfer beats speculative inference", records=["a.speedup"], paper="up to 2.15x",
-          baseline="adaptive speculation on the same 2 ranks",
-          explanation="the draft is accepted 5 % of the time")  # fmt: skip
+    record(
+        "a.speedup",
+        samples=[0.9, 0.95, 1.0, 0.97, 0.92, 0.99, 0.96],
+        target=">= 1.5",
+        target_from="paper",
+    )
+    claim(
+        "PipeInfer beats speculative inference",
+        records=["a.speedup"],
+        paper="up to 2.15x",
+        baseline="adaptive speculation on the same 2 ranks",
+        explanation="the draft is accepted 5 % of the time",
+    )
     claims_table()
     out = capsys.readouterr().out
     assert "baseline: adaptive speculation on the same 2 ranks" in out
@@ -265,9 +291,10 @@ def test_reproducibility_summary_counts_and_lists_misses(capsys):
 
 def test_audit_flags_paper_claims_on_our_targets_and_intervals_from_too_few():
     records = {"a.x": _rec(), "a.f": Record("a.f", 1.0, target="> 0", n=2, low=0.9, high=1.1)}
-    rows = [{"claim": "c", "kind": "paper", "paper": 2.0, "verdict": REPRODUCED,
-             "records": ["a.x"]},
-            {"claim": "f", "kind": "own design", "verdict": MET, "records": ["a.f"]}]  # fmt: skip
+    rows = [
+        {"claim": "c", "kind": "paper", "paper": 2.0, "verdict": REPRODUCED, "records": ["a.x"]},
+        {"claim": "f", "kind": "own design", "verdict": MET, "records": ["a.f"]},
+    ]
     problems = audit_claims(rows, records)
     assert any("only our targets" in p for p in problems)
     assert any("interval from n=2" in p for p in problems)
@@ -279,24 +306,31 @@ def test_audit_flags_paper_claims_on_our_targets_and_intervals_from_too_few():
 
 @pytest.mark.parametrize(
     ("kind", "records", "expected"),
-    [("paper", [_rec()], NOT_TESTED_SMOKE),
-     ("paper", [_rec(value=0.5)], NOT_TESTED_SMOKE),
-     ("paper", [_rec(low=0.9, high=1.6)], NOT_TESTED_SMOKE),
-     ("paper", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
-     ("paper", [_rec(source="simulated")], SIMULATED_ONLY),
-     ("own design", [_rec()], MET),
-     ("own design", [_rec(value=0.1)], NOT_MET),
-     ("own design", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
-     ("by construction", [_rec()], BY_CONSTRUCTION)],
-)  # fmt: skip
+    [
+        ("paper", [_rec()], NOT_TESTED_SMOKE),
+        ("paper", [_rec(value=0.5)], NOT_TESTED_SMOKE),
+        ("paper", [_rec(low=0.9, high=1.6)], NOT_TESTED_SMOKE),
+        ("paper", [_rec(source="synthetic")], NOT_TESTED_SYNTHETIC),
+        ("paper", [_rec(source="simulated")], SIMULATED_ONLY),
+        ("own design", [_rec()], MET),
+        ("own design", [_rec(value=0.1)], NOT_MET),
+        ("own design", [_rec(low=0.9, high=1.6)], INCONCLUSIVE),
+        ("by construction", [_rec()], BY_CONSTRUCTION),
+    ],
+)
 def test_a_smoke_run_leaves_paper_claims_untested_and_judges_our_own(kind, records, expected):
     assert NOT_TESTED_SMOKE in VERDICTS and NOT_TESTED_SMOKE not in SUCCESS
     assert verdict(kind, records, smoke=True) == expected
 
 
 def test_the_runner_flag_makes_the_table_a_smoke_table_and_the_audit_follows(monkeypatch):
-    record("a.speed", samples=[2.0, 2.1, 2.2, 1.9, 2.05, 2.0, 2.1], target="> 1",
-           target_from="paper", own_target="> 1.5")  # fmt: skip
+    record(
+        "a.speed",
+        samples=[2.0, 2.1, 2.2, 1.9, 2.05, 2.0, 2.1],
+        target="> 1",
+        target_from="paper",
+        own_target="> 1.5",
+    )
     claim("faster", records=["a.speed"], paper="2x")
     monkeypatch.delenv(SMOKE_ENV, raising=False)
     full = evaluate_claims()

@@ -57,8 +57,12 @@ def _alias_bomb(levels: int = 9, width: int = 9) -> str:
 def test_yaml_aliases_are_refused_in_values_and_grids(nb, tmp_path, capsys):
     bomb = _alias_bomb()
     assert len(bomb) < 500  # a few hundred bytes that would expand to 9**9 elements
-    _one_line_refusal(capsys, ["run", str(nb), "-p", "VALS", bomb, "--out", str(tmp_path / "o")],
-                      "VALS", "aliases")  # fmt: skip
+    _one_line_refusal(
+        capsys,
+        ["run", str(nb), "-p", "VALS", bomb, "--out", str(tmp_path / "o")],
+        "VALS",
+        "aliases",
+    )
     assert not (tmp_path / "o").exists()
     grid = tmp_path / "g.yaml"
     grid.write_text(f"VALS: {bomb}\n")
@@ -84,8 +88,9 @@ def test_grid_files_that_are_not_text_or_not_files(nb, tmp_path, capsys):
     folder = tmp_path / "adir"
     folder.mkdir()
     _one_line_refusal(capsys, ["sweep", str(nb), "--grid", str(folder)], "is a folder")
-    _one_line_refusal(capsys, ["sweep", str(nb), "--grid", str(tmp_path / "none.yaml")],
-                      "cannot be read")  # fmt: skip
+    _one_line_refusal(
+        capsys, ["sweep", str(nb), "--grid", str(tmp_path / "none.yaml")], "cannot be read"
+    )
     big = tmp_path / "big.yaml"
     big.write_text("N: [" + ", ".join(["1"] * 600_000) + "]\n")
     _one_line_refusal(capsys, ["sweep", str(nb), "--grid", str(big)], "bytes")
@@ -99,8 +104,13 @@ def test_unknown_names_are_checked_before_any_point_is_formed(nb, tmp_path, monk
     grid = tmp_path / "g.yaml"
     grid.write_text("".join(f"U{i}: [{', '.join(str(v) for v in range(9))}]\n" for i in range(9)))
     assert len(grid.read_bytes()) < 300  # 9 ** 9 = 387 million points if formed
-    _one_line_refusal(capsys, ["sweep", str(nb), "--grid", str(grid)], "unknown grid parameter",
-                      "U0", "valid: SMOKE")  # fmt: skip
+    _one_line_refusal(
+        capsys,
+        ["sweep", str(nb), "--grid", str(grid)],
+        "unknown grid parameter",
+        "U0",
+        "valid: SMOKE",
+    )
     assert formed == []
 
 
@@ -111,10 +121,12 @@ def test_the_number_of_points_is_counted_and_capped(nb, tmp_path, capsys):
         plan_sweep(nb, grid)
     path = tmp_path / "g.yaml"
     path.write_text(json.dumps({"N": list(range(40)), "X": [float(v) for v in range(30)]}))
-    _one_line_refusal(capsys, ["sweep", str(nb), "--grid", str(path)], "1200 points",
-                      f"--max-points {MAX_POINTS}")  # fmt: skip
-    _one_line_refusal(capsys, ["sweep", str(nb), "--grid", str(path), "--max-points", "1199"],
-                      "1200 points")  # fmt: skip
+    _one_line_refusal(
+        capsys, ["sweep", str(nb), "--grid", str(path)], "1200 points", f"--max-points {MAX_POINTS}"
+    )
+    _one_line_refusal(
+        capsys, ["sweep", str(nb), "--grid", str(path), "--max-points", "1199"], "1200 points"
+    )
     _, points = plan_sweep(nb, load_grid(path), max_points=1200)
     assert len(points) == 1200 and points[-1] == {"N": 39, "X": 29.0}
     with pytest.raises(ParameterError, match="no values"):
@@ -147,7 +159,7 @@ def test_a_sweep_parses_the_notebook_once_and_checks_each_value_once(nb, monkeyp
         ("WEIGHTS", "{1: 2.0}", "key 1: int where str is declared"),
         ("VALS", "3", "int where a list is declared"),
     ],
-)  # fmt: skip
+)
 def test_container_elements_are_checked(name, text, reason):
     param = {p.name: p for p in parse_parameters(PARAMS)}[name]
     with pytest.raises(ParameterError, match=name) as info:
@@ -167,8 +179,12 @@ def test_valid_containers_get_their_declared_types():
 
 
 def test_nan_in_a_list_never_reaches_the_run_folder(nb, tmp_path, capsys):
-    _one_line_refusal(capsys, ["run", str(nb), "-p", "RATES", "[.nan]", "--out",
-                               str(tmp_path / "o")], "RATES", "not finite")  # fmt: skip
+    _one_line_refusal(
+        capsys,
+        ["run", str(nb), "-p", "RATES", "[.nan]", "--out", str(tmp_path / "o")],
+        "RATES",
+        "not finite",
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -176,7 +192,8 @@ def test_oversized_values_are_refused_and_large_ones_reach_the_kernel(nb, tmp_pa
     huge = "y" * (MAX_VALUE_BYTES + 1)
     _one_line_refusal(capsys, ["run", str(nb), "-p", "LABEL", huge], "LABEL", "over the limit")
     big = "z" * (200 * 1024)  # over the 128 KiB a single command-line argument may hold
-    (result,) = run_notebooks([nb], {"LABEL": big}, out=tmp_path / "run", progress=False,
-                              timeout=300)  # fmt: skip
+    (result,) = run_notebooks(
+        [nb], {"LABEL": big}, out=tmp_path / "run", progress=False, timeout=300
+    )
     assert result.ok, result.error
     assert result.records == {"b.n": float(len(big))}

@@ -165,10 +165,23 @@ def test_wheel_runs_the_tour_outside_the_checkout(tmp_path):
     source = _copy_source(tmp_path / "src")
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "-q", "-w", str(wheels), str(source)],
-        check=True, cwd=tmp_path, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        check=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     (wheel,) = wheels.glob("hpcnb-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         shipped = sorted(Path(n).name for n in zf.namelist() if n.startswith("hpcnb/_notebooks/"))
@@ -177,19 +190,37 @@ def test_wheel_runs_the_tour_outside_the_checkout(tmp_path):
     # A fresh virtual environment: the wheel is its only hpcnb; the dependencies, already
     # installed beside the running interpreter, are reached through a .pth line (no network).
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     venv_python = venv / "bin" / "python"
-    site = Path(subprocess.run(
-        [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip())  # fmt: skip
+    site = Path(
+        subprocess.run(
+            [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (site / "hpcnb-test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "--no-deps",
-         "--no-compile", "--disable-pip-version-check", "-q", str(wheel)],
-        check=True, cwd=tmp_path, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv_python),
+            "install",
+            "--no-deps",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "-q",
+            str(wheel),
+        ],
+        check=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in (NOTEBOOKS_ENV, "PYTHONPATH")}
@@ -198,15 +229,26 @@ def test_wheel_runs_the_tour_outside_the_checkout(tmp_path):
 
     def hpcnb(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(venv / "bin" / "hpcnb"), *args], cwd=work, env=env, capture_output=True,
-            text=True, timeout=timeout,
-        )  # fmt: skip
+            [str(venv / "bin" / "hpcnb"), *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     where = subprocess.run(
-        [str(venv_python), "-c", "import hpcnb, hpcnb.runner as r; "
-         "print(hpcnb.__file__); print(r.notebooks_dir())"],
-        cwd=work, env=env, capture_output=True, text=True, check=True,
-    ).stdout.split("\n")  # fmt: skip
+        [
+            str(venv_python),
+            "-c",
+            "import hpcnb, hpcnb.runner as r; print(hpcnb.__file__); print(r.notebooks_dir())",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     assert Path(where[0]).is_relative_to(site)  # not the checkout's package
     assert Path(where[1]) == site / "hpcnb" / "_notebooks"
 
@@ -222,8 +264,7 @@ def test_wheel_runs_the_tour_outside_the_checkout(tmp_path):
     again = hpcnb("notebooks", "nb")
     assert again.returncode == 2 and again.stderr.count("\n") == 1
 
-    run = hpcnb("run", "nb/00_tour.ipynb", "--smoke", "--no-progress", "--out", "runs",
-                timeout=240)  # fmt: skip
+    run = hpcnb("run", "nb/00_tour.ipynb", "--smoke", "--no-progress", "--out", "runs", timeout=240)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     status = json.loads((work / "runs" / "run.json").read_text())
     assert status["00_tour"]["status"] == "ok"

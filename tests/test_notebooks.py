@@ -63,8 +63,9 @@ def test_hygiene(path):
 
 def _check_scope_and_summary(nb):
     """A scope statement right after the title, a reproducibility summary after the claims."""
-    texts = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-             for c in nb["cells"]]  # fmt: skip
+    texts = [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nb["cells"]
+    ]
     assert "Scope of this reproduction" in texts[1], "cell 1 must state the scope"
     table = max(i for i, t in enumerate(texts) if "claims_table()" in t)
     assert any("reproducibility_summary(" in t for t in texts[table:]), (
@@ -149,8 +150,9 @@ def _user_texts():
 
 def test_no_internal_wording_in_user_facing_text():
     """Notebooks, README and the package speak to users, not about the project's process."""
-    found = [f"{where}: {m.group(0)!r}" for where, text in _user_texts()
-             for m in INTERNAL.finditer(text)]  # fmt: skip
+    found = [
+        f"{where}: {m.group(0)!r}" for where, text in _user_texts() for m in INTERNAL.finditer(text)
+    ]
     assert not found, "internal wording in user-facing text:\n" + "\n".join(found)
 
 

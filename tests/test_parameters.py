@@ -36,9 +36,16 @@ def test_parse_parameters_rejects_non_literals(source):
 
 @pytest.mark.parametrize(
     ("name", "raw", "expected"),
-    [("SMOKE", "true", True), ("SMOKE", "0", False), ("SEED", "42", 42), ("RATE", "3", 3.0),
-     ("RATE", 2, 2.0), ("NAME", "7", "7"), ("SIZES", "[3, 4]", [3, 4])],
-)  # fmt: skip
+    [
+        ("SMOKE", "true", True),
+        ("SMOKE", "0", False),
+        ("SEED", "42", 42),
+        ("RATE", "3", 3.0),
+        ("RATE", 2, 2.0),
+        ("NAME", "7", "7"),
+        ("SIZES", "[3, 4]", [3, 4]),
+    ],
+)
 def test_coerce_valid(name, raw, expected):
     param = {p.name: p for p in parse_parameters(CELL)}[name]
     value = coerce(param, raw)

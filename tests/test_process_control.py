@@ -90,8 +90,9 @@ def test_a_watchdog_stops_the_family_of_a_killed_launcher(tmp_path, marker):
         "time.sleep(600)\n"
     )
     env = {**os.environ, MARK: marker}
-    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                text=True, env=env)  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
     child = int(launcher.stdout.readline())
     assert psutil.pid_exists(child)
     launcher.kill()  # no clean-up runs in the launcher
@@ -109,8 +110,10 @@ def test_sigkill_of_hpcnb_run_leaves_nothing_and_resume_waits(tmp_path, marker):
     env = {**os.environ, MARK: marker}
     run = subprocess.Popen(
         [sys.executable, "-m", "hpcnb", "run", str(nb), "--out", str(out), "--no-progress"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     kernel = psutil.Process(int(_first_pid_file(tmp_path).read_text().split()[0]))
     run.kill()
     run.wait(timeout=30)
@@ -140,10 +143,26 @@ def test_a_killed_worker_takes_its_notebook_along_and_ctrl_c_stops_the_sweep(tmp
     out = tmp_path / "out"
     env = {**os.environ, MARK: marker}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpcnb", "sweep", str(nb), "--grid", str(grid), "--workers", "1",
-         "--out", str(out), "--timeout", "500"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hpcnb",
+            "sweep",
+            str(nb),
+            "--grid",
+            str(grid),
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--timeout",
+            "500",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         first = _first_pid_file(tmp_path)
         kernel_pid, child_pid = (int(p) for p in first.read_text().split())
@@ -213,8 +232,13 @@ def _refused(nb: Path, out: Path, handler, timeout: float, match: str) -> None:
     server, port = _serve(handler)
     try:
         with pytest.raises(ParameterError, match=match):
-            sweep(nb, {"A": [1]}, scheduler=f"tcp://127.0.0.1:{port}", out=out,
-                  connect_timeout=timeout)  # fmt: skip
+            sweep(
+                nb,
+                {"A": [1]},
+                scheduler=f"tcp://127.0.0.1:{port}",
+                out=out,
+                connect_timeout=timeout,
+            )
     finally:
         server.close()
     assert not out.exists()
@@ -228,10 +252,11 @@ def test_a_scheduler_that_is_not_dask_fails_in_one_line(tmp_path, handler):
 
 def test_sweep_points_run_with_their_tokens_and_leave_nothing(tmp_path, marker, monkeypatch):
     nb = make_notebook(
-        tmp_path / "s.ipynb", PARAMS,
+        tmp_path / "s.ipynb",
+        PARAMS,
         "import os\nfrom hpcnb import record\n"
         "record('s.token', float(bool(os.environ.get('HPCNB_SWEEP_TOKEN'))))",
-    )  # fmt: skip
+    )
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()  # this test process's helper, not the sweep's
@@ -251,8 +276,13 @@ def test_a_real_scheduler_works_after_foreign_peers_were_refused(tmp_path):
     saved = dict(os.environ)  # Dask's nanny writes its worker settings into os.environ
     try:
         with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
-            table = sweep(nb, {"A": [3, 4]}, scheduler=cluster.scheduler_address,
-                          out=tmp_path / "real", timeout=300)  # fmt: skip
+            table = sweep(
+                nb,
+                {"A": [3, 4]},
+                scheduler=cluster.scheduler_address,
+                out=tmp_path / "real",
+                timeout=300,
+            )
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -7,13 +7,15 @@ from hpcnb.progress import QuietProgress, progress, show_progress
 
 @pytest.mark.parametrize(
     ("requested", "environ", "parent", "expected"),
-    [(True, {"HPCNB_BATCH": "1"}, "papermill", True),
-     (None, {"HPCNB_PROGRESS": "on", "HPCNB_BATCH": "1"}, "", True),
-     (None, {"HPCNB_PROGRESS": "0"}, "", False),
-     (None, {"HPCNB_BATCH": "1"}, "bash", False),
-     (None, {}, "/usr/bin/python -m papermill a.ipynb", False),
-     (None, {}, "python -m pytest -n 2", False)],
-)  # fmt: skip
+    [
+        (True, {"HPCNB_BATCH": "1"}, "papermill", True),
+        (None, {"HPCNB_PROGRESS": "on", "HPCNB_BATCH": "1"}, "", True),
+        (None, {"HPCNB_PROGRESS": "0"}, "", False),
+        (None, {"HPCNB_BATCH": "1"}, "bash", False),
+        (None, {}, "/usr/bin/python -m papermill a.ipynb", False),
+        (None, {}, "python -m pytest -n 2", False),
+    ],
+)
 def test_show_progress_decides_in_order(requested, environ, parent, expected):
     assert show_progress(requested, environ=environ, parent_cmdline=parent) is expected
 

@@ -114,8 +114,13 @@ def test_pre_commit_strip_hook_clears_outputs(tmp_path: Path) -> None:
     nb.cells.append(cell)
     path = tmp_path / "n.ipynb"
     nbformat.write(nb, path)
-    proc = subprocess.run([str(REPO / entry[0]), *entry[1:], str(path)], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [str(REPO / entry[0]), *entry[1:], str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "stripped" in proc.stdout
     after = nbformat.read(path, as_version=4).cells[0]

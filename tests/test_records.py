@@ -83,10 +83,18 @@ def test_record_rejects_non_numbers_and_bad_targets():
 
 @pytest.mark.parametrize(
     ("value", "target", "met"),
-    [(1.0, ">= 1", True), (0.99, ">= 1", False), (0.5, "<= 1e-6", False),
-     (1e-7, "≤ 1e-6", True), (500, 500, True), (499, 500, False), (2.0, "> 1.5", True),
-     (1.0, "< 1", False), (3, None, None)],
-)  # fmt: skip
+    [
+        (1.0, ">= 1", True),
+        (0.99, ">= 1", False),
+        (0.5, "<= 1e-6", False),
+        (1e-7, "≤ 1e-6", True),
+        (500, 500, True),
+        (499, 500, False),
+        (2.0, "> 1.5", True),
+        (1.0, "< 1", False),
+        (3, None, None),
+    ],
+)
 def test_target_met(value, target, met):
     assert target_met(value, target) is met
 
@@ -98,10 +106,12 @@ def test_format_record_mentions_target_and_paper():
 
 def test_read_records_round_trip(tmp_path):
     path = _notebook_with(
-        [{"key": "a.x", "value": 1.0, "unit": "", "target": None, "paper": None},
-         {"key": "a.y", "value": 2.5, "unit": "s", "target": ">= 2", "paper": 3.0}],
+        [
+            {"key": "a.x", "value": 1.0, "unit": "", "target": None, "paper": None},
+            {"key": "a.y", "value": 2.5, "unit": "s", "target": ">= 2", "paper": 3.0},
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     assert read_records(path) == {"a.x": 1.0, "a.y": 2.5}
     details = read_record_details(path)
     assert details[1] == Record("a.y", 2.5, "s", ">= 2", 3.0)
@@ -145,23 +155,25 @@ def test_record_emits_mime_bundle_in_a_kernel(tmp_path):
 
 @pytest.mark.parametrize(
     ("value", "target", "low", "high", "source", "state"),
-    [(1.29, ">= 1.3", 1.21, 1.37, "real", INCONCLUSIVE),
-     (1.5, ">= 1.3", 1.35, 1.6, "real", MET),
-     (1.1, ">= 1.3", 1.0, 1.2, "real", NOT_MET),
-     (0.1, "< 0.2", 0.05, 0.2, "real", INCONCLUSIVE),
-     (0.1, "<= 0.2", 0.05, 0.2, "real", MET),
-     (1.5, ">= 1.3", None, None, "real", MET),
-     (9.0, "> 1", 8.0, 10.0, "synthetic", NOT_TESTED),
-     (9.0, "> 1", 8.0, 10.0, "simulated", MET),
-     (500, 500, 499, 501, "real", INCONCLUSIVE),
-     (1.0, 1.0, 0.74, 1.0, "real", INCONCLUSIVE),
-     (1.0, ">= 0.909", 0.74, 1.0, "real", INCONCLUSIVE),
-     (500, 500, 500, 500, "real", MET),
-     (500, 500, 501, 503, "real", NOT_MET),
-     (500, 500, None, None, "real", MET),
-     (9.0, "> 1", 8.0, 10.0, "generated", MET),
-     (3.0, None, None, None, "real", None)],
-)  # fmt: skip
+    [
+        (1.29, ">= 1.3", 1.21, 1.37, "real", INCONCLUSIVE),
+        (1.5, ">= 1.3", 1.35, 1.6, "real", MET),
+        (1.1, ">= 1.3", 1.0, 1.2, "real", NOT_MET),
+        (0.1, "< 0.2", 0.05, 0.2, "real", INCONCLUSIVE),
+        (0.1, "<= 0.2", 0.05, 0.2, "real", MET),
+        (1.5, ">= 1.3", None, None, "real", MET),
+        (9.0, "> 1", 8.0, 10.0, "synthetic", NOT_TESTED),
+        (9.0, "> 1", 8.0, 10.0, "simulated", MET),
+        (500, 500, 499, 501, "real", INCONCLUSIVE),
+        (1.0, 1.0, 0.74, 1.0, "real", INCONCLUSIVE),
+        (1.0, ">= 0.909", 0.74, 1.0, "real", INCONCLUSIVE),
+        (500, 500, 500, 500, "real", MET),
+        (500, 500, 501, 503, "real", NOT_MET),
+        (500, 500, None, None, "real", MET),
+        (9.0, "> 1", 8.0, 10.0, "generated", MET),
+        (3.0, None, None, None, "real", None),
+    ],
+)
 def test_evaluate_target_is_three_valued(value, target, low, high, source, state):
     assert evaluate_target(value, target, low, high, source) == state
 
@@ -191,8 +203,15 @@ def test_record_of_few_samples_says_its_coverage_or_has_no_interval(capsys):
 
 
 def test_target_origin_and_own_target():
-    record("p.err", 0.15, interval=(0.12, 0.17), n=40, target="< 0.2", target_from="paper",
-           own_target="< 0.12")  # fmt: skip
+    record(
+        "p.err",
+        0.15,
+        interval=(0.12, 0.17),
+        n=40,
+        target="< 0.2",
+        target_from="paper",
+        own_target="< 0.12",
+    )
     rec = session_records()["p.err"]
     assert rec.met == MET and rec.own_met == NOT_MET
     assert rec.paper_target == "< 0.2" and rec.our_target == "< 0.12"
@@ -240,16 +259,36 @@ def test_record_rejects_inconsistent_uncertainty(kwargs, match):
 
 
 def test_detailed_payload_round_trips_through_strict_json(tmp_path):
-    record("r.x", samples=[0.2, 0.2, 0.3, 0.2, 0.2, 0.3, 0.2], unit="s", target="< 1",
-           target_from="paper", own_target="< 0.15", source="simulated", note="hi")  # fmt: skip
+    record(
+        "r.x",
+        samples=[0.2, 0.2, 0.3, 0.2, 0.2, 0.3, 0.2],
+        unit="s",
+        target="< 1",
+        target_from="paper",
+        own_target="< 0.15",
+        source="simulated",
+        note="hi",
+    )
     rec = session_records()["r.x"]
     text = json.dumps(rec.to_json(), allow_nan=False)
     path = _notebook_with([json.loads(text)], tmp_path)
     back = read_record_details(path)[0]
     assert back == rec and back.met == MET and back.own_met == NOT_MET
-    assert set(rec.detail()) == {"value", "unit", "target", "paper", "n", "low", "high",
-                                 "source", "met", "target_from", "own_target", "own_met",
-                                 "coverage"}  # fmt: skip
+    assert set(rec.detail()) == {
+        "value",
+        "unit",
+        "target",
+        "paper",
+        "n",
+        "low",
+        "high",
+        "source",
+        "met",
+        "target_from",
+        "own_target",
+        "own_met",
+        "coverage",
+    }
 
 
 def test_malformed_payload_names_the_cell(tmp_path):
@@ -263,9 +302,16 @@ def test_malformed_payload_names_the_cell(tmp_path):
 
 def test_record_html_escapes_texts_colours_the_state_and_aligns_numbers():
     rec = Record(
-        "a.speed", 1.25, unit="<jobs>/s", target=">= 1", low=1.1, high=1.4, n=7,
-        note="fast & <i>loud</i>", coverage=0.95,
-    )  # fmt: skip
+        "a.speed",
+        1.25,
+        unit="<jobs>/s",
+        target=">= 1",
+        low=1.1,
+        high=1.4,
+        n=7,
+        note="fast & <i>loud</i>",
+        coverage=0.95,
+    )
     page = format_record_html(rec)
     assert "&lt;jobs&gt;/s" in page and "fast &amp; &lt;i&gt;loud&lt;/i&gt;" in page
     assert "<i>" not in page and "&gt;= 1 (ours)" in page

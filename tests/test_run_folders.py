@@ -36,9 +36,16 @@ def _err_line(capsys) -> str:
 
 @pytest.mark.parametrize(
     "content",
-    [b"\x00\x01garbage", b"{not json", b"[]", b'{"cells": 5}', b'{"cells": [{"source": 3}]}',
-     b'{"cells": [{"source": "x", "metadata": {"tags": "parameters"}}]}', b"[" * 100_000],
-)  # fmt: skip
+    [
+        b"\x00\x01garbage",
+        b"{not json",
+        b"[]",
+        b'{"cells": 5}',
+        b'{"cells": [{"source": 3}]}',
+        b'{"cells": [{"source": "x", "metadata": {"tags": "parameters"}}]}',
+        b"[" * 100_000,
+    ],
+)
 def test_a_garbage_notebook_is_refused_in_one_line(tmp_path, capsys, content):
     bad = tmp_path / "junk.ipynb"
     bad.write_bytes(content)
@@ -81,9 +88,11 @@ def test_default_run_folders_are_unique_within_a_second(tmp_path):
 def test_a_file_size_limit_while_writing_leaves_a_consistent_folder(tmp_path):
     """With ``ulimit -f`` the executed notebook cannot be written; the folder says so."""
     big = make_notebook(
-        tmp_path / "big_out.ipynb", PARAMS, "from hpcnb import record\nrecord('t.x', X)",
+        tmp_path / "big_out.ipynb",
+        PARAMS,
+        "from hpcnb import record\nrecord('t.x', X)",
         "print('y' * 3_000_000)",
-    )  # fmt: skip
+    )
     out = tmp_path / "run"
     limit = 1 << 20  # run.json and report.md fit; a 3 MB notebook does not
 
@@ -91,10 +100,23 @@ def test_a_file_size_limit_while_writing_leaves_a_consistent_folder(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     done = subprocess.run(
-        [sys.executable, "-m", "hpcnb", "run", str(big), "--out", str(out), "--no-progress",
-         "--timeout", "300"],
-        capture_output=True, text=True, timeout=400, preexec_fn=limit_files,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hpcnb",
+            "run",
+            str(big),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--timeout",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        preexec_fn=limit_files,
+    )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     run = json.loads((out / "run.json").read_text())
@@ -107,11 +129,14 @@ def test_a_file_size_limit_while_writing_leaves_a_consistent_folder(tmp_path):
 
 @pytest.mark.parametrize(
     ("entry", "message"),
-    [(5, "expected a JSON object"), ({"status": "fine"}, "status 'fine'"),
-     ({"status": "ok", "seconds": "soon", "output": "a.ipynb"}, "field 'seconds' is str"),
-     ({"status": "ok", "seconds": 1, "output": "../../etc/passwd"}, "not a file name"),
-     ({"status": "ok", "seconds": 1, "output": "a.ipynb", "parameters": []}, "'parameters'")],
-)  # fmt: skip
+    [
+        (5, "expected a JSON object"),
+        ({"status": "fine"}, "status 'fine'"),
+        ({"status": "ok", "seconds": "soon", "output": "a.ipynb"}, "field 'seconds' is str"),
+        ({"status": "ok", "seconds": 1, "output": "../../etc/passwd"}, "not a file name"),
+        ({"status": "ok", "seconds": 1, "output": "a.ipynb", "parameters": []}, "'parameters'"),
+    ],
+)
 def test_report_and_resume_validate_run_json(good, tmp_path, capsys, entry, message):
     out = tmp_path / "run"
     out.mkdir()
@@ -128,20 +153,34 @@ def test_resume_reruns_a_missing_notebook_and_changed_parameters(good, tmp_path)
     (first,) = run_notebooks([good], {"X": "2"}, out=out, progress=False, timeout=300)
     assert first.ok and first.records == {"t.x": 2.0}
     (out / "a_good.ipynb").unlink()
-    (again,) = run_notebooks([good], {"X": "2"}, out=out, progress=False, timeout=300,
-                             resume=True, force=True)  # fmt: skip
+    (again,) = run_notebooks(
+        [good], {"X": "2"}, out=out, progress=False, timeout=300, resume=True, force=True
+    )
     assert again.ok and (out / "a_good.ipynb").is_file() and not again.cached_from
-    (changed,) = run_notebooks([good], {"X": "3"}, out=out, progress=False, timeout=300,
-                               resume=True)  # fmt: skip
+    (changed,) = run_notebooks(
+        [good], {"X": "3"}, out=out, progress=False, timeout=300, resume=True
+    )
     assert changed.ok and changed.records == {"t.x": 3.0} and changed.parameters == {"X": 3.0}
     run = json.loads((out / "run.json").read_text())
     assert run["a_good"]["parameters"] == {"X": 3.0}
 
 
 def _notebook_with_payload(path, payload):
-    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": [
-        {"output_type": "display_data", "data": {MIME_TYPE: payload}, "metadata": {}}]}],
-        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "source": "",
+                "metadata": {},
+                "outputs": [
+                    {"output_type": "display_data", "data": {MIME_TYPE: payload}, "metadata": {}}
+                ],
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path.write_text(json.dumps(nb))
 
 

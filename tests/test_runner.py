@@ -126,8 +126,9 @@ def test_a_second_run_shows_values_that_moved_since_the_first(tmp_path):
     )
     runs = tmp_path / "runs"
     run_notebooks([src], {}, out=runs / "first", progress=False, timeout=120)
-    (result,) = run_notebooks([src], {}, out=runs / "second", progress=False, timeout=120,
-                              force=True)  # fmt: skip
+    (result,) = run_notebooks(
+        [src], {}, out=runs / "second", progress=False, timeout=120, force=True
+    )
     assert result.ok, result.error
     first = json.loads((runs / "first" / "records.json").read_text())["h_noise"]["t.noise"]
     assert f"earlier runs: {first:.4g}" in result.claims[0]["measured"]
@@ -185,8 +186,10 @@ def test_sigint_stops_everything_and_marks_the_run_interrupted(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hpcnb", "run", str(nb), "--out", str(out), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -271,9 +274,10 @@ def test_malformed_record_outputs_fail_that_notebook_only(tmp_path):
 
 def test_unchanged_notebook_is_reused_and_force_reexecutes(tmp_path):
     nb = make_notebook(
-        tmp_path / "k_cached.ipynb", PARAMS,
+        tmp_path / "k_cached.ipynb",
+        PARAMS,
         "import time\nfrom hpcnb import record\nrecord('t.stamp', time.time())",
-    )  # fmt: skip
+    )
     runs = tmp_path / "papermill_runs"
     (first,) = run_notebooks([nb], {}, out=runs / "a", progress=False)
     (second,) = run_notebooks([nb], {}, out=runs / "b", progress=False)
@@ -293,9 +297,10 @@ def test_a_changed_measurement_environment_is_never_answered_from_the_cache(
     tmp_path, monkeypatch, name, first, second
 ):
     nb = make_notebook(
-        tmp_path / "k_env.ipynb", PARAMS,
+        tmp_path / "k_env.ipynb",
+        PARAMS,
         "import time\nfrom hpcnb import record\nrecord('t.stamp', time.time())",
-    )  # fmt: skip
+    )
     runs = tmp_path / "papermill_runs"
     monkeypatch.setenv(name, first)
     (one,) = run_notebooks([nb], {}, out=runs / "a", progress=False)
@@ -391,9 +396,10 @@ def test_a_cached_rerun_shows_the_edited_prose(tmp_path):
     import nbformat
 
     nb_path = make_notebook(
-        tmp_path / "m_prose.ipynb", PARAMS,
+        tmp_path / "m_prose.ipynb",
+        PARAMS,
         "import time\nfrom hpcnb import record\nrecord('t.stamp', time.time())",
-    )  # fmt: skip
+    )
     nb = nbformat.read(nb_path, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("# First title"))
     nbformat.write(nb, nb_path)
@@ -434,10 +440,23 @@ def test_a_smoke_run_flags_the_kernel_its_claims_and_its_report(tmp_path):
     nb = make_notebook(tmp_path / "s_smoke.ipynb", PARAMS, _SMOKE_BODY)
     out = tmp_path / "smoke"
     proc = subprocess.run(
-        [sys.executable, "-m", "hpcnb", "run", str(nb), "--smoke", "-p", "X", "3",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hpcnb",
+            "run",
+            str(nb),
+            "--smoke",
+            "-p",
+            "X",
+            "3",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "without encryption" not in proc.stderr  # the kernel talks over IPC sockets
     assert json.loads((out / "records.json").read_text())["s_smoke"]["t.flag"] == 1.0

@@ -58,8 +58,13 @@ def test_unreachable_scheduler_and_bad_workers_fail_fast(tmp_path):
         port = s.getsockname()[1]  # closed again: nothing listens there
     start = time.monotonic()
     with pytest.raises(ParameterError, match="no Dask scheduler reachable"):
-        sweep(nb, {"A": [1]}, scheduler=f"tcp://127.0.0.1:{port}", out=tmp_path / "o",
-              connect_timeout=2)  # fmt: skip
+        sweep(
+            nb,
+            {"A": [1]},
+            scheduler=f"tcp://127.0.0.1:{port}",
+            out=tmp_path / "o",
+            connect_timeout=2,
+        )
     assert time.monotonic() - start < 30
     with pytest.raises(ParameterError, match="workers"):
         sweep(nb, {"A": [1]}, workers=0, out=tmp_path / "o2")
@@ -72,8 +77,9 @@ def test_sweep_writes_a_report_of_every_grid_point_and_prints_its_folder(tmp_pat
     grid = tmp_path / "g.yaml"
     grid.write_text("A: [1, 2]\nB: 0.25\n")
     out = tmp_path / "out"
-    status = main(["sweep", str(nb), "--grid", str(grid), "--workers", "1", "--smoke",
-                   "--out", str(out)])  # fmt: skip
+    status = main(
+        ["sweep", str(nb), "--grid", str(grid), "--workers", "1", "--smoke", "--out", str(out)]
+    )
     assert status == 0
     printed = capsys.readouterr().out
     assert f"run folder: {out}" in printed and f"report: {out / 'report.md'}" in printed
