@@ -287,18 +287,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_notebooks_and_params(p: argparse.ArgumentParser, param_help: str) -> None:
+    """Add the notebooks to act on and the repeatable ``-p NAME VALUE`` option."""
+    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
+    p.add_argument(
+        "-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help=param_help
+    )
+
+
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``hpcnb run``."""
     p = sub.add_parser("run", help="execute notebooks with papermill")
-    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
-    p.add_argument(
-        "-p",
-        "--param",
-        nargs=2,
-        action="append",
-        metavar=("NAME", "VALUE"),
-        help="set a parameter (repeatable; 'hpcnb list' shows them)",
-    )
+    _add_notebooks_and_params(p, "set a parameter (repeatable; 'hpcnb list' shows them)")
     p.add_argument("--smoke", action="store_true", help="run with SMOKE=True (miniature inputs)")
     p.add_argument("--out", help="run folder (default: papermill_runs/<UTC timestamp>)")
     p.add_argument(
@@ -358,15 +358,7 @@ def _add_status_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status", help="which notebooks are stale against their newest run, and what changed"
     )
-    p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
-    p.add_argument(
-        "-p",
-        "--param",
-        nargs=2,
-        action="append",
-        metavar=("NAME", "VALUE"),
-        help="a parameter value a run now would use",
-    )
+    _add_notebooks_and_params(p, "a parameter value a run now would use")
     p.add_argument("--smoke", action="store_true", help="compare with SMOKE=True runs")
     p.add_argument(
         "--runs", default="papermill_runs", help="folder of run folders (default: %(default)s)"
