@@ -530,7 +530,9 @@ def format_record_html(rec: Record) -> str:
     return html_table(header, [row], numeric={1, 2, 3})
 
 
-def _check_origin(key: str, target: object, target_from: str, own_target: object) -> None:
+def _check_origin(
+    key: str, target: float | str | None, target_from: str, own_target: float | str | None
+) -> None:
     """Refuse an unknown ``target_from``, a paper target without a figure, a stray own target."""
     if target_from not in TARGET_FROM:
         raise RecordError(
@@ -546,7 +548,11 @@ def _check_origin(key: str, target: object, target_from: str, own_target: object
 
 
 def _unpack_estimate(
-    key: str, estimate: Estimate, interval: object, n: object, coverage: object
+    key: str,
+    estimate: Estimate,
+    interval: tuple[float, float] | None,
+    n: int | None,
+    coverage: float | None,
 ) -> tuple[float, tuple[float, float] | None, int | None, float | None]:
     """``(value, interval, n, coverage)`` of an Estimate given as a record's value."""
     if interval is not None or n is not None or coverage is not None:
