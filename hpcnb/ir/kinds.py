@@ -256,32 +256,38 @@ KINDS: KindNames = KindNames(label="KINDS")
 COUNTED_KINDS: KindNames = KindNames(lambda k: k.counted, label="COUNTED_KINDS")
 
 
+#: The built-in kinds, in registration order: (name, group, counted, kernel, doc).
+_BUILTIN_KINDS: tuple[tuple[str, str, bool, bool, str], ...] = (
+    ("input", "elementwise", False, False, "a graph input (placeholder)"),
+    ("output", "elementwise", False, False, "the graph output"),
+    ("param", "elementwise", False, False, "a parameter or buffer used directly"),
+    ("conv", "conv", True, True, "convolutions"),
+    ("linear", "matmul", True, True, "nn.Linear, F.linear"),
+    ("matmul", "matmul", True, True, "matmul, bmm, mm, einsum"),
+    ("attention", "matmul", True, True, "multi-head attention"),
+    ("norm", "norm", False, True, "batch/layer/group/RMS norm"),
+    ("activation", "activation", False, True, "ReLU, GELU, SiLU, sigmoid, ..."),
+    ("softmax", "activation", False, True, "softmax / log-softmax"),
+    ("pool", "pool", False, True, "max / average / adaptive pooling"),
+    ("add", "elementwise", False, True, "+, - (broadcasting)"),
+    ("mul", "elementwise", False, True, "*, / (broadcasting)"),
+    ("concat", "elementwise", False, True, "torch.cat / stack"),
+    ("split", "elementwise", False, False, "chunk, split, unbind"),
+    ("getitem", "elementwise", False, False, "indexing, slicing, tuple elements"),
+    ("reshape", "elementwise", False, False, "view, reshape, permute, ..."),
+    ("reduce", "elementwise", False, False, "mean, sum, amax over axes"),
+    ("embedding", "elementwise", False, True, "nn.Embedding"),
+    ("scan", "elementwise", False, True, "a sequential-scan leaf (selective SSM)"),
+    ("dropout", "elementwise", False, False, "dropout (identity at inference)"),
+    ("identity", "elementwise", False, False, "nn.Identity"),
+    ("size", "elementwise", False, False, "sizes and arithmetic on them"),
+    ("other", "elementwise", False, False, "ops the IR cannot cost"),
+)
+
+
 def _register_builtins() -> None:
-    ew, no = "elementwise", False
-    register_kind("input", group=ew, kernel=no, doc="a graph input (placeholder)")
-    register_kind("output", group=ew, kernel=no, doc="the graph output")
-    register_kind("param", group=ew, kernel=no, doc="a parameter or buffer used directly")
-    register_kind("conv", group="conv", counted=True, doc="convolutions")
-    register_kind("linear", group="matmul", counted=True, doc="nn.Linear, F.linear")
-    register_kind("matmul", group="matmul", counted=True, doc="matmul, bmm, mm, einsum")
-    register_kind("attention", group="matmul", counted=True, doc="multi-head attention")
-    register_kind("norm", group="norm", doc="batch/layer/group/RMS norm")
-    register_kind("activation", group="activation", doc="ReLU, GELU, SiLU, sigmoid, ...")
-    register_kind("softmax", group="activation", doc="softmax / log-softmax")
-    register_kind("pool", group="pool", doc="max / average / adaptive pooling")
-    register_kind("add", group=ew, doc="+, - (broadcasting)")
-    register_kind("mul", group=ew, doc="*, / (broadcasting)")
-    register_kind("concat", group=ew, doc="torch.cat / stack")
-    register_kind("split", group=ew, kernel=no, doc="chunk, split, unbind")
-    register_kind("getitem", group=ew, kernel=no, doc="indexing, slicing, tuple elements")
-    register_kind("reshape", group=ew, kernel=no, doc="view, reshape, permute, ...")
-    register_kind("reduce", group=ew, kernel=no, doc="mean, sum, amax over axes")
-    register_kind("embedding", group=ew, doc="nn.Embedding")
-    register_kind("scan", group=ew, doc="a sequential-scan leaf (selective SSM)")
-    register_kind("dropout", group=ew, kernel=no, doc="dropout (identity at inference)")
-    register_kind("identity", group=ew, kernel=no, doc="nn.Identity")
-    register_kind("size", group=ew, kernel=no, doc="sizes and arithmetic on them")
-    register_kind("other", group=ew, kernel=no, doc="ops the IR cannot cost")
+    for name, group, counted, kernel, doc in _BUILTIN_KINDS:
+        register_kind(name, group=group, counted=counted, kernel=kernel, doc=doc)
 
 
 _register_builtins()

@@ -220,13 +220,27 @@ def _tie_bias(a: ChannelAnalysis, m: nn.Module, out_c: list[Segment]) -> None:
         a.unify(out_c, a.param("bias", 0))
 
 
+def _fix_channels(a: ChannelAnalysis, reason: str, *channels: list[Segment]) -> None:
+    """Fix the channel axes a convolution cannot tie (its input's and its weight's)."""
+    for segs in channels:
+        a.fix(segs, reason)
+
+
+def _conv_output(
+    a: ChannelAnalysis, m: nn.Module, x: Axes, out_c: list[Segment], spatial: Axes
+) -> Axes:
+    """The output axes (batch, ``out_c``, new spatial axes); the bias ties to ``out_c``."""
+    _tie_bias(a, m, out_c)
+    return [x[0], out_c, *spatial[2:]]
+
+
 def conv_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``nn.ConvNd``: output channels are the weight's rows; depthwise and grouped ties.
 
     Args:
-        a: The channel analysis (parameter names relative to the convolution).
-        node: The ``call_module`` node.
-        args: Per positional argument, its per-axis segments.
+        a: The channel analysis; ``weight`` and ``bias`` name the convolution's own.
+        node: The ``call_module`` node of the convolution.
+        args: The input's per-axis segments (N, C, spatial...) as the only element.
     """
     m, x = expect_module(a.module_of(node), _ConvNd, f"conv_rule at '{node.name}'"), args[0]
     path = str(node.target)
@@ -249,21 +263,18 @@ def conv_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
                 a.unify(slice_segments(w, j * cout, (j + 1) * cout), slice_segments(w, 0, cout))
         out_c = w
     else:
-        reason = f"grouped convolution '{path}' (groups={m.groups})"
-        a.fix(x[1], reason)
-        a.fix(w, reason)
+        _fix_channels(a, f"grouped convolution '{path}' (groups={m.groups})", x[1], w)
         out_c = w
-    _tie_bias(a, m, out_c)
-    return [x[0], out_c, *spatial[2:]]
+    return _conv_output(a, m, x, out_c, spatial)
 
 
 def conv_transpose_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``nn.ConvTransposeNd``: the weight is (in, out / groups, ...).
 
     Args:
-        a: The channel analysis (parameter names relative to the convolution).
-        node: The ``call_module`` node.
-        args: Per positional argument, its per-axis segments.
+        a: The channel analysis; ``weight`` and ``bias`` name the transposed convolution's own.
+        node: The ``call_module`` node of the transposed convolution.
+        args: The input's per-axis segments (N, C, spatial...) as the only element.
     """
     m = expect_module(a.module_of(node), _ConvNd, f"conv_transpose_rule at '{node.name}'")
     x = args[0]
@@ -273,20 +284,18 @@ def conv_transpose_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> A
         a.unify(x[1], a.param("weight", 0))
     else:
         reason = f"grouped transposed convolution '{node.target}' (groups={m.groups})"
-        a.fix(x[1], reason)
-        a.fix(out_c, reason)
+        _fix_channels(a, reason, x[1], out_c)
         out_c = a.fresh((node.name, "out"), a.graph.values[node.name].shape[1], reason)
-    _tie_bias(a, m, out_c)
-    return [x[0], out_c, *spatial[2:]]
+    return _conv_output(a, m, x, out_c, spatial)
 
 
 def linear_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``nn.Linear``: the last axis meets the weight's columns, leaves as its rows.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis; ``weight`` and ``bias`` name the linear layer's own.
+        node: The ``call_module`` node of the linear layer.
+        args: The input's per-axis segments (features last) as the only element.
     """
     x = args[0]
     a.unify(x[-1], a.param("weight", 1))
@@ -299,9 +308,9 @@ def batch_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """Batch norm: per-channel scale, shift and statistics on axis 1.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis; the affine parameters and running statistics are the norm's own.
+        node: The ``call_module`` node of the batch norm.
+        args: The input's per-axis segments (channels on axis 1) as the only element.
     """
     x = args[0]
     for name in ("weight", "bias", "running_mean", "running_var"):
@@ -313,9 +322,9 @@ def layer_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """Layer / RMS norm over the last axis: per-channel scale and shift.
 
     Args:
-        a: The channel analysis (parameter names relative to the norm).
-        node: The ``call_module`` node.
-        args: Per positional argument, its per-axis segments.
+        a: The channel analysis; ``weight`` and ``bias`` name the norm's own.
+        node: The ``call_module`` node of the layer or RMS norm.
+        args: The input's per-axis segments (normalised axes last) as the only element.
     """
     m, x = a.module_of(node), args[0]
     if not isinstance(m, nn.RMSNorm):
@@ -333,9 +342,9 @@ def group_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """Group norm: statistics over groups of channels, so the channels are fixed.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis; ``weight`` and ``bias`` name the norm's own.
+        node: The ``call_module`` node of the group norm.
+        args: The input's per-axis segments (channels on axis 1) as the only element.
     """
     x = args[0]
     a.fix(x[1], f"group norm '{node.target}' (groups of channels)")
@@ -348,9 +357,9 @@ def embedding_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``nn.Embedding``: a new last axis, the weight's columns; the vocabulary is fixed.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis; ``weight`` names the embedding table.
+        node: The ``call_module`` node of the embedding.
+        args: The segments of the index tensor's axes as the only element.
     """
     a.fix(a.param("weight", 0), f"embedding vocabulary '{node.target}'")
     return [*args[0], a.param("weight", 1)]
@@ -360,9 +369,9 @@ def pool_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """Pooling module: channels pass, the 1 or 2 spatial axes are new.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (for the new spatial axes).
+        node: The ``call_module`` node of the pooling layer (its class name tells 1-d from 2-d).
+        args: The input's per-axis segments (N, C, spatial...) as the only element.
     """
     k = 1 if "1d" in type(a.module_of(node)).__name__ else 2
     x, spatial = args[0], _spatial(a, node)
@@ -373,9 +382,9 @@ def same_axes(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """Element-wise or identity module: the output has the input's axes.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (unused: nothing is tied).
+        node: The node whose output has its input's shape.
+        args: The input's per-axis segments first; further arguments are ignored.
     """
     return list(args[0])
 
@@ -385,8 +394,8 @@ def flatten_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
 
     Args:
         a: The channel analysis.
-        node: The ``call_module`` node.
-        args: Per positional argument, its per-axis segments.
+        node: The ``call_module`` node of the flatten (input and output shapes come from the trace).
+        args: The input's per-axis segments as the only element.
     """
     return _reshape(a, node, args[0], _in_shape(a, node), a.graph.values[node.name].shape)
 
@@ -398,9 +407,9 @@ def getitem_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``x[index]`` (basic indexing and slices) or picking an element of a tuple.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments hold the index).
+        node: The ``operator.getitem`` node.
+        args: The indexed value's segments (per axis, or per tuple element) first.
     """
     cargs = a.graph.call_args.get(node.name, ())
     x = args[0] if args else None
@@ -413,9 +422,9 @@ def elementwise_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """Element-wise ops with broadcasting: equal axes are tied.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments give the operand shapes).
+        node: The element-wise call; tensor keyword arguments are operands too.
+        args: Per positional operand, its per-axis segments (None for scalars).
     """
     cargs = a.graph.call_args.get(node.name, ())
     tensors: list[tuple[Axes, tuple[int, ...]]] = []
@@ -439,9 +448,9 @@ def reshape_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """View / reshape / flatten / squeeze / unsqueeze.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (the traced shapes before and after come from it).
+        node: The view / reshape / flatten / squeeze / unsqueeze call.
+        args: The reshaped tensor's per-axis segments first; the sizes are ignored.
     """
     out = _reshape(a, node, args[0], _in_shape(a, node), a.graph.values[node.name].shape)
     a.records[node.name] = ("reshape", out)
@@ -452,9 +461,9 @@ def permute_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``permute``: axes reordered.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments hold the dims).
+        node: The ``permute`` call.
+        args: The permuted tensor's per-axis segments first; the dims are ignored.
     """
     x, cargs = args[0], a.graph.call_args.get(node.name, ())
     dims = cargs[1] if len(cargs) == 2 and isinstance(cargs[1], tuple | list) else cargs[1:]
@@ -466,9 +475,9 @@ def transpose_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``transpose`` / ``swapaxes``: two axes swapped.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments hold the two dims).
+        node: The ``transpose`` / ``swapaxes`` call.
+        args: The transposed tensor's per-axis segments first; the dims are ignored.
     """
     x = args[0]
     d0, d1 = _dim(_kw(node, a, 1, "dim0", 0), len(x)), _dim(_kw(node, a, 2, "dim1", 1), len(x))
@@ -481,9 +490,9 @@ def t_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``t``: a matrix transposed.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (unused: nothing is tied).
+        node: The ``t`` call.
+        args: The matrix's two axes' segments as the only element.
     """
     return list(reversed(args[0]))
 
@@ -492,9 +501,9 @@ def expand_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``expand`` / ``expand_as``: new leading axes, size-1 axes broadcast.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (the traced shapes before and after come from it).
+        node: The ``expand`` / ``expand_as`` call.
+        args: The expanded tensor's per-axis segments first; the sizes are ignored.
     """
     x, in_shape, shape = args[0], _in_shape(a, node), a.graph.values[node.name].shape
     k = len(shape) - len(in_shape)
@@ -513,9 +522,9 @@ def pad_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``F.pad``: padded axes are fixed, the others pass.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (the traced shapes before and after come from it).
+        node: The ``F.pad`` call.
+        args: The padded tensor's per-axis segments first; the pad widths are ignored.
     """
     x, in_shape = args[0], _in_shape(a, node)
     out = []
@@ -532,9 +541,9 @@ def concat_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``cat`` concatenates segment lists along ``dim``; ``stack`` adds a new axis.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments hold ``dim``).
+        node: The ``cat`` / ``stack`` call.
+        args: First, per tensor in the sequence, its per-axis segments; the dim is ignored.
     """
     stack = target_name(node.target) == "stack"
     seq, cargs = args[0], a.graph.call_args.get(node.name, ())
@@ -555,9 +564,9 @@ def split_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``chunk`` / ``split`` / ``tensor_split``: pieces slice the segment list.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments hold ``dim``).
+        node: The ``chunk`` / ``split`` / ``tensor_split`` call.
+        args: The split tensor's per-axis segments first; the sizes and dim are ignored.
     """
     x, in_shape = args[0], _in_shape(a, node)
     dim = _dim(_kw(node, a, 2, "dim", 0), len(in_shape))
@@ -578,9 +587,9 @@ def unbind_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``unbind``: every element of the axis is picked (and fixed).
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments hold ``dim``).
+        node: The ``unbind`` call.
+        args: The unbound tensor's per-axis segments first; the dim is ignored.
     """
     x, in_shape = args[0], _in_shape(a, node)
     dim = _dim(_kw(node, a, 1, "dim", 0), len(in_shape))
@@ -595,9 +604,9 @@ def matmul_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``matmul`` / ``bmm`` / ``mm``: the inner axes tie, batch axes broadcast.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments give the operand shapes).
+        node: The ``matmul`` / ``bmm`` / ``mm`` call.
+        args: The left and the right operand's per-axis segments.
     """
     x, b = args[0], args[1]
     cargs = a.graph.call_args.get(node.name, ())
@@ -613,9 +622,9 @@ def linear_function_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> 
     """``F.linear(x, w, b)``.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis.
+        node: The ``F.linear`` call.
+        args: The input's, the weight's (out, in) and, when given, the bias's per-axis segments.
     """
     x, w = args[0], args[1]
     a.unify(x[-1], w[1])
@@ -628,9 +637,9 @@ def reduce_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``mean`` / ``sum`` / ``amax`` / ``amin`` over ``dim`` (all axes when None).
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (its traced call arguments hold ``dim`` and ``keepdim``).
+        node: The ``mean`` / ``sum`` / ``amax`` / ``amin`` call.
+        args: The reduced tensor's per-axis segments first; dim and keepdim are ignored.
     """
     x = args[0]
     dims = _kw(node, a, 1, "dim", None)
@@ -651,9 +660,9 @@ def pool2d_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """Functional 2-d pooling: channels pass, the two spatial axes are new.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (for the new spatial axes).
+        node: The functional 2-d pooling call.
+        args: The input's per-axis segments (N, C, H, W) first; the pooling sizes are ignored.
     """
     return [*args[0][:-2], *_spatial(a, node)[-2:]]
 
@@ -662,9 +671,9 @@ def sdpa_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> Any:
     """``scaled_dot_product_attention(q, k, v)``: q/k widths and k/v lengths tie.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis.
+        node: The ``scaled_dot_product_attention`` call.
+        args: The query's, key's and value's per-axis segments (then the mask's, ignored).
     """
     q, k, v = args[:3]
     a.unify(q[-1], k[-1])
@@ -679,9 +688,9 @@ def functional_norm_rule(a: ChannelAnalysis, node: fx.Node, args: list[Any]) -> 
     """``F.layer_norm`` / ``F.batch_norm``: weights are arguments, so the axes are fixed.
 
     Args:
-        a: The channel analysis (module rules: parameter names relative to the module).
-        node: The fx node the rule maps.
-        args: Per positional argument, its per-axis segments (None for non-tensors).
+        a: The channel analysis (every input axis is fixed in it).
+        node: The ``F.layer_norm`` / ``F.batch_norm`` call.
+        args: Per positional argument, its per-axis segments (unused: all inputs are fixed).
     """
     return fallback(a, node, f"functional norm at '{node.name}'")
 

@@ -7,7 +7,8 @@ All are our own compact definitions (no torchvision). Every model takes images
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 import torch
 from torch import nn
@@ -30,6 +31,29 @@ def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> l
         nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
         nn.BatchNorm2d(cout),
     ]
+
+
+#: ``unit(cin, cout, stride)``: one block of a stage.
+Unit = Callable[[int, int, int], nn.Module]
+
+
+def _stages(
+    cin: int, stages: Iterable[tuple[Unit, int, int, int]], expansion: int = 1
+) -> tuple[list[nn.Module], int]:
+    """The units of consecutive stages, and the channels that leave the last one.
+
+    Args:
+        cin: Channels entering the first stage.
+        stages: Per stage ``(unit, cout, count, stride)``: ``count`` units of width ``cout``,
+            the first with ``stride`` and the others with stride 1.
+        expansion: Output channels of a unit per unit of its ``cout`` (4 for bottlenecks).
+    """
+    units: list[nn.Module] = []
+    for unit, cout, count, stride in stages:
+        for i in range(count):
+            units.append(unit(cin, cout, stride if i == 0 else 1))
+            cin = expansion * cout
+    return units, cin
 
 
 class PooledClassifier(nn.Module):
@@ -55,6 +79,30 @@ class PooledClassifier(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = classifier
         init_weights(self)
+
+    def build_stages(
+        self,
+        in_channels: int,
+        stem: int,
+        stages: Iterable[tuple[Unit, int, int, int]],
+        last: int,
+        num_classes: int,
+        act: Callable[[], nn.Module],
+    ) -> None:
+        """:meth:`build` a 3x3 stem, ``stages`` of units and a 1x1 head conv, then a linear head.
+
+        Args:
+            in_channels: Input image channels.
+            stem: Width of the 3x3 stem conv (conv, BN, ``act``).
+            stages: Per stage ``(unit, cout, count, stride)`` (see :func:`_stages`).
+            last: Width of the final 1x1 conv (conv, BN, ``act``).
+            num_classes: Outputs of the linear classifier.
+            act: Makes the activation after the stem and the final conv.
+        """
+        layers: list[nn.Module] = [*_conv_bn(in_channels, stem, 3), act()]
+        units, cin = _stages(stem, stages)
+        layers += [*units, *_conv_bn(cin, last, 1), act()]
+        self.build(layers, nn.Linear(last, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits."""
@@ -144,12 +192,12 @@ def resnet_cifar(
 
     Args:
         depth: Total depth, ``6 n + 2`` (8, 14, 20, 32, 56, ...).
-        width: Channels of the first stage (doubled per stage).
-        num_classes: Classifier outputs.
-        in_channels: Input image channels.
+        width: Channels of the stem and the first stage (doubled per stage).
+        num_classes: Outputs of the final linear layer ``fc``.
+        in_channels: Channels of the input images (the 3x3 stem's input).
 
     Returns:
-        The model.
+        The ResNet, freshly initialised.
     """
     if depth < 8 or (depth - 2) % 6:
         raise InvalidInputError(
@@ -157,13 +205,8 @@ def resnet_cifar(
         )
     n = (depth - 2) // 6
     stem = nn.Sequential(*_conv_bn(in_channels, width, 3), nn.ReLU())
-    blocks: list[nn.Module] = []
-    cin = width
-    for stage in range(3):
-        cout = width * 2**stage
-        for i in range(n):
-            blocks.append(BasicBlock(cin, cout, 2 if (stage > 0 and i == 0) else 1))
-            cin = cout
+    stages = [(BasicBlock, width * 2**stage, n, 2 if stage else 1) for stage in range(3)]
+    blocks, cin = _stages(width, stages)
     return ResNet(stem, nn.Sequential(*blocks), cin, num_classes)
 
 
@@ -176,13 +219,13 @@ def resnet50_like(
     """Bottleneck ResNet with the ResNet-50 layout (7x7 stem, max-pool, 4 stages).
 
     Args:
-        num_classes: Classifier outputs.
-        in_channels: Input image channels.
+        num_classes: Outputs of the final linear layer ``fc``.
+        in_channels: Channels of the input images (the 7x7 stem's input).
         width: Bottleneck width of the first stage (64 for ResNet-50).
         layers: Blocks per stage ((3, 4, 6, 3) for ResNet-50).
 
     Returns:
-        The model (about 25.6 M parameters at the defaults).
+        The ResNet (about 25.6 M parameters at the defaults).
     """
     stem = nn.Sequential(
         nn.Conv2d(in_channels, width, 7, 2, 3, bias=False),
@@ -190,13 +233,8 @@ def resnet50_like(
         nn.ReLU(),
         nn.MaxPool2d(3, 2, 1),
     )
-    blocks: list[nn.Module] = []
-    cin = width
-    for stage, count in enumerate(layers):
-        mid = width * 2**stage
-        for i in range(count):
-            blocks.append(Bottleneck(cin, mid, 2 if (stage > 0 and i == 0) else 1))
-            cin = 4 * mid
+    stages = [(Bottleneck, width * 2**s, count, 2 if s else 1) for s, count in enumerate(layers)]
+    blocks, cin = _stages(width, stages, expansion=4)
     return ResNet(stem, nn.Sequential(*blocks), cin, num_classes)
 
 
@@ -232,11 +270,11 @@ def vgg(
     Args:
         cfg: Conv widths; ``"M"`` inserts a 2x2 max-pool.
         hidden: Width of the hidden classifier layer.
-        num_classes: Classifier outputs.
-        in_channels: Input image channels.
+        num_classes: Outputs of the classifier's last linear layer.
+        in_channels: Channels of the input images (the first conv's input).
 
     Returns:
-        The model.
+        The VGG network, freshly initialised.
     """
     return VGG(cfg, in_channels, hidden, num_classes)
 
@@ -274,14 +312,8 @@ class MobileNetV2(PooledClassifier):
         num_classes: int,
     ) -> None:
         super().__init__()
-        layers: list[nn.Module] = [*_conv_bn(in_channels, stem, 3), nn.ReLU6()]
-        cin = stem
-        for t, c, n, s in settings:
-            for i in range(n):
-                layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
-                cin = c
-        layers += [*_conv_bn(cin, last, 1), nn.ReLU6()]
-        self.build(layers, nn.Linear(last, num_classes))
+        stages = [(partial(InvertedResidual, expand=t), c, n, s) for t, c, n, s in settings]
+        self.build_stages(in_channels, stem, stages, last, num_classes, nn.ReLU6)
 
 
 def mobilenet_v2(
@@ -302,13 +334,13 @@ def mobilenet_v2(
 
     Args:
         settings: Rows ``(expand t, channels c, repeats n, first stride s)``.
-        stem: Stem conv width.
+        stem: Width of the 3x3 stem conv before the first inverted residual.
         last: Width of the final 1x1 conv.
-        num_classes: Classifier outputs.
-        in_channels: Input image channels.
+        num_classes: Outputs of the linear classifier on the pooled final conv.
+        in_channels: Channels of the input images (the stem conv's input).
 
     Returns:
-        The model.
+        The MobileNetV2, freshly initialised.
     """
     return MobileNetV2(settings, stem, last, in_channels, num_classes)
 
@@ -358,14 +390,8 @@ class ShuffleNetV2(PooledClassifier):
         num_classes: int,
     ) -> None:
         super().__init__()
-        layers: list[nn.Module] = [*_conv_bn(in_channels, stem, 3), nn.ReLU()]
-        cin = stem
-        for width, count in zip(widths, repeats, strict=True):
-            for i in range(count):
-                layers.append(ShuffleUnit(cin, width, 2 if i == 0 else 1))
-                cin = width
-        layers += [*_conv_bn(cin, last, 1), nn.ReLU()]
-        self.build(layers, nn.Linear(last, num_classes))
+        stages = [(ShuffleUnit, w, count, 2) for w, count in zip(widths, repeats, strict=True)]
+        self.build_stages(in_channels, stem, stages, last, num_classes, nn.ReLU)
 
 
 def shufflenet(
@@ -381,13 +407,13 @@ def shufflenet(
     Args:
         widths: Output channels per stage (even).
         repeats: Units per stage; the first of each downsamples.
-        stem: Stem conv width.
+        stem: Width of the 3x3 stem conv before the first shuffle unit.
         last: Width of the final 1x1 conv.
-        num_classes: Classifier outputs.
-        in_channels: Input image channels.
+        num_classes: Outputs of the linear classifier on the pooled final conv.
+        in_channels: Channels of the input images (the stem conv's input).
 
     Returns:
-        The model.
+        The ShuffleNetV2, freshly initialised.
     """
     if any(w % 2 for w in widths):
         raise InvalidInputError(f"shufflenet: widths={tuple(widths)} must all be even")
@@ -454,11 +480,11 @@ def densenet(
     Args:
         blocks: Dense layers per block.
         growth: Channels each dense layer adds.
-        stem: Stem conv width.
-        num_classes: Classifier outputs.
-        in_channels: Input image channels.
+        stem: Width of the 3x3 stem conv (the first dense block's input).
+        num_classes: Outputs of the linear classifier on the pooled dense features.
+        in_channels: Channels of the input images (the stem conv's input).
 
     Returns:
-        The model.
+        The DenseNet, freshly initialised.
     """
     return DenseNet(blocks, growth, stem, in_channels, num_classes)

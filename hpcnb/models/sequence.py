@@ -138,17 +138,17 @@ def vit(
     """Vision transformer (Dosovitskiy et al. 2021).
 
     Args:
-        image_size: Square input size.
-        patch_size: Square patch size.
-        in_channels: Input image channels.
-        dim: Token width.
+        image_size: Side of the square input images (a multiple of ``patch_size``).
+        patch_size: Side of the square patches, one token each besides the class token.
+        in_channels: Channels of the input images (the patch embedding's input).
+        dim: Width of the tokens, the attention and the MLP input.
         depth: Transformer blocks.
         heads: Attention heads (head width ``dim // heads``).
         mlp_dim: Hidden width of each block's MLP.
-        num_classes: Classifier outputs.
+        num_classes: Outputs of the head on the class token.
 
     Returns:
-        The model.
+        The vision transformer, freshly initialised.
     """
     return ViT(image_size, patch_size, in_channels, dim, depth, heads, mlp_dim, num_classes)
 
@@ -206,17 +206,17 @@ def mlp_mixer(
     """MLP-Mixer (Tolstikhin et al. 2021).
 
     Args:
-        image_size: Square input size.
-        patch_size: Square patch size.
-        in_channels: Input image channels.
-        dim: Token width.
+        image_size: Side of the square input images (a multiple of ``patch_size``).
+        patch_size: Side of the square patches; their number is the token-mixing width.
+        in_channels: Channels of the input images (the patch embedding's input).
+        dim: Width of the tokens and of the channel-mixing MLPs' input.
         depth: Mixer blocks.
         token_hidden: Hidden width of the token-mixing MLPs.
         channel_hidden: Hidden width of the channel-mixing MLPs.
-        num_classes: Classifier outputs.
+        num_classes: Outputs of the head on the mean token.
 
     Returns:
-        The model.
+        The MLP-Mixer, freshly initialised.
     """
     return MLPMixer(
         image_size, patch_size, in_channels, dim, depth, token_hidden, channel_hidden, num_classes
@@ -305,17 +305,17 @@ def mamba(
     """Mamba-style selective state-space classifier (Gu and Dao 2023), pure-PyTorch scan.
 
     Args:
-        image_size: Square input size (rows become tokens).
-        in_channels: Input image channels.
+        image_size: Side of the square input images (each row becomes a token).
+        in_channels: Channels of the input images (``in_channels * image_size`` features a row).
         dim: Model width.
         depth: Mamba blocks.
         state: SSM state size N.
         expand: Inner width factor (inner = expand * dim).
         kernel: Causal depthwise conv width.
-        num_classes: Classifier outputs.
+        num_classes: Outputs of the head on the last token.
 
     Returns:
-        The model.
+        The Mamba classifier, freshly initialised.
     """
     return Mamba(in_channels * image_size, dim, depth, state, expand, kernel, num_classes)
 
@@ -348,12 +348,12 @@ def mlp(
     """Plain multi-layer perceptron on flattened images.
 
     Args:
-        image_size: Square input size.
-        in_channels: Input image channels.
+        image_size: Side of the square input images (flattened with the channels).
+        in_channels: Channels of the input images.
         hidden: Hidden layer widths.
-        num_classes: Classifier outputs.
+        num_classes: Outputs of the last linear layer.
 
     Returns:
-        The model.
+        The MLP, freshly initialised.
     """
     return MLP(in_channels * image_size * image_size, hidden, num_classes)
