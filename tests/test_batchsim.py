@@ -213,6 +213,25 @@ def test_user_scheduler_subclass():
     assert starts(run(jobs, LargestFirst(), nodes=4)) == {2: 0, 1: 0, 3: 5}
 
 
+class LargestFirstAct(Scheduler):
+    """The same policy written as ``act``: the base ``schedule`` calls it."""
+
+    name = "largest-first-act"
+
+    def act(self, view: SchedulerView) -> None:
+        """Start the largest waiting jobs that fit first."""
+        for rec in sorted(view.queue, key=lambda r: -r.job.num_nodes):
+            if rec.job.num_nodes <= view.free_nodes:
+                view.start(rec)
+
+
+def test_user_scheduler_act_hook():
+    jobs = [rigid(1, 0, 1, 5), rigid(2, 0, 3, 5), rigid(3, 0, 2, 5)]
+    assert starts(run(jobs, LargestFirstAct(), nodes=4)) == {2: 0, 1: 0, 3: 5}
+    with pytest.raises(NotImplementedError):
+        Scheduler().schedule(None, frozenset())
+
+
 def test_rigid_resize_rejected():
     class Resizer(StartAll):
         def then(self, view):

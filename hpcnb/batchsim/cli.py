@@ -230,8 +230,14 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _add_int_options(parser: argparse.ArgumentParser, *options: tuple[str, int, str]) -> None:
+    """Add integer options given as ``(flag, default, help)``; each help ends with its default."""
+    for flag, default, text in options:
+        parser.add_argument(flag, type=int, default=default, help=f"{text} (default: %(default)s)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``batchsim`` sub-command (with ``simulate`` and ``generate``)."""
+    """Add the ``batchsim`` sub-command and its commands (listed in the module docstring)."""
     parser = subparsers.add_parser("batchsim", help="batch-system simulation (ElastiSim-style)")
     sub = parser.add_subparsers(dest="batchsim_command", required=True)
     sim = sub.add_parser("simulate", help="simulate an SWF trace or an ElastiSim jobs.json")
@@ -261,9 +267,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.0,
         help="share of multi-node jobs made malleable, 0..1 (default: %(default)s)",
     )
-    sim.add_argument(
-        "--seed", type=int, default=0, help="seed of the malleable choice (default: %(default)s)"
-    )
+    _add_int_options(sim, ("--seed", 0, "seed of the malleable choice"))
     sim.add_argument(
         "--on-error",
         choices=("error", "skip"),
@@ -286,17 +290,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--out", required=True, help="output folder")
     gen = sub.add_parser("generate", help="write a Lublin-Feitelson synthetic SWF workload")
     gen.add_argument("output", help="output .swf or .swf.gz")
-    gen.add_argument(
-        "--jobs", type=int, default=10000, help="jobs to generate (default: %(default)s)"
-    )
-    gen.add_argument(
-        "--nodes",
-        type=int,
-        default=256,
-        help="machine size the jobs are drawn for (default: %(default)s)",
-    )
-    gen.add_argument(
-        "--seed", type=int, default=0, help="seed of the generator (default: %(default)s)"
+    _add_int_options(
+        gen,
+        ("--jobs", 10000, "jobs to generate"),
+        ("--nodes", 256, "machine size the jobs are drawn for"),
+        ("--seed", 0, "seed of the generator"),
     )
     sub.add_parser("schedulers", help="list the built-in scheduling policies")
     val = sub.add_parser("validate-dl", help="validate the DL workload model on measured data")
@@ -307,11 +305,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="extrapolate: fit on <= N nodes (default: cross-validation)",
     )
-    val.add_argument(
-        "--folds", type=int, default=5, help="cross-validation folds (default: %(default)s)"
-    )
-    val.add_argument(
-        "--seed", type=int, default=0, help="seed of the fold split (default: %(default)s)"
+    _add_int_options(
+        val, ("--folds", 5, "cross-validation folds"), ("--seed", 0, "seed of the fold split")
     )
     parser.set_defaults(func=handler)
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from hpcnb.batchsim.dl import STEP_EXPRESSION, StepTimeModel, read_dl_tables
 from hpcnb.batchsim.jobs import Job, JobType, RunContext, WorkModel
-from hpcnb.batchsim.platform import Platform, simgrid_platform_xml
+from hpcnb.batchsim.platform import Platform, Segment, simgrid_platform_xml
 from hpcnb.batchsim.policies import make_scheduler
 from hpcnb.batchsim.scheduler import Scheduler
 from hpcnb.batchsim.simulation import SimulationResult, check_invariants, simulate
@@ -654,7 +654,7 @@ class TrainingWork(WorkModel):
         comm = ctx.platform.communication_time("allreduce", self.gradient_bytes, nodes)
         return max(self.compute_seconds / nodes, comm)
 
-    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
+    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[Segment]:
         """Return the iteration as a parallel task (with a topology) or a timed segment.
 
         Args:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from hpcnb.batchsim.platform import Platform
+from hpcnb.batchsim.platform import Platform, Segment
 from hpcnb.errors import InvalidInputError
 
 __all__ = ["FixedWork", "Job", "JobType", "RunContext", "ScaledWork", "WorkModel"]
@@ -110,7 +110,7 @@ class WorkModel:
         """
         return None
 
-    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
+    def unit_segments(self, unit: int, nodes: int, ctx: RunContext) -> list[Segment]:
         """Return unit ``unit`` as segments: ``("time", s)``, ``("pfs_read" | "pfs_write", B)``.
 
         The engine runs ``time`` segments as they are and PFS segments on the shared PFS
@@ -124,7 +124,7 @@ class WorkModel:
         """
         return [("time", self.unit_time(unit, nodes, ctx))]
 
-    def init_segments(self, nodes: int, ctx: RunContext) -> list[tuple[str, float]]:
+    def init_segments(self, nodes: int, ctx: RunContext) -> list[Segment]:
         """Return the start-up cost as segments (default: :meth:`init_time`).
 
         Args:
@@ -133,9 +133,7 @@ class WorkModel:
         """
         return [("time", self.init_time(nodes, ctx))]
 
-    def reconfiguration_segments(
-        self, old: int, new: int, ctx: RunContext
-    ) -> list[tuple[str, float]]:
+    def reconfiguration_segments(self, old: int, new: int, ctx: RunContext) -> list[Segment]:
         """Return the resize cost as segments (default: :meth:`reconfiguration_time`).
 
         Args:
@@ -261,9 +259,7 @@ class ScaledWork(WorkModel):
         )
         return self.reconfiguration_cost + io
 
-    def reconfiguration_segments(
-        self, old: int, new: int, ctx: RunContext
-    ) -> list[tuple[str, float]]:
+    def reconfiguration_segments(self, old: int, new: int, ctx: RunContext) -> list[Segment]:
         """Return the fixed cost, the PFS latency and the state read as segments.
 
         Args:

@@ -46,7 +46,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from hpcnb.batchsim.engine import InvocationReason, JobRecord, JobStatus, SchedulerView
+from hpcnb.batchsim.engine import JobRecord, JobStatus, SchedulerView
 from hpcnb.batchsim.jobs import JobType
 from hpcnb.batchsim.scheduler import FCFS, SJF, ConservativeBackfilling, EasyBackfilling, Scheduler
 from hpcnb.errors import InvalidInputError
@@ -142,15 +142,8 @@ class SRTF(Scheduler):
 
     name = "srtf"
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start by remaining time; shrink longer resizable jobs; expand when idle.
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        if InvocationReason.EVOLVING_REQUEST in reasons:
-            self.grant_evolving_requests(view)
+    def act(self, view: SchedulerView) -> None:
+        """Start by remaining time; shrink longer resizable jobs; expand when idle."""
         order = sorted((view.requested_time(r), i, r) for i, r in enumerate(view.queue))
         remaining = {r.id: view.remaining_time(r) for r in view.running if r.type.resizable}
         reclaim = _reclaimable(view)
@@ -181,15 +174,8 @@ class DRF(Scheduler):
 
     name = "drf"
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Serve the user with the smallest dominant share, repeatedly.
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        if InvocationReason.EVOLVING_REQUEST in reasons:
-            self.grant_evolving_requests(view)
+    def act(self, view: SchedulerView) -> None:
+        """Serve the user with the smallest dominant share, repeatedly."""
         total_nodes = view.total_nodes
         total_gpus = max(1, view.platform.num_gpus)
         usage: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -230,20 +216,15 @@ class MalleableEasy(EasyBackfilling):
     def __init__(self, gain: float = 2.0) -> None:
         self.gain = gain
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """EASY pass; shrink to admit the head; expand into idle nodes when nothing waits.
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        super().schedule(view, reasons)
+    def act(self, view: SchedulerView) -> None:
+        """EASY pass; shrink to admit the head; expand into idle nodes when nothing waits."""
+        super().act(view)
         if view.queue:
             head = view.queue[0]
             victims = [r for r in view.running if r.type.resizable]
             victims.sort(key=lambda r: (-(r.target - r.job.num_nodes_min), r.id))
             if shrink_to_admit(view, self.reserve_size(head), victims):
-                super().schedule(view, frozenset())
+                super().act(view)
         if not view.queue and view.free_nodes > 0:
             growable = [r for r in view.running if r.type.resizable]
             growable.sort(key=lambda r: (not r.at_point, r.id))
@@ -279,15 +260,8 @@ class ElastiSimFCFS(Scheduler):
             raise InvalidInputError(f"ElastiSimFCFS(expand={expand!r}): expected 'point' or 'any'")
         self.expand = expand
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Grant evolving requests, then walk the jobs in submission order.
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        if InvocationReason.EVOLVING_REQUEST in reasons:
-            self.grant_evolving_requests(view)
+    def act(self, view: SchedulerView) -> None:
+        """Grant evolving requests, then walk the jobs in submission order."""
         if view.free_nodes <= 0:  # nothing can start or grow
             return
         growable = [

@@ -71,20 +71,14 @@ def _start_job(
     heap_keys: np.ndarray,
     heap_vals: np.ndarray,
     heap_n: int,
-    running: np.ndarray,
-    where: np.ndarray,
-    r_len: int,
-) -> tuple[int, int]:
-    """Start job ``j`` at ``now``: its completion into the heap, it into the running set.
+) -> int:
+    """Start job ``j`` at ``now``: its completion into the heap; return the new heap size.
 
-    Returns:
-        The new heap size and running-set size.
+    The heap holds one entry for each running job, so ``heap_vals[:heap_n]`` is the set
+    of running jobs.
     """
     start[j] = now
-    heap_n = _heap_push(heap_keys, heap_vals, heap_n, now + runtime[j], j)
-    where[j] = r_len
-    running[r_len] = j
-    return heap_n, r_len + 1
+    return _heap_push(heap_keys, heap_vals, heap_n, now + runtime[j], j)
 
 
 @numba.njit(cache=True)
@@ -94,26 +88,17 @@ def _release(
     heap_keys: np.ndarray,
     heap_vals: np.ndarray,
     heap_n: int,
-    running: np.ndarray,
-    where: np.ndarray,
-    r_len: int,
     free: int,
-) -> tuple[int, int, int]:
+) -> tuple[int, int]:
     """End every job whose completion is at ``now``; free its nodes.
 
     Returns:
-        The new heap size, running-set size and free nodes.
+        The new heap size and free nodes.
     """
     while heap_n > 0 and heap_keys[0] == now:
-        j = heap_vals[0]
+        free += size[heap_vals[0]]
         heap_n = _heap_pop(heap_keys, heap_vals, heap_n)
-        free += size[j]
-        k = where[j]
-        r_len -= 1
-        running[k] = running[r_len]
-        where[running[k]] = k
-        where[j] = -1
-    return heap_n, r_len, free
+    return heap_n, free
 
 
 @numba.njit(cache=True)
@@ -131,7 +116,9 @@ def _shadow(
 ) -> tuple[float, int]:
     """EASY's shadow time and extra nodes for a head that needs ``need`` nodes.
 
-    ``ends`` and ``sizes`` are scratch arrays of at least ``r_len`` entries.
+    ``running[:r_len]`` are the running jobs in any order (the result does not depend on
+    it: all jobs ending at one time are counted together); ``ends`` and ``sizes`` are
+    scratch arrays of at least ``r_len`` entries.
     """
     for m in range(r_len):
         r = running[m]
@@ -174,12 +161,9 @@ def _kernel(
     start = np.full(n, np.nan)
     heap_keys = np.empty(n + 1)
     heap_vals = np.empty(n + 1, dtype=np.int64)
-    heap_n = 0
+    heap_n = 0  # the heap's values are the running jobs
     queue = np.empty(n, dtype=np.int64)
     q_len = 0
-    running = np.empty(n, dtype=np.int64)  # unordered set of running jobs
-    where = np.full(n, -1, dtype=np.int64)
-    r_len = 0
     ends = np.empty(n)
     sizes = np.empty(n, dtype=np.int64)
     free = total
@@ -190,9 +174,7 @@ def _kernel(
             now = submit[nxt]
         if heap_n > 0 and heap_keys[0] < now:
             now = heap_keys[0]
-        heap_n, r_len, free = _release(
-            now, size, heap_keys, heap_vals, heap_n, running, where, r_len, free
-        )
+        heap_n, free = _release(now, size, heap_keys, heap_vals, heap_n, free)
         while nxt < n and submit[nxt] == now:
             queue[q_len] = nxt
             q_len += 1
@@ -204,14 +186,12 @@ def _kernel(
         while i < q_len and size[queue[i]] <= free:
             j = queue[i]
             free -= size[j]
-            heap_n, r_len = _start_job(
-                j, now, start, runtime, heap_keys, heap_vals, heap_n, running, where, r_len
-            )
+            heap_n = _start_job(j, now, start, runtime, heap_keys, heap_vals, heap_n)
             i += 1
         started_any = i > 0
         if policy == 1 and i < q_len - 1 and free > 0:
             shadow, extra = _shadow(
-                now, free, size[queue[i]], start, estimate, size, running, r_len, ends, sizes
+                now, free, size[queue[i]], start, estimate, size, heap_vals, heap_n, ends, sizes
             )
             for p in range(i + 1, q_len):  # backfill
                 if free == 0:
@@ -228,9 +208,7 @@ def _kernel(
                     extra -= s
                 if ok:
                     free -= s
-                    heap_n, r_len = _start_job(
-                        j, now, start, runtime, heap_keys, heap_vals, heap_n, running, where, r_len
-                    )
+                    heap_n = _start_job(j, now, start, runtime, heap_keys, heap_vals, heap_n)
                     started_any = True
         if started_any:
             q_len = _compact(queue, q_len, start)

@@ -1,9 +1,11 @@
 """The scheduler base class and the classic queue policies.
 
-A scheduler subclasses :class:`Scheduler` and implements
-``schedule(view, reasons)``: it looks at ``view.queue`` (waiting jobs in submit
-order), ``view.running`` and ``view.free_nodes`` and acts with ``view.start``,
-``view.resize`` / ``expand`` / ``shrink`` and ``view.kill``.
+A scheduler subclasses :class:`Scheduler` and implements ``act(view)``: it looks at
+``view.queue`` (waiting jobs in submit order), ``view.running`` and ``view.free_nodes``
+and acts with ``view.start``, ``view.resize`` / ``expand`` / ``shrink`` and
+``view.kill``. The simulator calls ``schedule(view, reasons)``, which grants the
+evolving requests first when one is among the reasons and then runs ``act``; a policy
+that handles the reasons itself overrides ``schedule`` instead.
 
 Policies here: strict :class:`FCFS`, :class:`SJF`, :class:`EasyBackfilling` and
 :class:`ConservativeBackfilling`. Rigid jobs start at their size; other jobs start
@@ -37,11 +39,11 @@ __all__ = [
 
 
 class Scheduler:
-    """Base class: override :meth:`schedule`.
+    """Base class: override :meth:`act` (or :meth:`schedule`).
 
-    A subclass always runs its own :meth:`schedule`: the simulator's compiled rigid-job
-    kernels stand in only for exactly :class:`FCFS` and :class:`EasyBackfilling`, never
-    for their subclasses.
+    A subclass always runs its own :meth:`schedule` and :meth:`act`: the simulator's
+    compiled rigid-job kernels stand in only for exactly :class:`FCFS` and
+    :class:`EasyBackfilling`, never for their subclasses.
 
     Attributes:
         name: Short name used on the command line and in plots.
@@ -52,9 +54,23 @@ class Scheduler:
     def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
         """Act on the system; called once per time stamp at which something happened.
 
+        Grants the evolving requests (:meth:`grant_evolving_requests`) when one is among
+        the ``reasons``, then runs the policy's :meth:`act`. Override this instead of
+        :meth:`act` for a policy that handles the reasons itself.
+
         Args:
             view: The system as the scheduler sees it, with the actions it may take.
             reasons: Why the scheduler is invoked at this time stamp.
+        """
+        if InvocationReason.EVOLVING_REQUEST in reasons:
+            self.grant_evolving_requests(view)
+        self.act(view)
+
+    def act(self, view: SchedulerView) -> None:
+        """Start, resize or kill jobs: the policy itself, run by :meth:`schedule`.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
         """
         raise NotImplementedError
 
@@ -104,15 +120,8 @@ class FCFS(Scheduler):
 
     name = "fcfs"
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start jobs in submit order until the first that does not fit.
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        if InvocationReason.EVOLVING_REQUEST in reasons:
-            self.grant_evolving_requests(view)
+    def act(self, view: SchedulerView) -> None:
+        """Start jobs in submit order until the first that does not fit."""
         for rec in list(view.queue):
             size = self.start_size(view, rec)
             if size is None:
@@ -125,15 +134,8 @@ class SJF(Scheduler):
 
     name = "sjf"
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start waiting jobs by increasing requested time (ties: submit order).
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        if InvocationReason.EVOLVING_REQUEST in reasons:
-            self.grant_evolving_requests(view)
+    def act(self, view: SchedulerView) -> None:
+        """Start waiting jobs by increasing requested time (ties: submit order)."""
         order = sorted(enumerate(view.queue), key=lambda p: (view.requested_time(p[1]), p[0]))
         for _, rec in order:
             size = self.start_size(view, rec)
@@ -183,15 +185,8 @@ class EasyBackfilling(Scheduler):
 
     name = "easy"
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Start in order, reserve for the head, backfill the rest.
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        if InvocationReason.EVOLVING_REQUEST in reasons:
-            self.grant_evolving_requests(view)
+    def act(self, view: SchedulerView) -> None:
+        """Start in order, reserve for the head, backfill the rest."""
         queue = list(view.queue)
         i = 0
         while i < len(queue):
@@ -235,15 +230,8 @@ class ConservativeBackfilling(Scheduler):
 
     name = "conservative"
 
-    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
-        """Rebuild the reservation profile and start the jobs whose slot is now.
-
-        Args:
-            view: The system as the scheduler sees it, with the actions it may take.
-            reasons: Why the scheduler is invoked at this time stamp.
-        """
-        if InvocationReason.EVOLVING_REQUEST in reasons:
-            self.grant_evolving_requests(view)
+    def act(self, view: SchedulerView) -> None:
+        """Rebuild the reservation profile and start the jobs whose slot is now."""
         now = view.time
         # profile: sorted breakpoint times and free nodes from each breakpoint on
         times = [now]

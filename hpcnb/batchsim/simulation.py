@@ -251,7 +251,8 @@ def _usage(starts: np.ndarray, ends: np.ndarray, sizes: np.ndarray) -> tuple[np.
 
 
 #: Compiled rigid-job kernels (:func:`simulate_rigid_arrays` policies) by the EXACT scheduler
-#: type they reproduce: a subclass may change ``schedule()``, so it always runs its own.
+#: type they reproduce: a subclass may change ``act()`` or ``schedule()``, so it always runs
+#: its own.
 _RIGID_KERNELS: dict[type[Scheduler], str] = {FCFS: "fcfs", EasyBackfilling: "easy"}
 
 
