@@ -59,9 +59,7 @@ def test_interleave_keeps_each_threads_order_and_phases() -> None:
 
 def _metrics(v: C.Variant, size: int = 24, T: int = 4, capacity: int = 32):
     args, nphases = v.make(size, T, 0)
-    p = commprof.profile(
-        v.kernel, args, nthreads=T, nphases=nphases, schedule=v.schedule, trace=True
-    )
+    p = v.profile(args, nthreads=T, nphases=nphases, trace=True)
     mets, stats = analyse_locality(p, LocalityConfig(capacity=capacity))
     return p, mets, stats
 

@@ -14,7 +14,7 @@ import numpy as np
 
 import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel, kernel, prange
-from hpcnb.commprof.runtime import KernelArg, Schedule, run_native
+from hpcnb.commprof.runtime import KernelArg, Schedule, ScheduledKernel
 from hpcnb.stats import median_interval
 from hpcnb.timing import Fresh, Timing, interleaved
 
@@ -129,7 +129,7 @@ Args = list[KernelArg]
 
 
 @dataclass(frozen=True)
-class Variant:
+class Variant(ScheduledKernel):
     """One configuration: kernel, inputs, phases and schedule.
 
     Attributes:
@@ -271,14 +271,7 @@ def measure_case(
     def timed(v: Variant) -> Fresh:
         def run(inputs: tuple[Args, int]) -> None:
             args, nphases = inputs
-            run_native(
-                v.kernel,
-                args,
-                nthreads=nthreads,
-                nphases=nphases,
-                schedule=v.schedule,
-                parallel=True,
-            )
+            v.run_native(args, nthreads=nthreads, nphases=nphases, parallel=True)
 
         return Fresh(lambda: v.make(size, nthreads, seed), run)
 

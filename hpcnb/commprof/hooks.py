@@ -211,6 +211,23 @@ def _wrap(i, n):
 
 
 @_hot
+def _at2(a, i, j):
+    # (i, j, row-major element index) of a[i, j], negative indices counted from the end
+    i = _wrap(i, a.shape[0])
+    j = _wrap(j, a.shape[1])
+    return i, j, i * a.shape[1] + j
+
+
+@_hot
+def _at3(a, i, j, k):
+    # (i, j, k, row-major element index) of a[i, j, k], negative indices counted from the end
+    i = _wrap(i, a.shape[0])
+    j = _wrap(j, a.shape[1])
+    k = _wrap(k, a.shape[2])
+    return i, j, k, (i * a.shape[1] + j) * a.shape[2] + k
+
+
+@_hot
 def ld1(S, aid, a, i):
     """Load ``a[i]`` through the profiler.
 
@@ -242,9 +259,8 @@ def ld2(S, aid, a, i, j):
     Returns:
         The element.
     """
-    i = _wrap(i, a.shape[0])
-    j = _wrap(j, a.shape[1])
-    _access(S, aid, i * a.shape[1] + j, False)
+    i, j, flat = _at2(a, i, j)
+    _access(S, aid, flat, False)
     return a[i, j]
 
 
@@ -263,10 +279,8 @@ def ld3(S, aid, a, i, j, k):
     Returns:
         The element.
     """
-    i = _wrap(i, a.shape[0])
-    j = _wrap(j, a.shape[1])
-    k = _wrap(k, a.shape[2])
-    _access(S, aid, (i * a.shape[1] + j) * a.shape[2] + k, False)
+    i, j, k, flat = _at3(a, i, j, k)
+    _access(S, aid, flat, False)
     return a[i, j, k]
 
 
@@ -298,10 +312,9 @@ def st2(S, aid, a, i, j, v) -> None:
         j: Column index (negative counts from the end).
         v: Value stored.
     """
-    i = _wrap(i, a.shape[0])
-    j = _wrap(j, a.shape[1])
+    i, j, flat = _at2(a, i, j)
     a[i, j] = v
-    _access(S, aid, i * a.shape[1] + j, True)
+    _access(S, aid, flat, True)
 
 
 @_hot
@@ -317,11 +330,9 @@ def st3(S, aid, a, i, j, k, v) -> None:
         k: Third index (negative counts from the end).
         v: Value stored.
     """
-    i = _wrap(i, a.shape[0])
-    j = _wrap(j, a.shape[1])
-    k = _wrap(k, a.shape[2])
+    i, j, k, flat = _at3(a, i, j, k)
     a[i, j, k] = v
-    _access(S, aid, (i * a.shape[1] + j) * a.shape[2] + k, True)
+    _access(S, aid, flat, True)
 
 
 @_hot

@@ -34,6 +34,7 @@ __all__ = [
     "MemoryConfig",
     "Profile",
     "Schedule",
+    "ScheduledKernel",
     "make_state",
     "profile",
     "run_native",
@@ -482,6 +483,53 @@ def time_variant_samples(
         warmup=warmup,
         clock=clocks[clock],
     )
+
+
+class ScheduledKernel:
+    """A kernel bound to the schedule of its ``prange`` loops.
+
+    Base of configurations that carry both (:class:`hpcnb.commprof.suite.SuiteCase`,
+    :class:`hpcnb.commprof.cases.Variant`): its methods run the kernel with that schedule.
+
+    Attributes:
+        kernel: The kernel.
+        schedule: Schedule of its ``prange`` loops.
+    """
+
+    kernel: Kernel
+    schedule: Schedule
+
+    def profile(self, args: Sequence[KernelArg], **options: Any) -> Profile:
+        """:func:`profile` the kernel with its schedule.
+
+        Args:
+            args: The kernel's own arguments (arrays are modified in place).
+            **options: The other keyword arguments of :func:`profile` (``nthreads`` is
+                required).
+        """
+        return profile(self.kernel, args, schedule=self.schedule, **options)
+
+    def run_native(self, args: Sequence[KernelArg], **options: Any) -> None:
+        """:func:`run_native` the kernel with its schedule.
+
+        Args:
+            args: The kernel's own arguments (arrays are modified in place).
+            **options: The other keyword arguments of :func:`run_native` (``nthreads`` is
+                required).
+        """
+        run_native(self.kernel, args, schedule=self.schedule, **options)
+
+    def time_samples(
+        self, make_args: Callable[[], Sequence[KernelArg]], **options: Any
+    ) -> dict[str, Timing]:
+        """:func:`time_variant_samples` of the kernel with its schedule.
+
+        Args:
+            make_args: Callable returning fresh arguments for one run.
+            **options: The other keyword arguments of :func:`time_variant_samples`
+                (``nthreads`` and ``nphases`` are required).
+        """
+        return time_variant_samples(self.kernel, make_args, schedule=self.schedule, **options)
 
 
 def time_variants(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcnb.commprof.analysis import classify_pattern, inclusive
-from hpcnb.commprof.runtime import MemoryConfig, profile, time_variant_samples
+from hpcnb.commprof.runtime import MemoryConfig
 from hpcnb.commprof.suite import Args, SuiteCase, suite_case
 from hpcnb.timing import ratios
 
@@ -120,14 +120,12 @@ def sweep(
     for name in kernels:
         c = suite_case(name)
         args, nph = c.make(size, nthreads, seed)
-        p = profile(c.kernel, args, nthreads=nthreads, nphases=nph, schedule=c.schedule)
+        p = c.profile(args, nthreads=nthreads, nphases=nph)
         full = inclusive(p.regions, p.exact)[0]
         for k in ks:
             mem = MemoryConfig(sample_every=int(k))
             args, _ = c.make(size, nthreads, seed)
-            ps = profile(
-                c.kernel, args, nthreads=nthreads, nphases=nph, schedule=c.schedule, memory=mem
-            )
+            ps = c.profile(args, nthreads=nthreads, nphases=nph, memory=mem)
             raw = inclusive(ps.regions, ps.exact)[0]
             est = scaled(raw, k)
             bound = error_bound(raw, k)
@@ -141,12 +139,10 @@ def sweep(
                 def fresh_args(case: SuiteCase = c) -> Args:
                     return case.make(size, nthreads, seed)[0]
 
-                t = time_variant_samples(
-                    c.kernel,
+                t = c.time_samples(
                     fresh_args,
                     nthreads=nthreads,
                     nphases=nph,
-                    schedule=c.schedule,
                     memory=mem,
                     repeats=repeats,
                     variants=("native", "instrumented"),

@@ -29,7 +29,7 @@ import numpy as np
 
 import hpcnb.commprof.kernels as K
 from hpcnb.commprof.instrument import Kernel
-from hpcnb.commprof.runtime import KernelArg, MemoryConfig, Profile, Schedule, profile
+from hpcnb.commprof.runtime import KernelArg, MemoryConfig, Profile, Schedule, ScheduledKernel
 from hpcnb.errors import UnknownNameError
 
 __all__ = ["SUITE", "SuiteCase", "check_result", "profile_case", "suite_case"]
@@ -38,7 +38,7 @@ Args = list[KernelArg]
 
 
 @dataclass(frozen=True)
-class SuiteCase:
+class SuiteCase(ScheduledKernel):
     """One suite kernel with its input generator and ground truth.
 
     Attributes:
@@ -238,13 +238,5 @@ def profile_case(
     c = suite_case(name)
     args, nphases = c.make(size, nthreads, seed)
     original = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    p = profile(
-        c.kernel,
-        args,
-        nthreads=nthreads,
-        nphases=nphases,
-        schedule=c.schedule,
-        memory=memory,
-        trace=trace,
-    )
+    p = c.profile(args, nthreads=nthreads, nphases=nphases, memory=memory, trace=trace)
     return p, check_result(name, args, original)

@@ -101,10 +101,12 @@ RECORDED = "ring_t4"
 _PIE_BASE = 0x108000  # where valgrind loads a position-independent main executable
 _CLONE_VM, _CLONE_THREAD = 0x100, 0x10000
 
-_SCHED_START = re.compile(r"SCHED\[(\d+)\]:\s+acquired lock \(thread_wrapper\(starting new")
-_SCHED_EXIT = re.compile(r"SCHED\[(\d+)\]: release lock in VG_\(exit_thread\)")
-_SCHED_SLOT = re.compile(r"SCHED\[(\d+)\]")
-_SCHED_ACQUIRED = re.compile(r"SCHED\[(\d+)\]:\s+acquired lock")
+#: Valgrind's scheduler lines name the thread slot as ``SCHED[slot]``.
+_SCHED = r"SCHED\[(\d+)\]"
+_SCHED_SLOT = re.compile(_SCHED)
+_SCHED_ACQUIRED = re.compile(_SCHED + r":\s+acquired lock")
+_SCHED_START = re.compile(_SCHED_ACQUIRED.pattern + r" \(thread_wrapper\(starting new")
+_SCHED_EXIT = re.compile(_SCHED + r": release lock in VG_\(exit_thread\)")
 _CLONE = re.compile(r"^SYSCALL\[\d+,(\d+)\]\(\d+\) sys_clone3? \( (0x)?([0-9a-f]+), 0x([0-9a-f]+)")
 
 
