@@ -109,6 +109,43 @@ def _check_mode(mode: str) -> None:
         raise PerfmodelError(f"mode={mode!r}: expected one of {MODES}")
 
 
+def _dense_flops(f: NetworkFeatures, mode: str) -> float:
+    """Dense (non-grouped) FLOPs of one item: of its forward pass, or of its training step.
+
+    Args:
+        f: The network's features.
+        mode: ``"inference"`` or ``"training"``.
+    """
+    return (
+        f.conv_flops + f.linear_flops
+        if mode == "inference"
+        else f.train_flops - f.train_grouped_flops
+    )
+
+
+def _feature_matrix(
+    rows: Sequence[Measurement],
+    mode: str,
+    cache_bytes: float | None,
+    row_of: Callable[[Measurement, float], list[float]],
+) -> np.ndarray:
+    """Stack the feature row ``row_of(row, cache)`` of each measurement after checking ``mode``.
+
+    Args:
+        rows: Measurements.
+        mode: ``"inference"`` or ``"training"``.
+        cache_bytes: Per-core cache size passed on as ``cache`` (``None``: this machine's L2,
+            :func:`hpcnb.perfmodel.features.cache_bytes_per_core`).
+        row_of: The features of one measurement, given the cache size.
+
+    Raises:
+        PerfmodelError: Unknown mode.
+    """
+    _check_mode(mode)
+    cache = float(cache_bytes if cache_bytes is not None else cache_bytes_per_core())
+    return np.asarray([row_of(r, cache) for r in rows], dtype=float)
+
+
 def feature_names(mode: str) -> list[str]:
     """Column names of :func:`design_matrix` for ``mode``.
 
@@ -145,23 +182,13 @@ def design_matrix(
     Raises:
         PerfmodelError: Unknown mode.
     """
-    _check_mode(mode)
-    cache = float(cache_bytes if cache_bytes is not None else cache_bytes_per_core())
-    out = []
-    for r in rows:
-        f, b = r.features, float(r.batch)
-        if mode == "inference":
-            dense = f.conv_flops + f.linear_flops
-        else:
-            dense = f.train_flops - f.train_grouped_flops
-        row = [
-            f.gemm_kernels,
-            f.kernels - f.gemm_kernels,
-            b * dense,
-            *f.split_bytes(r.batch, cache),
-        ]
-        out.append(row)
-    return np.asarray(out, dtype=float)
+
+    def row(r: Measurement, cache: float) -> list[float]:
+        f = r.features
+        dense = float(r.batch) * _dense_flops(f, mode)
+        return [f.gemm_kernels, f.kernels - f.gemm_kernels, dense, *f.split_bytes(r.batch, cache)]
+
+    return _feature_matrix(rows, mode, cache_bytes, row)
 
 
 def measured_seconds(rows: Sequence[Measurement], mode: str) -> np.ndarray:

@@ -45,16 +45,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from hpcnb.perfmodel.estimator import MODES, LinearSecondsModel, Measurement, relative_nnls
-from hpcnb.perfmodel.features import OP_GROUPS, cache_bytes_per_core
+from hpcnb.perfmodel.estimator import (
+    LinearSecondsModel,
+    Measurement,
+    _check_mode,
+    _dense_flops,
+    _feature_matrix,
+    relative_nnls,
+)
+from hpcnb.perfmodel.features import OP_GROUPS
 from hpcnb.perfmodel.protocol import PerfmodelError
 
 __all__ = ["BoostedReference", "OpCostModel", "op_design_matrix", "op_feature_names"]
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise PerfmodelError(f"mode={mode!r}: expected one of {MODES}")
 
 
 def op_feature_names(mode: str) -> list[str]:
@@ -83,30 +85,24 @@ def op_design_matrix(
             older :func:`~hpcnb.perfmodel.features.network_features`), or training
             features without measured training FLOPs.
     """
-    _check_mode(mode)
-    cache = float(cache_bytes if cache_bytes is not None else cache_bytes_per_core())
-    out = []
-    for r in rows:
+
+    def row(r: Measurement, cache: float) -> list[float]:
         f, b = r.features, float(r.batch)
         if not f.group_costs:
             raise PerfmodelError(f"{f.name or 'features'}: no op-group costs; recompute them")
         groups = [f.group_costs.get(g, (0.0, 0.0, 0.0)) for g in OP_GROUPS]
         launches = [g[0] for g in groups]
         moved = [b * g[2] for g in groups]
-        if mode == "inference":
-            dense = f.conv_flops + f.linear_flops
-            grouped = f.grouped_conv_flops
-        else:
-            if f.train_flops <= 0:
-                raise PerfmodelError(f"{f.name or 'features'}: training FLOPs were not measured")
-            dense = f.train_flops - f.train_grouped_flops
-            grouped = f.train_grouped_flops
+        if mode == "training" and f.train_flops <= 0:
+            raise PerfmodelError(f"{f.name or 'features'}: training FLOPs were not measured")
+        grouped = f.grouped_conv_flops if mode == "inference" else f.train_grouped_flops
         spill = sum(max(0.0, b * nb - cache) for nb in (*f.gemm_node_bytes, *f.other_node_bytes))
-        row = [*launches, *moved, b * dense, b * grouped, spill]
+        out = [*launches, *moved, b * _dense_flops(f, mode), b * grouped, spill]
         if mode == "training":
-            row += [float(f.param_tensors), b * f.activation_bytes]
-        out.append(row)
-    return np.asarray(out, dtype=float)
+            out += [float(f.param_tensors), b * f.activation_bytes]
+        return out
+
+    return _feature_matrix(rows, mode, cache_bytes, row)
 
 
 class OpCostModel(LinearSecondsModel):

@@ -93,6 +93,14 @@ class _FlatJson:
     """Mixin of flat frozen dataclasses whose JSON form is their fields."""
 
     _what: ClassVar[str] = "value"
+    _kinds: ClassVar[tuple[str, tuple[str, ...]] | None] = None
+    """``(what, allowed)``: the ``kind`` field must be one of ``allowed`` (``None``: any)."""
+
+    def __post_init__(self) -> None:
+        """Check the ``kind`` field against ``_kinds``."""
+        if self._kinds is not None:
+            what, allowed = self._kinds
+            _one_of(self.__dict__["kind"], allowed, what)
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -269,10 +277,7 @@ class TransformerSpec(_FlatJson):
     scale: float = 1.0
     path: str | None = None
     _what: ClassVar[str] = "model"
-
-    def __post_init__(self) -> None:
-        """Check the kind."""
-        _one_of(self.kind, MODEL_KINDS, "model kind")
+    _kinds: ClassVar[tuple[str, tuple[str, ...]] | None] = ("model kind", MODEL_KINDS)
 
 
 @dataclass(frozen=True)
@@ -345,10 +350,7 @@ class FaultSpec(_FlatJson):
     kind: str
     after: int = 0
     _what: ClassVar[str] = "the job's fault"
-
-    def __post_init__(self) -> None:
-        """Check the kind."""
-        _one_of(self.kind, FAULT_KINDS, "fault kind")
+    _kinds: ClassVar[tuple[str, tuple[str, ...]] | None] = ("fault kind", FAULT_KINDS)
 
 
 @dataclass(frozen=True)

@@ -57,28 +57,28 @@ class Sampler(Protocol):
         ...
 
 
-class UniformSampler:
-    """Draw subnets uniformly.
+class _FixedSampler:
+    """A sampler that learns nothing: its fixed subnets of a step, then uniform ones.
 
     Args:
         space: The search space.
-        include_max: Put the largest subnet first (the in-place distillation teacher).
     """
 
-    name = "uniform"
-
-    def __init__(self, space: SearchSpace, include_max: bool = True) -> None:
+    def __init__(self, space: SearchSpace) -> None:
         self.space = space
-        self.include_max = include_max
+
+    def _fixed(self, n: int) -> list[SubnetConfig]:
+        """The subnets that open a step of ``n`` (at most ``n``)."""
+        raise NotImplementedError
 
     def draw(self, rng: np.random.Generator, n: int) -> list[SubnetConfig]:
-        """Return ``n`` subnets (the largest first when ``include_max``).
+        """Return ``n`` subnets: the fixed ones first, the rest drawn uniformly.
 
         Args:
             rng: The trainer's generator.
             n: Subnets per step.
         """
-        head = [self.space.max()] if self.include_max and n > 0 else []
+        head = self._fixed(n)
         return head + [self.space.sample(rng) for _ in range(n - len(head))]
 
     def update(self, supernet: Supernet, step: int) -> None:
@@ -90,8 +90,28 @@ class UniformSampler:
         """
 
 
-class SandwichSampler:
+class UniformSampler(_FixedSampler):
+    """Draw subnets uniformly (the largest first when ``include_max``).
+
+    Args:
+        space: The search space.
+        include_max: Put the largest subnet first (the in-place distillation teacher).
+    """
+
+    name = "uniform"
+
+    def __init__(self, space: SearchSpace, include_max: bool = True) -> None:
+        super().__init__(space)
+        self.include_max = include_max
+
+    def _fixed(self, n: int) -> list[SubnetConfig]:
+        return [self.space.max()] if self.include_max and n > 0 else []
+
+
+class SandwichSampler(_FixedSampler):
     """The sandwich rule: the largest, the smallest and ``n - 2`` uniform subnets.
+
+    A step of fewer than two subnets keeps the first ``n`` of ``[max, min]``.
 
     Args:
         space: The search space.
@@ -99,26 +119,8 @@ class SandwichSampler:
 
     name = "sandwich"
 
-    def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-
-    def draw(self, rng: np.random.Generator, n: int) -> list[SubnetConfig]:
-        """Return ``[max, min, uniform...]`` (truncated when ``n < 2``).
-
-        Args:
-            rng: The trainer's generator.
-            n: Subnets per step.
-        """
-        out = [self.space.max(), self.space.min()][:n]
-        return out + [self.space.sample(rng) for _ in range(n - len(out))]
-
-    def update(self, supernet: Supernet, step: int) -> None:
-        """Nothing to learn.
-
-        Args:
-            supernet: The supernet being trained.
-            step: Index of the step just taken.
-        """
+    def _fixed(self, n: int) -> list[SubnetConfig]:
+        return [self.space.max(), self.space.min()][:n]
 
 
 class PrioritizedSampler:

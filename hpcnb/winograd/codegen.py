@@ -229,6 +229,11 @@ def _indent(lines: list[str], k: int) -> list[str]:
     return [" " * k + ln for ln in lines]
 
 
+def _load_m_lines(n: int) -> list[str]:
+    """Locals ``m_a_b`` loaded from the products ``Mt[ab, k, q]`` of filter ``k``, tile ``q``."""
+    return [f"m_{a}_{b} = Mt[{a * n + b}, k, q]" for a in range(n) for b in range(n)]
+
+
 def _tile_lines(progs: TransformPrograms, checked: bool) -> dict[str, list[str]]:
     """Bodies of the per-tile code (Python syntax, shared by CPU and CUDA).
 
@@ -248,7 +253,6 @@ def _tile_lines(progs: TransformPrograms, checked: bool) -> dict[str, list[str]]
     else:
         load = [f"d_{i}_{j} = x[b, c, h0 + {i}, w0 + {j}]" for i in range(n) for j in range(n)]
     store_v = [f"V[{a * n + b}, vc, q] = v_{a}_{b}" for a in range(n) for b in range(n)]
-    load_m = [f"m_{a}_{b} = Mt[{a * n + b}, k, q]" for a in range(n) for b in range(n)]
     if checked:
         store = []
         for i in range(m):
@@ -259,7 +263,7 @@ def _tile_lines(progs: TransformPrograms, checked: bool) -> dict[str, list[str]]
         store = [f"out[b, ko, oh + {i}, ow + {j}] = y_{i}_{j}" for i in range(m) for j in range(m)]
     return {
         "input": load + input_body(progs, const) + store_v,
-        "output": load_m + output_body(progs, const) + store,
+        "output": _load_m_lines(n) + output_body(progs, const) + store,
     }
 
 
@@ -275,6 +279,13 @@ def _index_lines(kind: str, m: int) -> list[str]:
         "else:",
         f"    q = idx // {count}",
         f"    {ch} = idx - q * {count}",
+        *_origin_lines(h, w, m, shift),
+    ]
+
+
+def _origin_lines(h: str, w: str, m: int, shift: str) -> list[str]:
+    """From tile ``p0 + q`` to its image ``b`` and the origin ``(h, w)`` (``shift``: padding)."""
+    return [
         "p = p0 + q",
         "b = p // tpi",
         "rem = p - b * tpi",
@@ -419,31 +430,32 @@ def _lines(text: str) -> list[str]:
     return text.strip("\n").split("\n")
 
 
+def _vec_lines(sig: str, loads: list[str], body: list[str], stores: list[str]) -> list[str]:
+    """A Numba function ``sig`` running a straight-line tile body for each tile ``q < L``."""
+    head = ["@numba.njit(cache=True)", f"def {sig}:", "    for q in range(L):"]
+    return head + _indent([*loads, *body, *stores], 8)
+
+
 def _in_vec_lines(progs: TransformPrograms) -> list[str]:
     """``in_vec(D, V, c, L)``: the input transform of ``L`` gathered tiles of channel ``c``."""
     n = progs.transform.n
-    ind = " " * 8
-    lines = ["@numba.njit(cache=True)", "def in_vec(D, V, c, L):", "    for q in range(L):"]
-    lines += [f"{ind}d_{i}_{j} = D[{i * n + j}, q]" for i in range(n) for j in range(n)]
-    lines += [ind + ln for ln in input_body(progs, python_constant)]
-    lines += [f"{ind}V[{a * n + b}, c, q] = v_{a}_{b}" for a in range(n) for b in range(n)]
-    return lines
+    loads = [f"d_{i}_{j} = D[{i * n + j}, q]" for i in range(n) for j in range(n)]
+    stores = [f"V[{a * n + b}, c, q] = v_{a}_{b}" for a in range(n) for b in range(n)]
+    return _vec_lines("in_vec(D, V, c, L)", loads, input_body(progs, python_constant), stores)
 
 
 def _out_vec_lines(progs: TransformPrograms) -> list[str]:
     """``out_vec(Mt, k, Y, L)``: the output transform of filter ``k`` for ``L`` tiles."""
     n, m = progs.transform.n, progs.transform.m
-    ind = " " * 8
-    lines = ["@numba.njit(cache=True)", "def out_vec(Mt, k, Y, L):", "    for q in range(L):"]
-    lines += [f"{ind}m_{a}_{b} = Mt[{a * n + b}, k, q]" for a in range(n) for b in range(n)]
-    lines += [ind + ln for ln in output_body(progs, python_constant)]
-    lines += [f"{ind}Y[{i * m + j}, q] = y_{i}_{j}" for i in range(m) for j in range(m)]
-    return lines
+    loads = _load_m_lines(n)
+    stores = [f"Y[{i * m + j}, q] = y_{i}_{j}" for i in range(m) for j in range(m)]
+    return _vec_lines("out_vec(Mt, k, Y, L)", loads, output_body(progs, python_constant), stores)
 
 
 def _gather_lines(progs: TransformPrograms) -> list[str]:
     """``gather``: the ``n x n`` patches of ``L`` tiles of one channel, zero outside the image."""
     n, m = progs.transform.n, progs.transform.m
+    origin = "\n".join(_indent(_origin_lines("h0", "w0", m, " - pad"), 8))
     return _lines(f"""
 @numba.njit(cache=True)
 def gather(x, c, p0, L, D, pad, tiles_h, tiles_w):
@@ -451,11 +463,7 @@ def gather(x, c, p0, L, D, pad, tiles_h, tiles_w):
     W = x.shape[3]
     tpi = tiles_h * tiles_w
     for q in range(L):
-        p = p0 + q
-        b = p // tpi
-        rem = p - b * tpi
-        h0 = (rem // tiles_w) * {m} - pad
-        w0 = (rem % tiles_w) * {m} - pad
+{origin}
         if h0 >= 0 and w0 >= 0 and h0 + {n} <= H and w0 + {n} <= W:
             for i in range({n}):
                 for j in range({n}):
@@ -475,6 +483,7 @@ def gather(x, c, p0, L, D, pad, tiles_h, tiles_w):
 def _scatter_lines(progs: TransformPrograms) -> list[str]:
     """``scatter``: one filter's ``m x m`` outputs of ``L`` tiles into the image (clipped)."""
     m = progs.transform.m
+    origin = "\n".join(_indent(_origin_lines("oh", "ow", m, ""), 8))
     return _lines(f"""
 @numba.njit(cache=True)
 def scatter(Y, out, k, p0, L, tiles_h, tiles_w):
@@ -482,11 +491,7 @@ def scatter(Y, out, k, p0, L, tiles_h, tiles_w):
     Wo = out.shape[3]
     tpi = tiles_h * tiles_w
     for q in range(L):
-        p = p0 + q
-        b = p // tpi
-        rem = p - b * tpi
-        oh = (rem // tiles_w) * {m}
-        ow = (rem % tiles_w) * {m}
+{origin}
         for i in range(min({m}, Ho - oh)):
             for j in range(min({m}, Wo - ow)):
                 out[b, k, oh + i, ow + j] = Y[i * {m} + j, q]
@@ -542,17 +547,29 @@ def products(U, V, Mt, t, use_blas):
 """)
 
 
+def _fused_lines(name: str, comment: tuple[str, str], body: str) -> list[str]:
+    """A fused driver ``name(x, U, out, pad, tiles_h, tiles_w, block, use_blas)``.
+
+    Its two ``comment`` lines and the layer's sizes ``C``, ``K`` and ``P`` come first, then
+    ``body`` (text indented as the function body).
+    """
+    sizes = ["C = x.shape[1]", "K = U.shape[1]", "P = x.shape[0] * tiles_h * tiles_w"]
+    return [
+        "@numba.njit(parallel=True, cache=True)",
+        f"def {name}(x, U, out, pad, tiles_h, tiles_w, block, use_blas):",
+        *_indent([f"# {line}" for line in comment] + sizes, 4),
+        *_lines(body),
+    ]
+
+
 def _fused_tiles_lines(progs: TransformPrograms) -> list[str]:
     """``fused_tiles``: the whole layer, one block of tiles per parallel work item."""
     n, m = progs.transform.n, progs.transform.m
-    return _lines(f"""
-@numba.njit(parallel=True, cache=True)
-def fused_tiles(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
-    # one block of tiles per work item: gather + input transform, n² GEMMs, output
-    # transform + scatter, all on private scratch of the thread that runs the block
-    C = x.shape[1]
-    K = U.shape[1]
-    P = x.shape[0] * tiles_h * tiles_w
+    comment = (
+        "one block of tiles per work item: gather + input transform, n² GEMMs, output",
+        "transform + scatter, all on private scratch of the thread that runs the block",
+    )
+    body = f"""
     nblk = (P + block - 1) // block
     for bi in numba.prange(nblk):
         p0 = bi * block
@@ -569,20 +586,18 @@ def fused_tiles(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
         for k in range(K):
             out_vec(Mt, k, Y, L)
             scatter(Y, out, k, p0, L, tiles_h, tiles_w)
-""")
+"""
+    return _fused_lines("fused_tiles", comment, body)
 
 
 def _fused_stages_lines(progs: TransformPrograms) -> list[str]:
     """``fused_stages``: blocks in sequence, each stage parallel (for few tiles)."""
     n, m = progs.transform.n, progs.transform.m
-    return _lines(f"""
-@numba.njit(parallel=True, cache=True)
-def fused_stages(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
-    # blocks in sequence, each stage parallel: over channels (gather + input transform),
-    # over the n² GEMMs, over filters (output transform + scatter); for few tiles
-    C = x.shape[1]
-    K = U.shape[1]
-    P = x.shape[0] * tiles_h * tiles_w
+    comment = (
+        "blocks in sequence, each stage parallel: over channels (gather + input transform),",
+        "over the n² GEMMs, over filters (output transform + scatter); for few tiles",
+    )
+    body = f"""
     B = min(block, P)
     V = np.empty(({n * n}, C, B), dtype=x.dtype)
     Mt = np.empty(({n * n}, K, B), dtype=x.dtype)
@@ -600,7 +615,8 @@ def fused_stages(x, U, out, pad, tiles_h, tiles_w, block, use_blas):
             Y = np.empty(({m * m}, L), dtype=x.dtype)
             out_vec(Mb, k, Y, L)
             scatter(Y, out, k, p0, L, tiles_h, tiles_w)
-""")
+"""
+    return _fused_lines("fused_stages", comment, body)
 
 
 #: The kernels of the fused CPU path, in the order they are written into the module.
