@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -221,6 +222,31 @@ def test_no_function_is_longer_than_a_screenful_or_two():
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: " + "; ".join(long)
 
 
+_ARG_ENTRY = re.compile(r"^(\*{0,2}\w+(?:, \*{0,2}\w+)*)(?: \([^)]*\))?: ")
+
+
+def _documented_names(doc: str) -> set[str]:
+    """Names of the entries of a Google-style ``Args:`` section (``a, b: ...`` names both)."""
+    names: set[str] = set()
+    lines = doc.splitlines()
+    if "Args:" not in [line.strip() for line in lines]:
+        return names
+    start = [line.strip() for line in lines].index("Args:") + 1
+    indent = None
+    for line in lines[start:]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth < indent:
+            break
+        match = _ARG_ENTRY.match(line.strip()) if depth == indent else None
+        if match:
+            names |= {n.lstrip("*") for n in match.group(1).split(", ")}
+    return names
+
+
 def _undocumented_arguments(path: Path) -> list[str]:
     """Public functions of ``path`` with two or more arguments not all named under ``Args:``."""
     found: list[str] = []
@@ -243,11 +269,8 @@ def _undocumented_arguments(path: Path) -> list[str]:
                 names += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
                 if in_class and names[:1] in (["self"], ["cls"]):
                     names = names[1:]
-                doc = ast.get_docstring(child) or ""
-                if len(names) >= 2 and (
-                    "Args:" not in doc
-                    or any(f"{n}:" not in doc and f"{n} (" not in doc for n in names)
-                ):
+                documented = _documented_names(ast.get_docstring(child) or "")
+                if len(names) >= 2 and not set(names) <= documented:
                     found.append(f"{child.name}({', '.join(names)})")
 
     visit(ast.parse(path.read_text(encoding="utf-8")), True, False)
@@ -271,8 +294,12 @@ def test_argument_check_sees_a_missing_entry(tmp_path):
         'def f(a, b):\n    """Do.\n\n    Args:\n        a: The a.\n    """\n'
         'def g(a, b):\n    """Do.\n\n    Args:\n        a: The a.\n        b: The b.\n    """\n'
         "def _h(a, b):\n    pass\n"
+        'def k(tid, phase, x):\n    """Do.\n\n    Args:\n        tid, phase: The convention.\n'
+        '        x (array): The x.\n\n    Returns:\n        b: not an argument.\n    """\n'
+        'def m(a, b):\n    """Do.\n\n    Args:\n        a: The a.\n\n    Returns:\n'
+        '        b: not an argument.\n    """\n'
     )
-    assert _undocumented_arguments(source) == ["f(a, b)"]
+    assert _undocumented_arguments(source) == ["f(a, b)", "m(a, b)"]
 
 
 #: A module of a user's own, outside the package: one scheduler, one draft, one Winograd target.
