@@ -14,6 +14,7 @@ from hpcnb.speculative.distill import (
     OPEN_ENDED_PROMPTS,
     DistillError,
     DistillSettings,
+    _greedy,
     _init_draft,
     batched_greedy,
     corpus_prompts,
@@ -68,8 +69,9 @@ def trained(target: LlamaModel):
 
 def test_batched_greedy_equals_one_prompt_at_a_time(target: LlamaModel) -> None:
     prompts = [[1, 5, 9, 3, 7, 5, 9, 3], [4, 8, 15], [2, 2, 2, 2, 2, 7]]
-    out, labels = batched_greedy(target, prompts, 12, batch=2, prompt_labels=True)
+    out, labels = _greedy(target, prompts, 12, 2, prompt_labels=True)
     assert out == [target.greedy(p, 12) for p in prompts]
+    assert batched_greedy(target, prompts, 12, batch=2) == out
     assert [len(x) for x in labels] == [8, 3, 6] and labels[1][-1] == out[1][0]
     with pytest.raises(DistillError, match="at least one token"):
         batched_greedy(target, [[1], []], 2)

@@ -98,41 +98,27 @@ def build_network(
 
     if width <= 0:
         raise PerfmodelError(f"width={width}: expected a positive multiplier")
+
+    def build(factory: Callable[..., nn.Module], **sizes: object) -> nn.Module:
+        return factory(**sizes, num_classes=num_classes, in_channels=in_channels)
+
     if family == "resnet":
-        return models.resnet_cifar(
-            depth=20, width=_scale(16, width), num_classes=num_classes, in_channels=in_channels
-        )
+        return build(models.resnet_cifar, depth=20, width=_scale(16, width))
     if family == "vgg":
         cfg = (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512)
         scaled = tuple(c if c == "M" else _scale(int(c), width) for c in cfg)
-        return models.vgg(
-            cfg=scaled, hidden=_scale(256, width), num_classes=num_classes, in_channels=in_channels
-        )
+        return build(models.vgg, cfg=scaled, hidden=_scale(256, width))
     if family == "mobilenet_v2":
         settings = ((1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 3, 2), (6, 96, 2, 1))
         scaled_settings = tuple((t, _scale(c, width), n, s) for t, c, n, s in settings)
-        return models.mobilenet_v2(
-            settings=scaled_settings,
-            stem=_scale(32, width),
-            last=_scale(640, width),
-            num_classes=num_classes,
-            in_channels=in_channels,
-        )
+        stem, last = _scale(32, width), _scale(640, width)
+        return build(models.mobilenet_v2, settings=scaled_settings, stem=stem, last=last)
     if family == "shufflenet":
-        return models.shufflenet(
-            widths=tuple(_scale(c, width, 2) for c in (48, 96, 192)),
-            stem=_scale(24, width),
-            last=_scale(512, width),
-            num_classes=num_classes,
-            in_channels=in_channels,
-        )
+        widths = tuple(_scale(c, width, 2) for c in (48, 96, 192))
+        stem, last = _scale(24, width), _scale(512, width)
+        return build(models.shufflenet, widths=widths, stem=stem, last=last)
     if family == "densenet":
-        return models.densenet(
-            growth=_scale(12, width),
-            stem=_scale(24, width),
-            num_classes=num_classes,
-            in_channels=in_channels,
-        )
+        return build(models.densenet, growth=_scale(12, width), stem=_scale(24, width))
     raise PerfmodelError(f"family={family!r}: expected one of {FAMILIES}")
 
 

@@ -75,6 +75,10 @@ def op_design_matrix(
 ) -> np.ndarray:
     """The per-op-kind features of each row (columns: :func:`op_feature_names`).
 
+    Per op group the kernel launches and the bytes moved, then the dense and the grouped
+    convolution FLOPs and the bytes of the nodes that spill the cache; in training also
+    the parameter tensors and the activation bytes.
+
     Args:
         rows: Measurements (only features and batch are used).
         mode: ``"inference"`` or ``"training"``.

@@ -24,7 +24,7 @@ policies with the same FLOPs and accuracy the one the latency model calls faster
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from hpcnb.pruning.latency import LatencyModel
 
 __all__ = ["EnvConfig", "EpisodeRecord", "LayerwiseEnv", "PruningEnv"]
+
+ObsT = TypeVar("ObsT")
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class EpisodeRecord:
     keep: np.ndarray = field(repr=False)
 
 
-class _PruningEpisode:
+class _PruningEpisode(gym.Env[ObsT, np.ndarray]):
     """What both episodes share: the problem's groups, the FLOPs ratio, finished episodes."""
 
     problem: PruningProblem
@@ -102,6 +104,7 @@ class _PruningEpisode:
     history: list[EpisodeRecord]
 
     latency: LatencyModel | None
+    keep: np.ndarray
 
     def __init__(
         self,
@@ -115,6 +118,23 @@ class _PruningEpisode:
     def _setup(self, g: int) -> None:
         """Build the episode's spaces and state for ``g`` groups (each environment's own)."""
         raise NotImplementedError
+
+    def _start(self) -> tuple[ObsT, dict[str, Any]]:
+        """Reset the environment's own episode state; return the first observation and info."""
+        raise NotImplementedError
+
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[ObsT, dict[str, Any]]:
+        """Start an episode at full width.
+
+        Args:
+            seed: Seed of the environment's generator (gymnasium's convention).
+            options: Unused (gymnasium's signature).
+        """
+        super().reset(seed=seed)
+        self.keep = np.ones(len(self.sizes))
+        return self._start()
 
     def _bind(
         self, problem: PruningProblem, config: EnvConfig, latency: LatencyModel | None = None
@@ -176,7 +196,7 @@ class _PruningEpisode:
         return max(feasible, key=lambda e: e.reward) if feasible else None
 
 
-class PruningEnv(_PruningEpisode, gym.Env):
+class PruningEnv(_PruningEpisode[dict[str, Any]]):
     """GNN-RL pruning episode over a :class:`~hpcnb.pruning.problem.PruningProblem`.
 
     Observation: the ``Dict`` of :meth:`HierarchicalGraph.observation`. Action:
@@ -202,17 +222,8 @@ class PruningEnv(_PruningEpisode, gym.Env):
     def _obs(self) -> dict[str, np.ndarray]:
         return self.problem.graph.observation(self.keep, self.steps / self.config.max_steps)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict | None = None
-    ) -> tuple[dict[str, np.ndarray], dict]:
-        """Start an episode at full width.
-
-        Args:
-            seed: Seed of the environment's generator (gymnasium's convention).
-            options: Unused (gymnasium's signature).
-        """
-        super().reset(seed=seed)
-        self.keep = np.ones(len(self.sizes))
+    def _start(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """No steps taken; the full-width observation."""
         self.steps = 0
         return self._obs(), {"flops_ratio": 1.0}
 
@@ -243,7 +254,7 @@ class PruningEnv(_PruningEpisode, gym.Env):
         return self._obs(), 0.0, False, False, info
 
 
-class LayerwiseEnv(_PruningEpisode, gym.Env):
+class LayerwiseEnv(_PruningEpisode[np.ndarray]):
     """AMC-style episode: choose one group's keep ratio per step, in network order.
 
     State (7 values): step index / G, group size (log2 / 10), share of FLOPs that depend on
@@ -294,17 +305,8 @@ class LayerwiseEnv(_PruningEpisode, gym.Env):
             dtype=np.float32,
         )
 
-    def reset(
-        self, *, seed: int | None = None, options: dict | None = None
-    ) -> tuple[np.ndarray, dict]:
-        """Start at full width on the first group.
-
-        Args:
-            seed: Seed of the environment's generator (gymnasium's convention).
-            options: Unused (gymnasium's signature).
-        """
-        super().reset(seed=seed)
-        self.keep = np.ones(len(self.sizes))
+    def _start(self) -> tuple[np.ndarray, dict[str, Any]]:
+        """On the first group, with no previous action; its state."""
         self.t = 0
         self.prev = 1.0
         return self._state(), {}

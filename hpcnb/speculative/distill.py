@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -302,37 +302,9 @@ def _final(model: LlamaModel) -> tuple[torch.Tensor, torch.Tensor]:
     return model.norm, head
 
 
-@overload
 def batched_greedy(
-    model: LlamaModel,
-    prompts: Sequence[Sequence[int]],
-    n_new: int,
-    batch: int = ...,
-    *,
-    prompt_labels: Literal[False] = ...,
-) -> list[list[int]]: ...
-
-
-@overload
-def batched_greedy(
-    model: LlamaModel,
-    prompts: Sequence[Sequence[int]],
-    n_new: int,
-    batch: int = ...,
-    *,
-    prompt_labels: Literal[True],
-) -> tuple[list[list[int]], list[list[int]]]: ...
-
-
-@torch.no_grad()
-def batched_greedy(
-    model: LlamaModel,
-    prompts: Sequence[Sequence[int]],
-    n_new: int,
-    batch: int = 32,
-    *,
-    prompt_labels: bool = False,
-) -> list[list[int]] | tuple[list[list[int]], list[list[int]]]:
+    model: LlamaModel, prompts: Sequence[Sequence[int]], n_new: int, batch: int = 32
+) -> list[list[int]]:
     """Greedy continuations of many prompts, ``batch`` prompts per forward pass.
 
     Prompts are left-padded; padded keys are masked, positions start at 0 at each
@@ -344,11 +316,25 @@ def batched_greedy(
         prompts: Token lists (each non-empty).
         n_new: Tokens to generate per prompt.
         batch: Prompts per pass.
-        prompt_labels: Also return, per prompt, the argmax after each of its prefixes
-            (``len(prompt)`` labels; the last is the first generated token).
 
     Raises:
         DistillError: An empty prompt.
+    """
+    return _greedy(model, prompts, n_new, batch, prompt_labels=False)[0]
+
+
+@torch.no_grad()
+def _greedy(
+    model: LlamaModel,
+    prompts: Sequence[Sequence[int]],
+    n_new: int,
+    batch: int,
+    prompt_labels: bool,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The continuations of :func:`batched_greedy`, and the labels of the prompts.
+
+    With ``prompt_labels`` the second list holds, per prompt, the argmax after each of its
+    prefixes (``len(prompt)`` labels; the last is the first generated token); else it is empty.
     """
     if any(len(p) == 0 for p in prompts):
         raise DistillError("batched_greedy: every prompt must hold at least one token")
@@ -381,7 +367,7 @@ def batched_greedy(
             nxt = torch.argmax(_rms(h[:, -1], norm, eps) @ head.T, -1)
             gen.append(nxt)
         outs.extend(torch.stack(gen, 1).tolist())
-    return (outs, labels) if prompt_labels else outs
+    return outs, labels
 
 
 # -- the draft: initialisation, training ----------------------------------------------------
@@ -515,9 +501,7 @@ def training_data(
         settings: How many tokens the target generates per prompt, and how many prompts
             per batched pass.
     """
-    conts, plabels = batched_greedy(
-        target, prompts, settings.n_new, settings.gen_batch, prompt_labels=True
-    )
+    conts, plabels = _greedy(target, prompts, settings.n_new, settings.gen_batch, True)
     seqs = []
     for p, cont, pl in zip(prompts, conts, plabels, strict=True):
         seqs.append((list(map(int, p)) + cont[:-1], list(pl) + cont[1:]))
