@@ -290,12 +290,15 @@ class SchedulerView:
     def expand(self, rec: JobRecord, nodes: int) -> None:
         """Grow a running job to ``nodes`` nodes (see :meth:`resize`).
 
+        The extra nodes are reserved at once.
+
         Args:
             rec: A running resizable job.
             nodes: Its new size, above its current target.
 
         Raises:
-            SchedulerError: ``nodes`` is not above the target, or :meth:`resize` refuses.
+            SchedulerError: ``nodes`` is not above the target, or :meth:`resize` refuses it
+                (above the job's maximum, or more nodes than are free).
         """
         if nodes <= rec.target:
             raise SchedulerError(f"expand(job {rec.id}, {nodes}): not above {rec.target}")
@@ -304,12 +307,15 @@ class SchedulerView:
     def shrink(self, rec: JobRecord, nodes: int) -> None:
         """Shrink a running job to ``nodes`` nodes (see :meth:`resize`).
 
+        The freed nodes return to the pool at the job's next scheduling point (at once if it
+        sits at one).
+
         Args:
             rec: A running resizable job.
             nodes: Its new size, below its current target.
 
         Raises:
-            SchedulerError: ``nodes`` is not below the target, or :meth:`resize` refuses.
+            SchedulerError: ``nodes`` is not below the target, or :meth:`resize` refuses it.
         """
         if nodes >= rec.target:
             raise SchedulerError(f"shrink(job {rec.id}, {nodes}): not below {rec.target}")

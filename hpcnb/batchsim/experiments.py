@@ -243,7 +243,7 @@ def jobs_per_second(
     platform: Platform,
     scheduler: Scheduler,
     repeats: int = 5,
-    compiled: bool = True,
+    **options: Any,
 ) -> tuple[float, list[float]]:
     """Return the median simulated jobs per second after one warm-up run, and all times.
 
@@ -255,16 +255,15 @@ def jobs_per_second(
         platform: The machine.
         scheduler: The scheduler (used for every run).
         repeats: Timed runs after the warm-up (at least 1).
-        compiled: Use the compiled kernel where it applies (rigid FCFS / EASY).
+        **options: Keyword arguments of :func:`simulate` for every run (``compiled=False``
+            times the general engine where the compiled kernel would apply).
 
     Returns:
         ``(median jobs per second, wall-clock seconds of each timed run)``.
     """
-    simulate(jobs, platform, scheduler, compiled=compiled)  # warm-up (JIT, caches)
+    simulate(jobs, platform, scheduler, **options)  # warm-up (JIT, caches)
     runs = range(max(1, repeats))
-    timing = Timing.of(
-        [simulate(jobs, platform, scheduler, compiled=compiled).wall_seconds for _ in runs]
-    )
+    timing = Timing.of([simulate(jobs, platform, scheduler, **options).wall_seconds for _ in runs])
     return len(jobs) / timing.median, list(timing.samples)
 
 
@@ -297,7 +296,7 @@ def speed_vs_jobs(
         kernel, _ = jobs_per_second(jobs, platform, make_scheduler("easy"), repeats)
         engine = np.nan
         if n <= engine_max_jobs:
-            engine, _ = jobs_per_second(jobs, platform, make_scheduler("easy"), 1, False)
+            engine, _ = jobs_per_second(jobs, platform, make_scheduler("easy"), 1, compiled=False)
         rows.append({"jobs": len(jobs), "compiled_jobs_per_s": kernel, "engine_jobs_per_s": engine})
     return pd.DataFrame(rows)
 

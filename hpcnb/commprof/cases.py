@@ -38,11 +38,10 @@ def thread_histogram(tid, nthreads, phase, x, hist):
     """Per-thread histograms of ``x % 4`` (rows adjacent: false sharing).
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
-        x: Values to count.
-        hist: One row per thread; the row length sets how far apart threads write.
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
+        x: Non-negative integers; ``x % 4`` picks the bin of each.
+        hist: ``[nthreads, row length]`` counts, one row per thread with its 4 bins first; the
+            row length sets how far apart threads write.
     """
     nb = 4
     for i in prange(x.shape[0]):
@@ -54,11 +53,9 @@ def sum_shared(tid, nthreads, phase, x, acc):
     """Sums of squares accumulated straight into a shared per-thread slot.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
-        x: Values.
-        acc: One running sum per thread, adjacent in memory.
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
+        x: Values whose squares are added to ``acc[tid]`` one at a time.
+        acc: One running sum per thread, adjacent in memory and written at every element.
     """
     for i in prange(x.shape[0]):
         acc[tid] += x[i] * x[i]
@@ -69,11 +66,9 @@ def sum_private(tid, nthreads, phase, x, acc):
     """Sums of squares accumulated in a private scalar, written once.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
-        x: Values.
-        acc: One sum per thread.
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
+        x: Values whose squares are summed.
+        acc: One sum per thread, written once after its block.
     """
     s = 0.0
     for i in prange(x.shape[0]):
@@ -86,10 +81,9 @@ def aos_update(tid, nthreads, phase, p):
     """Position update on an array of structures (position, velocity).
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
-        p: One row per particle: position and velocity.
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
+        p: One row per particle: position, velocity and further fields (the row length sets
+            how much of each cache line is unused).
     """
     for i in prange(p.shape[0]):
         p[i, 0] = p[i, 0] + 0.5 * p[i, 1]
@@ -100,11 +94,9 @@ def soa_update(tid, nthreads, phase, pos, vel):
     """Position update on a structure of arrays.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
-        pos: Positions.
-        vel: Velocities.
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
+        pos: Positions, advanced in place by half a velocity step.
+        vel: Velocities (read only).
     """
     for i in prange(pos.shape[0]):
         pos[i] = pos[i] + 0.5 * vel[i]
@@ -115,11 +107,9 @@ def clean_scale(tid, nthreads, phase, x, y):
     """``y = 2 x`` on disjoint blocks: no communication, nothing to advise.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
-        x: Input.
-        y: Output.
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
+        x: Input; each thread reads only its own block.
+        y: Output ``2 x``; each thread writes only its own block.
     """
     for i in prange(x.shape[0]):
         y[i] = 2.0 * x[i]

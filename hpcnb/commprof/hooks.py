@@ -232,9 +232,8 @@ def ld1(S, aid, a, i):
     """Load ``a[i]`` through the profiler.
 
     Args:
-        S: The profiler state tuple (layout: the ``I_*`` indices).
-        aid: Index of the array among the kernel's arrays.
-        a: The array.
+        S, aid, a: The access-hook convention: the profiler state tuple (layout: the ``I_*``
+            indices), the array's index among the kernel's arrays and the array itself.
         i: Index (negative counts from the end).
 
     Returns:
@@ -250,11 +249,9 @@ def ld2(S, aid, a, i, j):
     """Load ``a[i, j]`` (C-contiguous) through the profiler.
 
     Args:
-        S: The profiler state tuple (layout: the ``I_*`` indices).
-        aid: Index of the array among the kernel's arrays.
-        a: The array.
-        i: Row index (negative counts from the end).
-        j: Column index (negative counts from the end).
+        S, aid, a: The access-hook convention: the profiler state tuple (layout: the ``I_*``
+            indices), the array's index among the kernel's arrays and the array itself.
+        i, j: Row and column index (negative ones count from the end).
 
     Returns:
         The element.
@@ -269,12 +266,9 @@ def ld3(S, aid, a, i, j, k):
     """Load ``a[i, j, k]`` (C-contiguous) through the profiler.
 
     Args:
-        S: The profiler state tuple (layout: the ``I_*`` indices).
-        aid: Index of the array among the kernel's arrays.
-        a: The array.
-        i: First index (negative counts from the end).
-        j: Second index (negative counts from the end).
-        k: Third index (negative counts from the end).
+        S, aid, a: The access-hook convention: the profiler state tuple (layout: the ``I_*``
+            indices), the array's index among the kernel's arrays and the array itself.
+        i, j, k: The three indices, outermost first (negative ones count from the end).
 
     Returns:
         The element.
@@ -289,9 +283,8 @@ def st1(S, aid, a, i, v) -> None:
     """Store ``a[i] = v`` through the profiler.
 
     Args:
-        S: The profiler state tuple (layout: the ``I_*`` indices).
-        aid: Index of the array among the kernel's arrays.
-        a: The array.
+        S, aid, a: The access-hook convention: the profiler state tuple (layout: the ``I_*``
+            indices), the array's index among the kernel's arrays and the array itself.
         i: Index (negative counts from the end).
         v: Value stored.
     """
@@ -305,11 +298,9 @@ def st2(S, aid, a, i, j, v) -> None:
     """Store ``a[i, j] = v`` through the profiler.
 
     Args:
-        S: The profiler state tuple (layout: the ``I_*`` indices).
-        aid: Index of the array among the kernel's arrays.
-        a: The array.
-        i: Row index (negative counts from the end).
-        j: Column index (negative counts from the end).
+        S, aid, a: The access-hook convention: the profiler state tuple (layout: the ``I_*``
+            indices), the array's index among the kernel's arrays and the array itself.
+        i, j: Row and column index (negative ones count from the end).
         v: Value stored.
     """
     i, j, flat = _at2(a, i, j)
@@ -322,12 +313,9 @@ def st3(S, aid, a, i, j, k, v) -> None:
     """Store ``a[i, j, k] = v`` through the profiler.
 
     Args:
-        S: The profiler state tuple (layout: the ``I_*`` indices).
-        aid: Index of the array among the kernel's arrays.
-        a: The array.
-        i: First index (negative counts from the end).
-        j: Second index (negative counts from the end).
-        k: Third index (negative counts from the end).
+        S, aid, a: The access-hook convention: the profiler state tuple (layout: the ``I_*``
+            indices), the array's index among the kernel's arrays and the array itself.
+        i, j, k: The three indices, outermost first (negative ones count from the end).
         v: Value stored.
     """
     i, j, k, flat = _at3(a, i, j, k)

@@ -29,9 +29,7 @@ def jacobi(tid, nthreads, phase, a, b):
     """Jacobi sweeps over row blocks, alternating the source and target grid.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         a: Grid read in even phases and written in odd ones.
         b: Grid written in even phases and read in odd ones.
     """
@@ -50,9 +48,7 @@ def hotspot(tid, nthreads, phase, t0, t1, power, px, cap, rx, ry, rz, amb):
     """Hotspot thermal simulation on 2-D thread tiles (``px`` tile columns).
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         t0: Temperatures read in even phases, written in odd ones.
         t1: Temperatures written in even phases, read in odd ones.
         power: Power dissipated per cell.
@@ -93,9 +89,7 @@ def kmeans(tid, nthreads, phase, x, cent, psum, pcnt, label):
     """One k-means iteration per two phases: workers assign points, thread 0 updates.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         x: Points, one row each.
         cent: Centroids, updated by thread 0 in odd phases.
         psum: Per-thread sums of the points assigned to each centroid.
@@ -146,9 +140,7 @@ def needleman_wunsch(tid, nthreads, phase, score, s1, s2, penalty, ncb):
     phase ``tid + cb``.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         score: Score matrix (row and column 0 hold the gap penalties).
         s1: First sequence (one code per row).
         s2: Second sequence (one code per column).
@@ -182,9 +174,7 @@ def lu(tid, nthreads, phase, a):
     """LU factorisation in place: phase ``k`` eliminates column ``k`` on cyclic rows.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         a: Square matrix, replaced by its L (below the diagonal) and U factors.
     """
     n = a.shape[0]
@@ -202,9 +192,7 @@ def bfs(tid, nthreads, phase, indptr, indices, level, nxt):
     """Pull breadth-first search: even phases mark the next frontier, odd ones commit it.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         indptr: CSR row pointers of the graph.
         indices: CSR column indices (neighbours).
         level: Depth of each vertex (-1: not reached yet).
@@ -231,9 +219,7 @@ def fft(tid, nthreads, phase, xin, xa, xb, w):
     """Radix-2 decimation-in-frequency FFT, one butterfly stage per phase.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         xin: Input signal (copied in phase 0).
         xa: Work array of the even stages.
         xb: Work array of the odd stages.
@@ -266,9 +252,7 @@ def radix_sort(tid, nthreads, phase, keys, tmp, hist, offs):
     Per digit: histogram per thread, prefix sums by thread 0, scatter.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         keys: Keys to sort (sorted in place after an even number of passes).
         tmp: Scratch array the passes alternate with.
         hist: Per-thread digit histograms.
@@ -309,9 +293,7 @@ def tree_reduction(tid, nthreads, phase, x, part):
     """Sum of ``x``: partial sums per thread, then a combining tree.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         x: Values to add.
         part: Per-thread partial sums; ``part[0]`` ends with the total.
     """
@@ -331,9 +313,7 @@ def transpose(tid, nthreads, phase, a, b):
     """Fill ``a`` in phase 0, then write its transpose into ``b`` by row blocks.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         a: Source matrix (filled with ``i * n + j``).
         b: Its transpose.
     """
@@ -353,9 +333,7 @@ def pipeline(tid, nthreads, phase, src, buf):
     """A pipeline: thread ``t`` is stage ``t`` and handles item ``phase - t``.
 
     Args:
-        tid: This thread's id (0 .. nthreads - 1).
-        nthreads: Number of threads.
-        phase: Barrier phase (0-based).
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase (0-based).
         src: Items entering stage 0.
         buf: Output of each stage per item.
     """

@@ -201,10 +201,11 @@ def input_body(
     """Nested 2-D input transform ``v = BT d B`` on locals ``d_i_j`` -> ``v_a_b``.
 
     Args:
-        progs: Optimised programs of one ``F(m, r)``.
-        const: Renders a constant magnitude (:func:`python_constant`, or a C literal).
-        decl: Declaration prefix of each assignment (``"const float "`` in C).
-        end: Statement terminator (``";"`` in C).
+        progs: Optimised programs of one ``F(m, r)``; their input program is applied to the
+            columns of the ``n x n`` tile ``d``, then to the rows.
+        const, decl, end: The target's syntax: a function rendering a constant magnitude
+            (:func:`python_constant`, or a C literal), the declaration prefix of each assignment
+            (``"const float "`` in C) and the statement terminator (``";"`` in C).
     """
     n = progs.transform.n
     return _nested_2d(progs.input, (n, n), ("d", "s", "v"), ("ic", "ir"), const, decl, end)
@@ -216,10 +217,9 @@ def output_body(
     """Nested 2-D output transform ``y = AT M A`` on locals ``m_a_b`` -> ``y_i_j``.
 
     Args:
-        progs: Optimised programs of one ``F(m, r)``.
-        const: Renders a constant magnitude (:func:`python_constant`, or a C literal).
-        decl: Declaration prefix of each assignment (``"const float "`` in C).
-        end: Statement terminator (``";"`` in C).
+        progs: Optimised programs of one ``F(m, r)``; their output program is applied to the
+            columns of the ``n x n`` products, then to the rows of the result.
+        const, decl, end: The target's syntax, as for :func:`input_body`.
     """
     n, m = progs.transform.n, progs.transform.m
     return _nested_2d(progs.output, (n, m), ("m", "u", "y"), ("oc", "or"), const, decl, end)
@@ -816,11 +816,9 @@ def cpu_kernels(
     GEMM in :mod:`hpcnb.winograd.conv`), and the fused ``fused_tiles`` and ``fused_stages``.
 
     Args:
-        m: Outputs per tile.
-        r: Filter size.
-        points: Point set.
-        dtype: ``"float32"`` or ``"float64"``.
-        level: Optimisation level of the transforms.
+        m, r, points, dtype, level: The kernels' ``F(m, r)`` (outputs per tile, filter size),
+            point set, dtype (``"float32"`` or ``"float64"``) and transform optimisation level,
+            as for :func:`target_kernels`.
     """
     return target_kernels(CPU_TARGET, m, r, points, dtype, level)
 
@@ -834,10 +832,6 @@ def cuda_kernels(
     on a GPU or in Numba's simulator).
 
     Args:
-        m: Outputs per tile.
-        r: Filter size.
-        points: Point set.
-        dtype: ``"float32"`` or ``"float64"``.
-        level: Optimisation level of the transforms.
+        m, r, points, dtype, level: As for :func:`cpu_kernels`.
     """
     return target_kernels(CUDA_TARGET, m, r, points, dtype, level)

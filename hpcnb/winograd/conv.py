@@ -401,10 +401,10 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int =
     """Direct convolution: a parallel Numba loop nest over (image, filter), float32.
 
     Args:
-        x: Input ``(N, C, H, W)``.
-        w: Filters ``(K, C, r, r)``.
-        padding: Zero padding.
-        threads: Thread count (0: current setting).
+        x: Input ``(N, C, H, W)`` (converted to float32).
+        w: Filters ``(K, C, r, r)`` (converted to float32).
+        padding: Zero padding on every side; ``Ho = H + 2 padding - r + 1``, likewise ``Wo``.
+        threads: Numba threads of the loop nest (0: current setting).
 
     Returns:
         ``(N, K, Ho, Wo)`` float32.
@@ -445,13 +445,12 @@ def conv2d_im2col(x: np.ndarray, w: np.ndarray, padding: int = 0, threads: int =
     """im2col (Numba) followed by one BLAS GEMM per image, float32.
 
     Args:
-        x: Input ``(N, C, H, W)``.
-        w: Filters ``(K, C, r, r)``.
-        padding: Zero padding.
-        threads: Thread count (0: current setting).
+        x, w, padding: As for :func:`conv2d_direct`; each image's ``(C r r, Ho Wo)`` column
+            matrix holds the padding's zeros, and the filters are one ``(K, C r r)`` matrix.
+        threads: Numba and BLAS threads (0: current setting).
 
     Returns:
-        ``(N, K, Ho, Wo)`` float32.
+        ``(N, K, Ho, Wo)`` float32: :func:`conv2d_direct`'s result up to rounding.
     """
     return _baseline(x, w, padding, threads, _im2col)
 
