@@ -152,22 +152,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return status
 
 
+#: Options of ``hpcnb sweep`` passed to :func:`hpcnb.sweep.sweep` under the same names.
+_SWEEP_OPTIONS = ("workers", "scheduler", "out", "smoke", "timeout", "max_points")
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from hpcnb.launch import InterruptedRunError
     from hpcnb.sweep import load_grid, sweep
 
     try:
         grid = load_grid(args.grid)
-        table = sweep(
-            args.notebook,
-            grid,
-            workers=args.workers,
-            scheduler=args.scheduler,
-            out=args.out,
-            smoke=args.smoke,
-            timeout=args.timeout,
-            max_points=args.max_points,
-        )
+        options = {name: getattr(args, name) for name in _SWEEP_OPTIONS}
+        table = sweep(args.notebook, grid, **options)
     except InterruptedRunError as exc:
         print(f"hpcnb sweep: {exc}", file=sys.stderr)
         return 130
