@@ -425,19 +425,7 @@ class ProgramProfile:
                 shift[k] = start - o.address
                 base = -(-(start + o.size) // 4096) * 4096
             tr[:, 3] += shift[owner]
-        return Profile(
-            kernel=p.kernel,
-            regions=p.regions,
-            nthreads=p.nthreads,
-            exact=p.exact,
-            exact_bytes=p.exact_bytes,
-            signature=p.signature,
-            accesses=p.accesses,
-            trace=tr,
-            n_elements=p.n_elements,
-            itemsizes=p.itemsizes,
-            memory=p.memory,
-        )
+        return replace(p, trace=tr)
 
     def object_of_element(self) -> np.ndarray:
         """Object index of every shadow element."""

@@ -158,17 +158,8 @@ class DistillSettings:
             if bad:
                 raise DistillError(f"copy_layers {bad} outside the target's {target.n_layers}")
             return dataclasses.replace(target, n_layers=len(self.copy_layers))
-        return LlamaConfig(
-            n_layers=self.n_layers,
-            dim=self.dim,
-            ffn_dim=self.ffn_dim,
-            n_heads=self.n_heads,
-            n_kv_heads=self.n_kv_heads,
-            vocab_size=target.vocab_size,
-            rope_base=target.rope_base,
-            norm_eps=target.norm_eps,
-            context_length=target.context_length,
-        )
+        sizes = ("n_layers", "dim", "ffn_dim", "n_heads", "n_kv_heads")
+        return dataclasses.replace(target, **{name: getattr(self, name) for name in sizes})
 
 
 # -- prompts --------------------------------------------------------------------------------
