@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hpcnb.argtypes import whole_number
 from hpcnb.errors import HpcnbError
 from hpcnb.parameters import ParameterError, notebook_parameters
 from hpcnb.records import format_record, read_record_details
@@ -273,16 +274,6 @@ def _version() -> str:
         return __version__
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: need at least 1")
-    return value
-
-
 def _add_notebooks_and_params(p: argparse.ArgumentParser, param_help: str) -> None:
     """Add the notebooks to act on and the repeatable ``-p NAME VALUE`` option."""
     p.add_argument("notebooks", nargs="*", help="notebook paths or stems (default: all)")
@@ -323,7 +314,7 @@ def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=whole_number("--workers"),
         default=2,
         help="local Dask worker processes (default: %(default)s)",
     )
@@ -342,7 +333,7 @@ def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-points",
-        type=_positive_int,
+        type=whole_number("--max-points"),
         default=_MAX_POINTS,
         help="largest number of grid points to run (default: %(default)s)",
     )

@@ -38,6 +38,7 @@ FOUNDATION = {
     "hpcnb.stats",
     "hpcnb.plugins",
     "hpcnb.cachefile",
+    "hpcnb.argtypes",
 }
 CENTRE = ("hpcnb.ir", "hpcnb.models")
 EDGE = ("hpcnb.runner", "hpcnb.cli", "hpcnb.sweep", "hpcnb.report", "hpcnb.status", "hpcnb.site")

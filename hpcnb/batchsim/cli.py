@@ -45,6 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpcnb.argtypes import whole_number
 from hpcnb.batchsim.jobs import Job
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.policies import SCHEDULERS, make_scheduler
@@ -210,19 +211,6 @@ def validate_dl_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nodes(text: str) -> int:
-    """``--nodes``: an integer in ``[1, MAX_NODES]``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("--nodes must be >= 1")
-    if value > MAX_NODES:
-        raise argparse.ArgumentTypeError(f"--nodes must be <= {MAX_NODES} (MAX_NODES)")
-    return value
-
-
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -252,7 +240,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sim.add_argument(
         "--nodes",
-        type=_nodes,
+        type=whole_number("--nodes", high=MAX_NODES),
         default=None,
         help="machine size, 1..2**31-1 (default: the workload's)",
     )
