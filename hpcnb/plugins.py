@@ -169,7 +169,8 @@ class Registry(Generic[T]):
         """Return the entry ``name``, or load ``"package.module:attr"``.
 
         ``"package.module:"`` (no attribute) imports the module, which may register
-        entries, and returns the only entry it added.
+        entries, and returns the only entry it added (or, when the module was imported
+        before, the only registered class defined in it).
 
         Args:
             name: A registered name or a reference.
@@ -188,6 +189,12 @@ class Registry(Generic[T]):
             obj = load(name, what=self.what)
             if name.endswith(":"):
                 added = [n for n in self._entries if n not in before]
+                if not added:  # imported earlier by other means: its classes name their module
+                    added = [
+                        n
+                        for n, entry in self._entries.items()
+                        if getattr(entry, "__module__", None) == obj.__name__
+                    ]
                 if len(added) != 1:
                     raise PluginError(
                         f"{self.what} {name!r}: importing the module registered "

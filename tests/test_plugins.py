@@ -92,3 +92,18 @@ def test_registry_imports_its_built_ins_when_first_read(tmp_path, monkeypatch):
         assert reg.names() == ["built-in"] and reg.get("built-in") == 1
     finally:
         sys.modules.pop("builtin_plug", None)
+
+
+def test_module_reference_finds_a_class_of_a_module_imported_before(tmp_path, monkeypatch):
+    reg = Registry("thing")
+    monkeypatch.setattr(sys.modules[__name__], "REG3", reg, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "early_plug.py").write_text(
+        f"import {__name__} as t\nclass Early:\n    pass\nt.REG3.register('early', Early)\n"
+    )
+    try:
+        import early_plug  # imported by other means first: nothing new registers later
+
+        assert reg.get("early_plug:") is early_plug.Early
+    finally:
+        sys.modules.pop("early_plug", None)

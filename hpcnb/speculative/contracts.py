@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
@@ -157,22 +156,6 @@ def register_draft(kind: str, *, replace: bool = False) -> Callable[[_D], _D]:
     return register
 
 
-def _resolve_draft(kind: str) -> type[DraftSpec]:
-    """The draft class a kind or reference names (see :class:`DraftSpec`).
-
-    ``"package.module:"`` names the kind its module registered; a module imported before
-    (by an earlier job, or a generation before this one) registers nothing new, so its
-    kind is then found among the registered ones.
-    """
-    registry = DRAFTS
-    module = kind[:-1] if kind.endswith(":") else None
-    if module is not None and module in sys.modules:
-        mine = [cls for _, cls in registry.items() if cls.__module__ == module]
-        if len(mine) == 1:
-            return mine[0]
-    return registry.get(kind)
-
-
 def _importable(cls: type) -> bool:
     """Whether another process can import ``cls`` by ``"module:qualname"``."""
     return cls.__module__ != "__main__" and "<locals>" not in cls.__qualname__
@@ -247,7 +230,7 @@ class DraftSpec:
         if not isinstance(kind, str):
             raise SpecError(f"{what}: 'kind' must be a text, got {kind!r}")
         try:
-            cls = _resolve_draft(kind)
+            cls = DRAFTS.get(kind)
         except PluginError as err:
             raise SpecError(f"{what}: {err}") from None
         options = {k: v for k, v in data.items() if k != "kind"}
