@@ -1,23 +1,38 @@
 """Documented rules from locality symptoms to optimisation suggestions.
 
-Regions with fewer than ``min_accesses`` accesses are skipped. Each rule looks at one
-region's :class:`~hpcnb.commprof.locality.RegionLocality` and fires
-with the numbers that triggered it (its evidence). Rules, in order:
+Regions with fewer than ``min_accesses`` accesses are skipped, and every rule needs a
+minimum of evidence (``min_events`` communication events, ``min_false_sharing``
+false-sharing events), so a handful of events never fires one. Each rule looks at one
+region's :class:`~hpcnb.commprof.locality.RegionLocality` and fires with the numbers that
+triggered it (its evidence). Rules, in order:
 
 * ``privatisation``: a few words (at most 2 per thread) are written many times
   (>= ``repeat`` writes per word) and are shared or falsely shared. Suggestion: keep a
   private accumulator per thread and combine once after the loop (reduction).
 * ``padding``: false-sharing events are at least ``false_sharing`` of the accesses (and
-  at least 8). Suggestion: pad per-thread data to cache-line boundaries.
+  at least ``min_false_sharing``). Suggestion: pad per-thread data to cache-line
+  boundaries.
 * ``schedule``: communication events per written word >= ``consumed``: most of what a
   thread writes is read by other threads. Suggestion: change the schedule or thread
   affinity so a thread owns the data it reads.
-* ``tiling``: communication exists but fewer than ``near`` of its events are within the
-  cache capacity (long distances). Suggestion: tile or fuse the loops so the consumer reads
-  while the data is still cached.
+* ``tiling``: at least ``min_events`` events travel farther than the cache capacity and
+  fewer than ``near`` of all events are within it. Suggestion: tile or fuse the loops so
+  the consumer reads while the data is still cached.
+* ``blocking``: the region is staggered (a wavefront: the threads' phase windows shift
+  with the thread id) and its occupancy is below ``occupancy``: many (phase, thread) pairs
+  idle while the wavefront fills and drains. Suggestion: cut each thread's work into more,
+  smaller blocks so the wavefront fills sooner.
 * ``layout``: the accesses use, on average, less than ``utilisation`` of the words of the
   lines they touch. Suggestion: change the data layout (AoS <-> SoA) so accesses fill
   whole lines.
+
+**Running values at a fixed address.** When every thread that writes in a region writes
+one word only, many times (``writer_words`` 1, ``write_repeat`` >= ``repeat``), the word is
+a running value such as ``acc[tid] += x[i]``. An optimising compiler keeps it in a register
+and only stores it, and the stores' line transfers are absorbed by the store buffer, so
+neither ``privatisation`` nor ``padding`` fires on it: measured natively on 2 threads here,
+privatising such a sum gains nothing (about 1.0x), while padding per-thread histograms,
+whose bins are read and written in a data-dependent order, does.
 """
 
 from __future__ import annotations
@@ -30,7 +45,7 @@ from hpcnb.errors import InvalidInputError
 
 __all__ = ["RULES", "Advice", "AdviceThresholds", "advise", "format_advice"]
 
-RULES = ("privatisation", "padding", "schedule", "tiling", "layout")
+RULES = ("privatisation", "padding", "schedule", "tiling", "blocking", "layout")
 
 
 @dataclass(frozen=True)
@@ -45,11 +60,16 @@ class AdviceThresholds:
         near: ``tiling``: share of communication events within the cache capacity below
             which distances count as long.
         utilisation: ``layout``: share of the words of a touched line that are used.
+        occupancy: ``blocking``: occupancy below which a staggered region fires.
         min_accesses: Regions with fewer accesses are skipped.
+        min_events: Communication events a region needs before ``schedule``, ``tiling`` or
+            ``blocking`` fires (far events for ``tiling``).
+        min_false_sharing: False-sharing events a region needs before ``padding`` or
+            ``privatisation`` fires on false sharing.
 
     Raises:
         InvalidInputError: A share outside [0, 1], ``repeat`` not positive, or a negative
-            ``consumed`` or ``min_accesses``.
+            ``consumed`` or minimum.
     """
 
     repeat: float = 8.0
@@ -57,23 +77,29 @@ class AdviceThresholds:
     consumed: float = 1.0
     near: float = 0.5
     utilisation: float = 0.5
+    occupancy: float = 0.75
     min_accesses: int = 64
+    min_events: int = 16
+    min_false_sharing: int = 32
 
     def __post_init__(self) -> None:
         shares = {
             "false_sharing": self.false_sharing,
             "near": self.near,
             "utilisation": self.utilisation,
+            "occupancy": self.occupancy,
         }
         for name, value in shares.items():
             if not 0.0 <= value <= 1.0:
                 raise InvalidInputError(
                     f"AdviceThresholds.{name}={value}: expected a share in [0, 1]"
                 )
-        if self.repeat <= 0 or self.consumed < 0 or self.min_accesses < 0:
+        minima = (self.min_accesses, self.min_events, self.min_false_sharing)
+        if self.repeat <= 0 or self.consumed < 0 or min(minima) < 0:
             raise InvalidInputError(
                 f"AdviceThresholds(repeat={self.repeat}, consumed={self.consumed}, "
-                f"min_accesses={self.min_accesses}): need repeat > 0, the others >= 0"
+                f"min_accesses={self.min_accesses}, min_events={self.min_events}, "
+                f"min_false_sharing={self.min_false_sharing}): need repeat > 0, the others >= 0"
             )
 
 
@@ -116,50 +142,81 @@ def advise(
     th = th or AdviceThresholds()
     out: list[Advice] = []
     for m in metrics:
-        if m.accesses < th.min_accesses:
-            continue
-        fs_rate = m.false_sharing / m.accesses
+        if m.accesses >= th.min_accesses:
+            out.extend(
+                Advice(m.rid, regions[m.rid].line, rule, evidence, suggestion)
+                for rule, evidence, suggestion in _fired(m, nthreads, th)
+            )
+    return out
 
-        def fire(rule: str, evidence: str, suggestion: str, m: RegionLocality = m) -> None:
-            out.append(Advice(m.rid, regions[m.rid].line, rule, evidence, suggestion))
 
-        if (
-            m.write_repeat >= th.repeat
-            and 0 < m.written_words <= 2 * nthreads
-            and (m.false_sharing > 0 or m.volume > 0)
-        ):
-            fire(
+def _running_value(m: RegionLocality, th: AdviceThresholds) -> bool:
+    """Every writing thread rewrites one word: a compiler keeps it in a register."""
+    return m.writer_words == 1 and m.write_repeat >= th.repeat
+
+
+def _fired(m: RegionLocality, nthreads: int, th: AdviceThresholds) -> list[tuple[str, str, str]]:
+    """The (rule, evidence, suggestion) triples that fire on one region, in RULES order."""
+    fired: list[tuple[str, str, str]] = []
+    fs_rate = m.false_sharing / m.accesses
+    running = _running_value(m, th)
+    if (
+        not running
+        and m.write_repeat >= th.repeat
+        and 0 < m.written_words <= 2 * nthreads
+        and (m.false_sharing >= th.min_false_sharing or m.volume >= th.min_events)
+    ):
+        fired.append(
+            (
                 "privatisation",
                 f"{m.written_words} words written {m.write_repeat:.0f}x each; "
                 f"{m.false_sharing} false-sharing and {m.volume} communication events",
                 "accumulate privately per thread, combine once (reduction)",
             )
-        if m.false_sharing >= max(8, th.false_sharing * m.accesses):
-            fire(
+        )
+    if not running and m.false_sharing >= max(th.min_false_sharing, th.false_sharing * m.accesses):
+        fired.append(
+            (
                 "padding",
                 f"{m.false_sharing} false-sharing events ({fs_rate:.1%} of accesses)",
                 "pad per-thread data to cache-line boundaries",
             )
-        consumed = m.volume / m.written_words if m.written_words else 0.0
-        if consumed >= th.consumed:
-            fire(
+        )
+    consumed = m.volume / m.written_words if m.written_words else 0.0
+    if m.volume >= th.min_events and consumed >= th.consumed:
+        fired.append(
+            (
                 "schedule",
                 f"{m.volume} events for {m.written_words} written words ({consumed:.2f} per word)",
                 "change the schedule or affinity so each thread owns what it reads",
             )
-        if m.volume > 0 and m.near_fraction < th.near:
-            fire(
+        )
+    far = round((1.0 - m.near_fraction) * m.volume)
+    if far >= th.min_events and m.near_fraction < th.near:
+        fired.append(
+            (
                 "tiling",
-                f"only {m.near_fraction:.0%} of {m.volume} events within capacity",
+                f"{far} of {m.volume} events ({1 - m.near_fraction:.0%}) farther than the capacity",
                 "tile or fuse the loops so consumers read data while still cached",
             )
-        if m.line_utilisation < th.utilisation:
-            fire(
+        )
+    if m.staggered and m.occupancy < th.occupancy and m.volume >= th.min_events:
+        fired.append(
+            (
+                "blocking",
+                f"wavefront: {m.occupancy:.0%} of (phase, thread) pairs busy; {m.volume} events",
+                "cut each thread's work into more, smaller blocks so the wavefront fills sooner",
+            )
+        )
+    if m.line_utilisation < th.utilisation:
+        fired.append(
+            (
                 "layout",
                 f"threads use {m.line_utilisation:.0%} of each line they touch",
                 "change the data layout (AoS <-> SoA) so accesses fill whole lines",
             )
-    return out
+        )
+    return fired
 
 
 def format_advice(advice: list[Advice]) -> str:

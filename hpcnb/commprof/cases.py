@@ -23,6 +23,7 @@ __all__ = [
     "CaseStudy",
     "Variant",
     "aos_update",
+    "clean_inputs",
     "clean_scale",
     "count_improved",
     "measure_case",
@@ -164,6 +165,17 @@ def _sum(n: int, T: int, seed: int) -> tuple[Args, int]:
     return [np.random.default_rng(seed).random(n * 512), np.zeros(T)], 1
 
 
+def clean_inputs(n: int, T: int, seed: int) -> tuple[Args, int]:
+    """Inputs of :func:`clean_scale`: ``n * 512`` values and the output array, one phase.
+
+    Args:
+        n: Size unit.
+        T: Threads (unused: the blocks follow from the schedule).
+        seed: Input seed.
+    """
+    return [np.random.default_rng(seed).random(n * 512), np.zeros(n * 512)], 1
+
+
 def _jacobi(n: int, T: int, seed: int) -> tuple[Args, int]:
     a = np.random.default_rng(seed).random((n, n))
     return [a, a.copy()], 4
@@ -217,7 +229,7 @@ CASE_STUDIES: dict[str, CaseStudy] = {
         ),
         CaseStudy(
             "wavefront",
-            "tiling",
+            "blocking",
             Variant(K.needleman_wunsch, _nw(1)),
             Variant(K.needleman_wunsch, _nw(3)),
             "3 column tiles per thread instead of 1",

@@ -31,12 +31,23 @@ is the virtual-thread execution order recorded by ``profile(..., trace=True)``.
   phase, the threads' access streams are merged round-robin, ``quantum`` accesses at a
   time (:func:`interleave`). True communication between phases is unchanged.
 * **Imbalance**: max over threads of events sent + received, over the mean (1 = even).
+* **Occupancy** of a region: the share of (phase, thread) pairs with accesses in the region
+  among the phases in which any thread accesses it (1 = every thread works in every phase
+  the region runs). A region is **staggered** when every thread accesses it and both the
+  first and the last phase in which a thread does rise strictly with the thread id: the
+  threads work in a window of phases shifted by one per thread, as in a wavefront or a
+  software pipeline, whose idle pairs are the fill and the drain.
+* **Cache capacity at the timed size.** Distances grow with the footprint, so a profile of
+  a small input is judged against a cache scaled down by the same factor
+  (:func:`scaled_capacity`: the cache's words times the profiled over the timed footprint);
+  :func:`cache_bytes` reads this machine's cache sizes.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -50,9 +61,11 @@ __all__ = [
     "TracePositionError",
     "analyse_locality",
     "brute_force_distances",
+    "cache_bytes",
     "communication_distances",
     "interleave",
     "producing_write",
+    "scaled_capacity",
 ]
 
 NBINS = 40
@@ -204,6 +217,10 @@ class RegionLocality:
         written_words: Distinct words written in the region.
         line_utilisation: Mean fraction of a line's words a thread touches.
         imbalance: Max over threads of (sent + received) events over the mean.
+        occupancy: Share of (phase, thread) pairs with accesses among the region's phases.
+        staggered: Whether the threads' phase windows shift with the thread id (wavefront).
+        writer_words: Mean distinct words written per thread that writes in the region
+            (1 with a write repeat of many: one running value per thread at a fixed address).
     """
 
     rid: int
@@ -221,6 +238,9 @@ class RegionLocality:
     written_words: int
     line_utilisation: float
     imbalance: float
+    occupancy: float = 1.0
+    staggered: bool = False
+    writer_words: float = 0.0
 
 
 def interleave(trace: np.ndarray, quantum: int = 1) -> np.ndarray:
@@ -380,6 +400,7 @@ def analyse_locality(
         sel = tr[tr[:, 1] == r]
         util = _line_utilisation(sel, config.line_bytes, p.itemsizes)
         sent_recv = pv.sum(axis=0) + pv.sum(axis=1)
+        occupancy, staggered = _phase_windows(sel, T)
         out.append(
             RegionLocality(
                 rid=r,
@@ -397,10 +418,96 @@ def analyse_locality(
                 written_words=int(written.sum()),
                 line_utilisation=util if touched.any() else 1.0,
                 imbalance=float(sent_recv.max() / sent_recv.mean()) if len(e) else 1.0,
+                occupancy=occupancy,
+                staggered=staggered,
+                writer_words=_writer_words(sel),
             )
         )
     n = len(tr)
     return out, {"accesses": n, "seconds": seconds, "rate": n / seconds if seconds else 0.0}
+
+
+def _phase_windows(sel: np.ndarray, nthreads: int) -> tuple[float, bool]:
+    """Occupancy and staggering of one region's accesses (module docstring)."""
+    if not len(sel):
+        return 1.0, False
+    phases = np.unique(sel[:, 5])
+    pairs = np.unique(sel[:, 5] * (1 << 20) + sel[:, 0])
+    occupancy = len(pairs) / (len(phases) * nthreads)
+    first = np.full(nthreads, -1, np.int64)
+    last = np.full(nthreads, -1, np.int64)
+    for t in range(nthreads):
+        mine = sel[sel[:, 0] == t, 5]
+        if len(mine):
+            first[t], last[t] = mine.min(), mine.max()
+    staggered = bool(
+        nthreads > 1
+        and (first >= 0).all()
+        and (np.diff(first) > 0).all()
+        and (np.diff(last) > 0).all()
+    )
+    return float(occupancy), staggered
+
+
+def _writer_words(sel: np.ndarray) -> float:
+    """Mean distinct words written per writing thread of one region's accesses."""
+    writes = sel[sel[:, 4] == 1]
+    if not len(writes):
+        return 0.0
+    pairs = np.unique(writes[:, 0] * (1 << 40) + writes[:, 2])
+    return len(pairs) / len(np.unique(writes[:, 0]))
+
+
+def cache_bytes(level: int | None = None) -> int | None:
+    """Size of this machine's data or unified cache at ``level`` (default: the last level).
+
+    Read from Linux's ``/sys/devices/system/cpu/cpu0/cache``; ``None`` where it is not
+    available (another operating system, a container without it).
+
+    Args:
+        level: Cache level (1, 2, 3, ...); ``None`` for the highest level present.
+    """
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    sizes: dict[int, int] = {}
+    for index in sorted(root.glob("index*")) if root.is_dir() else []:
+        try:
+            kind = (index / "type").read_text().strip()
+            lvl = int((index / "level").read_text().strip())
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not text:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+        digits = text[:-1] if text[-1] in "KMG" else text
+        if digits.isdigit():
+            sizes[lvl] = int(digits) * unit
+    if not sizes:
+        return None
+    return sizes.get(max(sizes) if level is None else level)
+
+
+def scaled_capacity(cache: int, profiled_words: int, timed_words: int, word_bytes: int = 8) -> int:
+    """Cache-capacity threshold in words for a profile of a smaller input than the timed one.
+
+    Args:
+        cache: Cache size in bytes (e.g. :func:`cache_bytes`).
+        profiled_words: Words of the profiled run's arrays.
+        timed_words: Words of the run whose speed the advice is about.
+        word_bytes: Bytes per word.
+
+    Returns:
+        ``cache / word_bytes * profiled_words / timed_words``, at least 1.
+
+    Raises:
+        InvalidInputError: A size that is not positive.
+    """
+    if min(cache, profiled_words, timed_words, word_bytes) <= 0:
+        raise InvalidInputError(
+            f"scaled_capacity(cache={cache}, profiled_words={profiled_words}, "
+            f"timed_words={timed_words}, word_bytes={word_bytes}): sizes must be positive"
+        )
+    return max(1, int(cache / word_bytes * profiled_words / timed_words))
 
 
 def _line_utilisation(sel: np.ndarray, line_bytes: int, itemsizes: list[int]) -> float:
