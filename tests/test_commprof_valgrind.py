@@ -332,3 +332,22 @@ def test_word_size_and_missing_trace_are_named() -> None:
         parse_trace(empty)
     with pytest.raises(TraceError, match=r"allocation log line 'A 1 0x5000': unexpected format"):
         parse_trace(TraceRun(run.log, "A 1 0x5000\n", _fake_binary(), ["fake"]))
+
+
+def test_marginal_overhead_cancels_start_up() -> None:
+    import time
+
+    from hpcnb.commprof.native import marginal_overhead
+
+    def native(size: int) -> None:
+        time.sleep(0.03 + 0.002 * size)  # 30 ms start-up, 2 ms per unit
+
+    def tool(size: int) -> None:
+        time.sleep(0.1 + 0.01 * size)  # 100 ms start-up, 10 ms per unit
+
+    over = marginal_overhead(native, tool, (1, 11), (1, 5), repeats=3, warmup=0)
+    assert len(over) == 3
+    # per unit 10 ms against 2 ms: 5x; the whole-run ratio at the small sizes would be 3.5x
+    assert 3.8 < float(np.median(over)) < 7.0
+    with pytest.raises(ValueError, match="sizes"):
+        marginal_overhead(native, tool, (5, 5), (1, 2))

@@ -5,7 +5,8 @@ from the same folder) with gcc into ``hpcnb.paths.cache_dir("commprof")``, keyed
 sources, the flags and :func:`hpcnb.paths.machine_key`. :func:`time_commands` times whole
 program runs through :func:`hpcnb.launch.run_bounded` in interleaved rounds
 (:func:`hpcnb.timing.interleaved`, wall clock), so a ratio of two programs' rounds carries
-the machine's drift on both sides.
+the machine's drift on both sides. :func:`marginal_overhead` times a tool's cost per unit of
+work from runs at two sizes, so the start-up of the program and of the tool cancels.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from hpcnb.errors import HpcnbError, MissingFileError
+from hpcnb.errors import HpcnbError, InvalidInputError, MissingFileError
 from hpcnb.timing import Timing, interleaved
 
-__all__ = ["CompileError", "compile_c", "compile_sources", "time_commands"]
+__all__ = ["CompileError", "compile_c", "compile_sources", "marginal_overhead", "time_commands"]
 
 
 class CompileError(HpcnbError, RuntimeError):
@@ -122,3 +123,61 @@ def time_commands(
 
     fns = {label: runner(cmd) for label, cmd in commands.items()}
     return interleaved(fns, repeats=repeats, warmup=warmup, clock="wall")
+
+
+def marginal_overhead(
+    native: Callable[[int], object],
+    tool: Callable[[int], object],
+    native_sizes: tuple[int, int],
+    tool_sizes: tuple[int, int],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+) -> tuple[float, ...]:
+    """Per-round slowdown of a tool per unit of work, start-up cancelled.
+
+    Each round runs ``native`` at both of ``native_sizes`` and ``tool`` at both of
+    ``tool_sizes`` (interleaved, :func:`hpcnb.timing.interleaved`); the time per unit of
+    work is the difference of the two runs over the difference of the sizes, so whatever
+    does not grow with the size (process and tool start-up, parsing fixed headers)
+    cancels. The tool may run smaller sizes than the native program: the ratio is per
+    unit of work either way, assuming work proportional to the size on both sides.
+
+    Args:
+        native: ``native(size)`` runs the program natively.
+        tool: ``tool(size)`` runs it under the tool (the whole path: trace, parse, replay).
+        native_sizes: Two sizes for the native runs, smaller first.
+        tool_sizes: Two sizes for the tool runs, smaller first.
+        repeats: Timed rounds.
+        warmup: Untimed rounds first.
+
+    Returns:
+        One ratio ``(tool seconds per unit) / (native seconds per unit)`` per round.
+
+    Raises:
+        InvalidInputError: Sizes not increasing, or a round whose native difference is not
+            positive (the sizes are too close to measure a difference).
+    """
+    for sizes in (native_sizes, tool_sizes):
+        if not 0 <= sizes[0] < sizes[1]:
+            raise InvalidInputError(f"marginal_overhead: sizes {sizes} must be 0 <= small < large")
+    fns = {
+        "n1": lambda: native(native_sizes[0]),
+        "n2": lambda: native(native_sizes[1]),
+        "t1": lambda: tool(tool_sizes[0]),
+        "t2": lambda: tool(tool_sizes[1]),
+    }
+    t = interleaved(fns, repeats=repeats, warmup=warmup, clock="wall")
+    dn, dt = native_sizes[1] - native_sizes[0], tool_sizes[1] - tool_sizes[0]
+    out = []
+    for n1, n2, t1, t2 in zip(
+        t["n1"].samples, t["n2"].samples, t["t1"].samples, t["t2"].samples, strict=True
+    ):
+        per_native = (n2 - n1) / dn
+        if per_native <= 0:
+            raise InvalidInputError(
+                f"marginal_overhead: native runs at sizes {native_sizes} took {n1:.4f} s and "
+                f"{n2:.4f} s; choose sizes further apart"
+            )
+        out.append(((t2 - t1) / dt) / per_native)
+    return tuple(out)
