@@ -17,7 +17,7 @@ from hpcnb.commprof.blind import (
     score_advice,
     words_of,
 )
-from hpcnb.commprof.instrument import Region
+from hpcnb.commprof.instrument import Region, kernel
 from hpcnb.commprof.locality import (
     LocalityConfig,
     RegionLocality,
@@ -69,9 +69,11 @@ def test_a_kernel_without_a_locality_problem_fires_no_rule() -> None:
 
 def test_rules_stay_silent_below_their_evidence_thresholds() -> None:
     th = AdviceThresholds()
-    few = _region(false_sharing=th.min_false_sharing - 1, accesses=100)
+    few = _region(private_false_sharing=th.min_false_sharing - 1, accesses=100)
     assert "padding" not in _rules(few)
-    assert "padding" in _rules(replace(few, false_sharing=th.min_false_sharing))
+    assert "padding" in _rules(replace(few, private_false_sharing=th.min_false_sharing))
+    shared_array = _region(false_sharing=400, private_false_sharing=0)
+    assert "padding" not in _rules(shared_array)  # several writers per word: padding cannot help
     wave = _region(staggered=True, occupancy=0.5, volume=th.min_events - 1)
     assert "blocking" not in _rules(wave)
     assert "blocking" in _rules(replace(wave, volume=th.min_events))
@@ -83,7 +85,9 @@ def test_rules_stay_silent_below_their_evidence_thresholds() -> None:
 
 
 def test_a_fired_rule_gives_its_numbers_and_line() -> None:
-    (a,) = advise([Region(0, 7, -1, "kernel", "")], [_region(false_sharing=400)], 2)
+    (a,) = advise(
+        [Region(0, 7, -1, "kernel", "")], [_region(false_sharing=400, private_false_sharing=400)], 2
+    )
     assert (a.rule, a.line) == ("padding", 7) and "400" in a.evidence
 
 
@@ -162,3 +166,65 @@ def test_bad_blind_input_is_named() -> None:
     with pytest.raises(ValueError, match="min_events"):
         AdviceThresholds(min_events=-1)
     assert LocalityConfig().capacity > 0 and C.clean_inputs(2, 2, 0)[1] == 1
+
+
+def _need_valgrind() -> None:
+    from hpcnb.commprof.valgrind import missing_tools
+
+    if missing_tools():
+        pytest.skip(f"{', '.join(missing_tools())} not installed (apt-get install valgrind gcc)")
+
+
+def test_the_c_kernel_profile_numbers_workers_from_zero_in_one_phase() -> None:
+    _need_valgrind()
+    from hpcnb.commprof.csuite import kernel_profile
+    from hpcnb.commprof.suite import SUITE
+
+    args, nph = SUITE["jacobi"].make(12, 2, 0)
+    p = kernel_profile("jacobi", args, nph, 2)
+    assert p.nthreads == 2 and set(np.unique(p.trace[:, 0])) == {0, 1}
+    assert set(np.unique(p.trace[:, 5])) == {0}
+    assert p.exact.sum() > 0
+
+
+def test_blind_advice_on_the_c_suite_finds_the_padding_of_kmeans_only() -> None:
+    _need_valgrind()
+    from hpcnb.commprof.blind import blind_c_advice, c_fix
+
+    km = blind_c_advice("kmeans", 16, 2, cache=CACHE, timed_size=256)
+    assert km.kernel == "kmeans.c" and "padding" in km.rules
+    assert blind_c_advice("jacobi", 16, 2, cache=CACHE, timed_size=256).rules == ()
+    make, defines, _ = c_fix("kmeans", "padding")
+    assert defines == () and np.shape(make(4, 2, 0)[0][2])[1] > 4  # padded rows per thread
+    assert c_fix("lu", "padding")[1] == ("-DCS_ALIGN",)
+    assert c_fix("radix_sort", "schedule") is None
+
+
+@kernel
+def cyclic_rows(tid, nthreads, phase, a):
+    """Rows dealt cyclically; rows whose length is not a whole number of lines share lines.
+
+    Args:
+        tid, nthreads, phase: This thread's id, the thread count and the barrier phase.
+        a: The rows, each incremented by the thread that owns it.
+    """
+    for i in range(tid, a.shape[0], nthreads):
+        for j in range(a.shape[1]):
+            a[i, j] = a[i, j] + 1.0
+
+
+def test_padding_on_block_boundaries_is_withdrawn_when_the_input_doubles() -> None:
+    from hpcnb.commprof import profile
+    from hpcnb.commprof.blind import FADE, _judge
+
+    def profile_at(n: int):
+        a = np.zeros((64, 2 * n + 1))  # odd row lengths: row ends share lines with the next row
+        return profile(cyclic_rows, [a], nthreads=2, trace=True), a.size
+
+    p, _ = profile_at(2)
+    mets, _ = analyse_locality(p)
+    assert "padding" in {a.rule for a in advise(p.regions, mets, 2)}  # at the profiled size
+    advice, withdrawn, _ = _judge(profile_at, 2, 10**6, CACHE, 64, None)
+    assert 0 < FADE < 1
+    assert "padding" not in {a.rule for a in advice}
+    assert "doubles" in withdrawn["padding"]

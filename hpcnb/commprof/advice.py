@@ -1,6 +1,8 @@
 """Documented rules from locality symptoms to optimisation suggestions.
 
-Regions with fewer than ``min_accesses`` accesses are skipped, and every rule needs a
+Regions with fewer than ``min_accesses`` accesses, or with less than ``min_share`` of the
+kernel's accesses (not a hotspot: whatever its symptom, it cannot matter for the kernel's
+time), are skipped, and every rule needs a
 minimum of evidence (``min_events`` communication events, ``min_false_sharing``
 false-sharing events), so a handful of events never fires one. Each rule looks at one
 region's :class:`~hpcnb.commprof.locality.RegionLocality` and fires with the numbers that
@@ -9,9 +11,11 @@ triggered it (its evidence). Rules, in order:
 * ``privatisation``: a few words (at most 2 per thread) are written many times
   (>= ``repeat`` writes per word) and are shared or falsely shared. Suggestion: keep a
   private accumulator per thread and combine once after the loop (reduction).
-* ``padding``: false-sharing events are at least ``false_sharing`` of the accesses (and
-  at least ``min_false_sharing``). Suggestion: pad per-thread data to cache-line
-  boundaries.
+* ``padding``: false-sharing events between per-thread words (each written by one thread
+  only: slots that padding can separate) are at least ``false_sharing`` of the accesses
+  (and at least ``min_false_sharing``). Suggestion: pad per-thread data to cache-line
+  boundaries. False sharing on words that several threads write in turn (a shared output
+  array filled by a scatter) is not fixed by padding and does not count.
 * ``schedule``: communication events per written word >= ``consumed``: most of what a
   thread writes is read by other threads. Suggestion: change the schedule or thread
   affinity so a thread owns the data it reads.
@@ -62,6 +66,7 @@ class AdviceThresholds:
         utilisation: ``layout``: share of the words of a touched line that are used.
         occupancy: ``blocking``: occupancy below which a staggered region fires.
         min_accesses: Regions with fewer accesses are skipped.
+        min_share: Regions with a smaller share of all accesses are skipped.
         min_events: Communication events a region needs before ``schedule``, ``tiling`` or
             ``blocking`` fires (far events for ``tiling``).
         min_false_sharing: False-sharing events a region needs before ``padding`` or
@@ -79,6 +84,7 @@ class AdviceThresholds:
     utilisation: float = 0.5
     occupancy: float = 0.75
     min_accesses: int = 64
+    min_share: float = 0.05
     min_events: int = 16
     min_false_sharing: int = 32
 
@@ -88,6 +94,7 @@ class AdviceThresholds:
             "near": self.near,
             "utilisation": self.utilisation,
             "occupancy": self.occupancy,
+            "min_share": self.min_share,
         }
         for name, value in shares.items():
             if not 0.0 <= value <= 1.0:
@@ -141,8 +148,9 @@ def advise(
     """
     th = th or AdviceThresholds()
     out: list[Advice] = []
+    total = sum(m.accesses for m in metrics)
     for m in metrics:
-        if m.accesses >= th.min_accesses:
+        if m.accesses >= max(th.min_accesses, th.min_share * total):
             out.extend(
                 Advice(m.rid, regions[m.rid].line, rule, evidence, suggestion)
                 for rule, evidence, suggestion in _fired(m, nthreads, th)
@@ -158,7 +166,6 @@ def _running_value(m: RegionLocality, th: AdviceThresholds) -> bool:
 def _fired(m: RegionLocality, nthreads: int, th: AdviceThresholds) -> list[tuple[str, str, str]]:
     """The (rule, evidence, suggestion) triples that fire on one region, in RULES order."""
     fired: list[tuple[str, str, str]] = []
-    fs_rate = m.false_sharing / m.accesses
     running = _running_value(m, th)
     if (
         not running
@@ -174,11 +181,14 @@ def _fired(m: RegionLocality, nthreads: int, th: AdviceThresholds) -> list[tuple
                 "accumulate privately per thread, combine once (reduction)",
             )
         )
-    if not running and m.false_sharing >= max(th.min_false_sharing, th.false_sharing * m.accesses):
+    if not running and m.private_false_sharing >= max(
+        th.min_false_sharing, th.false_sharing * m.accesses
+    ):
         fired.append(
             (
                 "padding",
-                f"{m.false_sharing} false-sharing events ({fs_rate:.1%} of accesses)",
+                f"{m.private_false_sharing} false-sharing events between per-thread words "
+                f"({m.private_false_sharing / m.accesses:.1%} of accesses)",
                 "pad per-thread data to cache-line boundaries",
             )
         )

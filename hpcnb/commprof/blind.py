@@ -8,7 +8,10 @@ The advice is not told which symptom a kernel has. For every kernel of
    to the profiled footprint (:func:`hpcnb.commprof.locality.scaled_capacity`), so a
    "far" event is one that would leave that cache at the timed size;
 2. the rules of :mod:`hpcnb.commprof.advice` fire on it;
-3. a fired ``schedule`` rule is checked by a what-if the profiler can run, because it
+3. a fired ``padding`` rule is checked by profiling an input twice as large: false sharing
+   whose rate falls below :data:`FADE` of its rate lies at block boundaries, which the timed
+   input (hundreds of times larger) dilutes, and the rule is withdrawn; a fired
+   ``schedule`` rule is checked by a what-if the profiler can run, because it
    controls the schedule: the kernel is profiled again under the other schedules
    (:data:`WHAT_IF_SCHEDULES`); the rule stands when one of them at least halves the
    communication events with per-thread accesses within ``balance`` of even, and that
@@ -17,6 +20,14 @@ The advice is not told which symptom a kernel has. For every kernel of
 4. every fired rule whose fix the kernel has a variant for (:class:`Fix`, written with the
    kernel without knowing whether a rule would fire) is timed natively against the
    unmodified kernel in interleaved rounds.
+
+The C suite (:mod:`hpcnb.commprof.csuite`) goes through the same steps
+(:func:`blind_c_advice`): each C kernel is profiled under valgrind on its own arrays, and a
+fired rule is tried where the C program can take the fix (:func:`c_fix`): padded inputs
+for k-means, more tiles for Needleman-Wunsch, and for padding elsewhere a build that puts
+every array on cache lines of its own (``-DCS_ALIGN``). The valgrind trace has no barrier
+phases, so ``blocking`` cannot fire on a C program, and a C program has no schedule knob
+for a what-if, so a fired ``schedule`` rule stands untested there.
 
 Scoring (:func:`score_advice`): *precision* is the share of fired rules whose fix runs at
 least ``threshold`` (1.1) times faster (median of the per-round speed-ups; a fired rule
@@ -43,13 +54,17 @@ from hpcnb.timing import ratios
 
 __all__ = [
     "BLIND_KERNELS",
+    "FADE",
     "WHAT_IF_SCHEDULES",
     "BlindKernel",
     "BlindResult",
     "Fix",
     "FixTiming",
     "blind_advice",
+    "blind_c_advice",
     "blind_kernel",
+    "c_fix",
+    "time_c_fix",
     "fix_variant",
     "score_advice",
     "time_fix",
@@ -135,8 +150,11 @@ def _suite_variant(name: str, make: Make | None = None) -> C.Variant:
 
 def _kernels() -> dict[str, BlindKernel]:
     cs = C.CASE_STUDIES
+    longer = {"radix_sort": 64}  # 32 keys per size unit: a timed run of milliseconds needs more
     out = [
-        BlindKernel(name, _suite_variant(name), note=SUITE[name].description)
+        BlindKernel(
+            name, _suite_variant(name), scale=longer.get(name, 1), note=SUITE[name].description
+        )
         for name in SUITE
         if name not in ("kmeans", "needleman_wunsch")
     ]
@@ -297,14 +315,13 @@ def blind_advice(
             f"blind_advice({bk.name}): size={size}, nthreads={nthreads}, "
             f"timed_size={timed_size}, cache={cache} must all be >= 1"
         )
-    args, nph = bk.variant.make(size, nthreads, seed)
-    profiled = words_of(args)
-    p = bk.variant.profile(args, nthreads=nthreads, nphases=nph, trace=True)
+
+    def profile_at(n: int) -> tuple[Profile, int]:
+        args, nph = bk.variant.make(n, nthreads, seed)
+        return bk.variant.profile(args, nthreads=nthreads, nphases=nph, trace=True), words_of(args)
+
     timed = words_of(bk.variant.make(timed_size * bk.scale, nthreads, seed)[0])
-    capacity = scaled_capacity(cache, profiled, timed)
-    mets, _ = analyse_locality(p, LocalityConfig(line_bytes=line_bytes, capacity=capacity))
-    advice = advise(p.regions, mets, nthreads, thresholds)
-    withdrawn: dict[str, str] = {}
+    advice, withdrawn, capacity = _judge(profile_at, size, timed, cache, line_bytes, thresholds)
     schedule_fix = None
     if any(a.rule == "schedule" for a in advice):
         schedule_fix, why = _what_if(bk.variant, size, nthreads, seed, balance)
@@ -312,6 +329,40 @@ def blind_advice(
             withdrawn["schedule"] = "no schedule halves the events: " + why
             advice = [a for a in advice if a.rule != "schedule"]
     return BlindResult(bk.name, tuple(advice), withdrawn, capacity, schedule_fix)
+
+
+#: A padding rule is withdrawn when doubling the input leaves less than this share of the
+#: false-sharing rate: the falsely shared lines are block boundaries, which a timed input
+#: hundreds of times larger dilutes away.
+FADE = 2 / 3
+
+
+def _judge(
+    profile_at: Callable[[int], tuple[Profile, int]],
+    size: int,
+    timed_words: int,
+    cache: int,
+    line_bytes: int,
+    thresholds: AdviceThresholds | None,
+) -> tuple[list[Advice], dict[str, str], int]:
+    """Rules on the profile at ``size``, and the input-doubling check of padding."""
+    p, words = profile_at(size)
+    capacity = scaled_capacity(cache, words, timed_words)
+    config = LocalityConfig(line_bytes=line_bytes, capacity=capacity)
+    mets, _ = analyse_locality(p, config)
+    advice = advise(p.regions, mets, p.nthreads, thresholds)
+    withdrawn: dict[str, str] = {}
+    if any(a.rule == "padding" for a in advice):
+        rate = sum(m.private_false_sharing for m in mets) / max(1, sum(m.accesses for m in mets))
+        mets2, _ = analyse_locality(profile_at(2 * size)[0], config)
+        rate2 = sum(m.private_false_sharing for m in mets2) / max(1, sum(m.accesses for m in mets2))
+        if rate2 < FADE * rate:
+            withdrawn["padding"] = (
+                f"false sharing falls from {rate:.1%} to {rate2:.1%} of the accesses when the "
+                "input doubles: block boundaries, diluted at the timed size"
+            )
+            advice = [a for a in advice if a.rule != "padding"]
+    return advice, withdrawn, capacity
 
 
 def fix_variant(bk: BlindKernel, result: BlindResult, rule: str) -> tuple[C.Variant, str] | None:
@@ -423,3 +474,95 @@ def blind_kernel(name: str) -> BlindKernel:
     if name not in BLIND_KERNELS:
         raise UnknownNameError(f"blind kernel {name!r}: expected one of {sorted(BLIND_KERNELS)}")
     return BLIND_KERNELS[name]
+
+
+def blind_c_advice(
+    name: str,
+    size: int,
+    nthreads: int,
+    *,
+    cache: int,
+    timed_size: int,
+    line_bytes: int = 64,
+    thresholds: AdviceThresholds | None = None,
+    seed: int = 0,
+) -> BlindResult:
+    """The metrics and rules on a C suite kernel profiled under valgrind (module docstring).
+
+    Args:
+        name: Suite kernel (its C program).
+        size: Size unit of the profiled run.
+        nthreads: Worker threads.
+        cache: Last-level cache in bytes the capacity is scaled from.
+        timed_size: Size unit of the timed runs.
+        line_bytes: Cache-line size for false sharing.
+        thresholds: Rule thresholds.
+        seed: Input seed.
+
+    Raises:
+        InvalidInputError: A size, thread count or cache that is not positive.
+        CompileError: gcc is missing or fails.
+        TraceError: valgrind fails.
+    """
+    from hpcnb.commprof.csuite import kernel_profile
+
+    if min(size, nthreads, timed_size, cache) < 1:
+        raise InvalidInputError(
+            f"blind_c_advice({name}): size={size}, nthreads={nthreads}, "
+            f"timed_size={timed_size}, cache={cache} must all be >= 1"
+        )
+    case = SUITE[name]
+
+    def profile_at(n: int) -> tuple[Profile, int]:
+        args, nph = case.make(n, nthreads, seed)
+        return kernel_profile(name, args, nph, nthreads), words_of(args)
+
+    timed = words_of(case.make(timed_size * blind_kernel(name).scale, nthreads, seed)[0])
+    advice, withdrawn, capacity = _judge(profile_at, size, timed, cache, line_bytes, thresholds)
+    return BlindResult(f"{name}.c", tuple(advice), withdrawn, capacity, None)
+
+
+def c_fix(name: str, rule: str) -> tuple[Make, tuple[str, ...], str] | None:
+    """The fix a C suite program can take for ``rule``: fixed inputs, extra gcc flags, text.
+
+    Args:
+        name: Suite kernel.
+        rule: A fired rule.
+    """
+    fix = blind_kernel(name).fix(rule)
+    if fix is not None and fix.variant.kernel is SUITE[name].kernel:
+        return fix.variant.make, (), fix.description
+    if rule == "padding":
+        return SUITE[name].make, ("-DCS_ALIGN",), "every array on cache lines of its own"
+    return None
+
+
+def time_c_fix(
+    name: str, rule: str, *, size: int, nthreads: int = 2, repeats: int = 7, seed: int = 0
+) -> FixTiming | None:
+    """Time a C suite program before and after the fix :func:`c_fix` names, interleaved.
+
+    Args:
+        name: Suite kernel.
+        rule: The fired rule.
+        size: Size unit of the timed runs (times the kernel's ``scale``).
+        nthreads: Worker threads.
+        repeats: Timed rounds (after one warm-up round).
+        seed: Input seed.
+
+    Returns:
+        The timing, or ``None`` when the program cannot take that rule's fix.
+    """
+    from hpcnb.commprof.csuite import time_kernels
+
+    fix = c_fix(name, rule)
+    if fix is None:
+        return None
+    make, defines, text = fix
+    n = size * blind_kernel(name).scale
+    before, nb = SUITE[name].make(n, nthreads, seed)
+    after, na = make(n, nthreads, seed)
+    t = time_kernels(
+        name, {"before": (before, nb, ()), "after": (after, na, defines)}, nthreads, repeats=repeats
+    )
+    return FixTiming(f"{name}.c", rule, text, ratios(t["before"], t["after"]))

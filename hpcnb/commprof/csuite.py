@@ -28,16 +28,19 @@ from pathlib import Path
 import numpy as np
 
 from hpcnb.commprof.analysis import classify_pattern, inclusive, loop_tree
-from hpcnb.commprof.native import compile_c
+from hpcnb.commprof.native import compile_c, time_commands
 from hpcnb.commprof.runtime import KernelArg, Profile
 from hpcnb.commprof.suite import SUITE, check_result, suite_case
 from hpcnb.commprof.valgrind import ProgramProfile, TraceError, parse_trace, run_program
+from hpcnb.timing import Timing
 
 __all__ = [
     "C_SUITE",
     "CaseComparison",
     "compare_case",
     "compile_kernel",
+    "kernel_profile",
+    "time_kernels",
     "kernel_matrix",
     "kernel_source",
     "restrict",
@@ -51,7 +54,7 @@ def kernel_source(name: str) -> str:
     return folder.joinpath(f"{name}.c").read_text(encoding="utf-8")
 
 
-def compile_kernel(name: str, openmp: bool = False) -> Path:
+def compile_kernel(name: str, openmp: bool = False, defines: Sequence[str] = ()) -> Path:
     """Compile suite kernel ``name`` with ``gcc -g -O1`` (``-pthread`` or ``-fopenmp``).
 
     Cached under ``hpcnb.paths.cache_dir("commprof")`` by source, flags and machine.
@@ -59,12 +62,14 @@ def compile_kernel(name: str, openmp: bool = False) -> Path:
     Args:
         name: Suite kernel.
         openmp: Build with ``-fopenmp`` instead of ``-pthread``.
+        defines: Extra gcc flags such as ``-DCS_ALIGN``.
 
     Raises:
         CompileError: gcc is missing or fails.
     """
     suite_case(name)  # names the known kernels when unknown
-    return compile_c(f"suite/{name}", ("-g", "-O1", "-fopenmp" if openmp else "-pthread"))
+    flags = ("-g", "-O1", "-fopenmp" if openmp else "-pthread", *defines)
+    return compile_c(f"suite/{name}", flags)
 
 
 def _write_inputs(name: str, args: Sequence[KernelArg], folder: Path) -> list[str]:
@@ -230,17 +235,7 @@ def compare_case(
         np_prof = profile(c.kernel, args, nthreads=nthreads, nphases=nphases, schedule=c.schedule)
         ok = _outputs_match(folder, name, args) and check_result(name, args, original)
     arrays = [p for p in c.kernel.params[3:] if p in c.kernel.arrays]
-    loaded = [o for o in pp.objects if o.kind == "heap" and "csuite.h" in o.site]
-    if len(loaded) != len(arrays):
-        raise TraceError(
-            f"{name}: expected {len(arrays)} input arrays loaded by the harness, "
-            f"found {len(loaded)} heap objects from csuite.h"
-        )
-    names = {o.name: a for o, a in zip(loaded, arrays, strict=True)}
-    pp.objects = [
-        type(o)(names.get(o.name, o.name), o.kind, o.site, o.address, o.size, o.first)
-        for o in pp.objects
-    ]
+    _name_arrays(pp, name, arrays)
     sub = restrict(pp, arrays, HARNESS_SERIAL)
     workers = slice(0, nthreads) if openmp else slice(1, nthreads + 1)
     cm = kernel_matrix(sub, workers)
@@ -274,3 +269,104 @@ def _phase_loops(pp: ProgramProfile) -> set[int]:
 C_SUITE = tuple(SUITE)
 #: Functions of the harness that run serially around the kernel (input and output).
 HARNESS_SERIAL = {"main", "cs_init", "cs_load", "cs_save"}
+
+
+def kernel_profile(
+    name: str,
+    args: Sequence[KernelArg],
+    nphases: int,
+    nthreads: int,
+    *,
+    defines: Sequence[str] = (),
+    timeout: float = 600.0,
+) -> Profile:
+    """The C kernel's accesses to its own arrays under valgrind, workers numbered from 0.
+
+    The profile keeps the accesses to the kernel's arrays made outside the harness's serial
+    code (:func:`restrict`), and renumbers the worker threads ``0 .. nthreads - 1`` (the
+    main thread of a pthreads build runs only that serial code), so its metrics compare
+    with those of the Numba kernel. Its trace has one phase: the valgrind path does not
+    see the harness's barriers.
+
+    Args:
+        name: Suite kernel.
+        args: The kernel's own arguments (written to the program's input files).
+        nphases: Barrier phases.
+        nthreads: Worker threads.
+        defines: Extra gcc flags of the build.
+        timeout: Limit of the valgrind run (s).
+
+    Raises:
+        CompileError: gcc is missing or fails.
+        TraceError: valgrind fails, or the trace lacks the harness's input arrays.
+    """
+    from hpcnb.commprof.shadow import replay_exact
+
+    c = suite_case(name)
+    exe = compile_kernel(name, defines=defines)
+    with tempfile.TemporaryDirectory(prefix=f"csuite-{name}-") as tmp:
+        extra = _write_inputs(name, args, Path(tmp))
+        run = run_program([str(exe), str(nthreads), str(nphases), tmp, *extra], timeout=timeout)
+    wb = max(np.asarray(a).itemsize for a in args if isinstance(a, np.ndarray))
+    pp = parse_trace(run, word_bytes=wb)
+    arrays = [p for p in c.kernel.params[3:] if p in c.kernel.arrays]
+    _name_arrays(pp, name, arrays)
+    sub = restrict(pp, arrays, HARNESS_SERIAL)
+    assert sub.trace is not None
+    tr = sub.trace.copy()
+    tr[:, 0] -= 1  # worker t was profile thread t + 1
+    if len(tr) and tr[:, 0].min() < 0:
+        raise TraceError(
+            f"{name}: the main thread accesses the kernel's arrays outside {HARNESS_SERIAL}"
+        )
+    sub.trace, sub.nthreads = tr, nthreads
+    sub.exact = replay_exact(sub)
+    sub.exact_bytes = pp.word_bytes * sub.exact
+    return sub
+
+
+def _name_arrays(pp: ProgramProfile, name: str, arrays: Sequence[str]) -> None:
+    """Name the heap objects the harness loaded after the kernel's array parameters."""
+    loaded = [o for o in pp.objects if o.kind == "heap" and "csuite.h" in o.site]
+    if len(loaded) != len(arrays):
+        raise TraceError(
+            f"{name}: expected {len(arrays)} input arrays loaded by the harness, "
+            f"found {len(loaded)} heap objects from csuite.h"
+        )
+    names = {o.name: a for o, a in zip(loaded, arrays, strict=True)}
+    pp.objects = [
+        type(o)(names.get(o.name, o.name), o.kind, o.site, o.address, o.size, o.first)
+        for o in pp.objects
+    ]
+
+
+def time_kernels(
+    name: str,
+    variants: dict[str, tuple[Sequence[KernelArg], int, Sequence[str]]],
+    nthreads: int,
+    *,
+    repeats: int = 7,
+    warmup: int = 1,
+) -> dict[str, Timing]:
+    """Native wall times of C builds of one kernel, whole program runs, interleaved.
+
+    Args:
+        name: Suite kernel.
+        variants: Label -> (kernel arguments, phases, extra gcc flags) of each build.
+        nthreads: Worker threads.
+        repeats: Timed rounds.
+        warmup: Untimed rounds first.
+
+    Raises:
+        CompileError: gcc is missing or fails.
+        LaunchError: A program exits with a non-zero status.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"csuite-time-{name}-") as tmp:
+        cmds = {}
+        for label, (args, nphases, defines) in variants.items():
+            folder = Path(tmp, label)
+            folder.mkdir()
+            extra = _write_inputs(name, args, folder)
+            exe = compile_kernel(name, defines=defines)
+            cmds[label] = [str(exe), str(nthreads), str(nphases), str(folder), *extra]
+        return time_commands(cmds, repeats=repeats, warmup=warmup)

@@ -174,9 +174,14 @@ def _line_metrics(trace, line_bytes, n_words, R, T):
     lwa = np.full(n_lines, -1, np.int64)  # word it wrote
     lseen = np.zeros(n_lines, np.uint64)  # threads already charged since that write
     fs = np.zeros((R, T, T), np.int64)
+    fsp = np.zeros(R, np.int64)  # false sharing between per-thread words
     wmask = np.zeros((R, n_words), np.uint64)
     rmask = np.zeros((R, n_words), np.uint64)
     wcount = np.zeros((R, n_words), np.int64)
+    writers = np.zeros(n_words, np.uint64)  # every thread that ever writes each word
+    for j in range(n):
+        if trace[j, 4] == 1:
+            writers[trace[j, 2]] |= np.uint64(1) << np.uint64(trace[j, 0])
     for j in range(n):
         t, r, x, a, isw = trace[j, 0], trace[j, 1], trace[j, 2], trace[j, 3], trace[j, 4]
         bit = np.uint64(1) << np.uint64(t)
@@ -190,11 +195,14 @@ def _line_metrics(trace, line_bytes, n_words, R, T):
         if w >= 0 and w != t and lwa[L] != x and not (lseen[L] & bit):
             lseen[L] |= bit
             fs[r, w, t] += 1
+            mine = writers[x] == 0 or writers[x] == bit
+            if mine and writers[lwa[L]] == np.uint64(1) << np.uint64(w):
+                fsp[r] += 1
         if isw == 1:
             lw[L] = t
             lwa[L] = x
             lseen[L] = 0
-    return fs, wmask, rmask, wcount
+    return fs, fsp, wmask, rmask, wcount
 
 
 @dataclass(frozen=True)
@@ -221,6 +229,10 @@ class RegionLocality:
         staggered: Whether the threads' phase windows shift with the thread id (wavefront).
         writer_words: Mean distinct words written per thread that writes in the region
             (1 with a write repeat of many: one running value per thread at a fixed address).
+        private_false_sharing: False-sharing events between per-thread words: the accessed
+            word and the word the line's last writer wrote are each written by one thread
+            only over the whole trace (per-thread slots that padding separates, unlike a
+            shared array that several threads write in turn).
     """
 
     rid: int
@@ -241,6 +253,7 @@ class RegionLocality:
     occupancy: float = 1.0
     staggered: bool = False
     writer_words: float = 0.0
+    private_false_sharing: int = 0
 
 
 def interleave(trace: np.ndarray, quantum: int = 1) -> np.ndarray:
@@ -365,7 +378,7 @@ def analyse_locality(
     tr = interleave(p.trace, config.quantum) if config.quantum else p.trace
     t0 = time.perf_counter()
     ev = _distances(tr, W, T)
-    fs, wmask, rmask, wcount = _line_metrics(tr, config.line_bytes, W, R, T)
+    fs, fsp, wmask, rmask, wcount = _line_metrics(tr, config.line_bytes, W, R, T)
     seconds = time.perf_counter() - t0
     for reg in sorted(p.regions, key=lambda x: x.rid, reverse=True):  # sharing: inclusive
         if reg.parent >= 0:
@@ -421,6 +434,7 @@ def analyse_locality(
                 occupancy=occupancy,
                 staggered=staggered,
                 writer_words=_writer_words(sel),
+                private_false_sharing=int(fsp[r]),
             )
         )
     n = len(tr)
