@@ -7,6 +7,8 @@ import pytest
 
 from hpcnb.commprof import MemoryConfig, inclusive, profile
 from hpcnb.commprof.hooks import _FIB
+from hpcnb.commprof.instrument import kernel
+from hpcnb.commprof.runtime import _word_sample
 from hpcnb.commprof.sampling import correlation, error_bound, scaled, sweep
 from hpcnb.commprof.shadow import replay_exact
 from hpcnb.commprof.suite import suite_case
@@ -57,3 +59,56 @@ def test_helpers_and_bad_settings() -> None:
         MemoryConfig(sample_every=0)
     with pytest.raises(ValueError, match="sample_mode"):
         MemoryConfig(sample_every=2, sample_mode="time")
+
+
+@kernel
+def _touch(tid, nthreads, phase, a, idx):
+    for _r in range(4):
+        a[idx] = a[idx] + 1.0
+
+
+def _sampled(e: int, k: int) -> bool:
+    return int((np.uint64(e) * _FIB) >> np.uint64(32)) < (1 << 32) // k
+
+
+def test_sampled_hooks_skip_unsampled_words_before_any_other_work() -> None:
+    k = 16
+    out = _touch.compiled().__name__  # the kernel module has a sampled variant
+    assert out and "_cp_t = _cp_P[0]" in _touch._module_source
+    unsampled = next(e for e in range(64) if not _sampled(e, k))
+    sampled = next(e for e in range(64) if _sampled(e, k))
+    for idx, rows in ((unsampled, 0), (sampled, 2 * 4 * 2)):
+        a = np.zeros(64)
+        p = profile(_touch, [a, idx], nthreads=2, memory=MemoryConfig(sample_every=k), trace=True)
+        assert a[idx] == 8.0  # the kernel's own work is done either way
+        assert p.trace is not None and len(p.trace) == rows
+        assert p.accesses.sum() == rows
+        assert (p.trace[:, 2] == idx).all()
+        assert p.exact.sum() == (rows > 0)  # thread 1 reads thread 0's last write once
+
+
+def test_compact_shadow_ids_are_injective_and_small() -> None:
+    for n, k in ((1, 2), (7, 2), (1000, 3), (12345, 16), (200_003, 16), (1 << 20, 64)):
+        P, size = _word_sample(k, np.zeros(1, np.int64), n, compact=True)
+        h = np.arange(n, dtype=np.uint64) * _FIB
+        keep = h < P[0]
+        ids = ((h[keep] >> np.uint64(32)) * P[1]) >> np.uint64(32)
+        if P[1] == 0:  # indexed by the element itself
+            ids = np.flatnonzero(keep)
+        assert np.unique(ids).size == keep.sum()  # one shadow entry per sampled word
+        assert ids.size == 0 or int(ids.max()) < size
+        assert (size <= 3 * n // k + 1 and size < n) or (P[1] == 0 and size == n)
+        assert P[1] > 0 or k <= 3 or n < 8
+    P, size = _word_sample(16, np.zeros(1, np.int64), 5000, compact=False)
+    assert P[1] == 0 and size == 5000
+
+
+@pytest.mark.parametrize("name", ["lu", "kmeans", "fft"])
+def test_compact_and_full_shadow_give_the_same_sampled_profile(name: str) -> None:
+    mem = MemoryConfig(sample_every=8)
+    with_trace = _run(name, mem, trace=True)  # full-size shadow (the trace keeps elements)
+    compact = _run(name, mem)
+    assert np.array_equal(with_trace.exact, compact.exact)
+    assert np.array_equal(with_trace.exact_bytes, compact.exact_bytes)
+    assert np.array_equal(with_trace.accesses, compact.accesses)
+    assert 0 < compact.accesses.sum() < _run(name).accesses.sum()

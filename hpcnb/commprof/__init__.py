@@ -8,7 +8,9 @@ metrics and suggestions; :data:`SUITE` holds kernels with known patterns.
 
 The pieces behind these are imported from their modules: :mod:`~hpcnb.commprof.shadow`
 (signature memories replayed over traces, detection accuracy, held-out tuning),
-:mod:`~hpcnb.commprof.cases` (before/after case studies), :mod:`~hpcnb.commprof.runtime`
+:mod:`~hpcnb.commprof.cases` (before/after case studies),
+:mod:`~hpcnb.commprof.blind` (the advice run blind on unmodified kernels, the fixes it names
+timed, precision and recall), :mod:`~hpcnb.commprof.runtime`
 (interleaved timing of native and instrumented runs), :mod:`~hpcnb.commprof.sampling`
 (sampled profiles, scaled matrices and their error bound), :mod:`~hpcnb.commprof.plots`
 (figures), :mod:`~hpcnb.commprof.hooks` and :mod:`~hpcnb.commprof.kernels`.

@@ -8,9 +8,11 @@ by the ``I_*`` indices below; :mod:`hpcnb.commprof.runtime` builds it.
 Communication event: a thread reads an address whose last writer is another thread,
 counted once per (write, reading thread): the exact memory's "readers since the last
 write" bit mask suppresses repeated reads of the same value by the same thread (the value
-is then in that thread's cache); the signature's read table approximates it with the last
-reader per slot. :func:`record_access` is the one implementation, used by the hooks and
-by trace replay.
+is then in that thread's cache); the signature memory approximates both in a fixed number
+of slots (:mod:`hpcnb.commprof.signature`). :func:`record_access` is the one
+implementation, used by the hooks and by trace replay. The state's tuple type says which
+memories a run keeps (:func:`hpcnb.commprof.runtime.make_state`), so the hooks of a run
+without a signature memory compile without its update.
 
 Sampling (``ctl[CTL_SAMPLE] = k > 1``), two modes (:data:`SAMPLE_MODES`):
 
@@ -18,6 +20,10 @@ Sampling (``ctl[CTL_SAMPLE] = k > 1``), two modes (:data:`SAMPLE_MODES`):
   hash of its element index falls below ``2**32 / k``; every access to a sampled word is
   profiled, every other access costs one multiply and compare. Events on the sampled
   words are exact, so k times the sampled matrix estimates the full one without bias.
+  Sampled runs use a separately compiled variant of the kernel
+  (:mod:`hpcnb.commprof.instrument`) whose hooks make that test first, with the threshold
+  and the array's element base in locals, and call :func:`record_access` for sampled
+  words only; their exact shadow holds the sampled words only.
 * ``reads``: every write is applied, and only every k-th read of each thread (a per-thread
   countdown) is checked; the others cost one decrement. Periodic sampling aliases with
   loop strides, and a value read r times is caught about r times as often as one read once.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.extending import overload
 
 __all__ = [
     "CTL_DEPTH",
@@ -44,19 +51,27 @@ __all__ = [
     "CTL_TID",
     "CTL_TRACE_N",
     "FLAG_EXACT",
+    "FLAG_GRANULE",
+    "FLAG_GRANULE_MASKED",
     "FLAG_SIGNATURE",
     "FLAG_TRACE",
+    "DESIGN_HASHES",
     "HASH_KINDS",
+    "MAX_GRANULE",
+    "MAX_TAG_BITS",
     "SAMPLE_MODES",
     "SCHEDULE_KINDS",
+    "SIGNATURE_DESIGNS",
     "TRACE_COLUMNS",
     "enter",
+    "hash_key",
     "hash_slot",
     "ld1",
     "ld2",
     "ld3",
     "leave",
     "record_access",
+    "reduce_range",
     "sched_iters",
     "st1",
     "st2",
@@ -67,6 +82,25 @@ __all__ = [
 I_CTL, I_BASE, I_BYTES, I_ISZ = 0, 1, 2, 3
 I_EXW, I_EXR, I_SGW, I_SGR = 4, 5, 6, 7
 I_MEX, I_MSG, I_STACK, I_ACC, I_TRACE, I_MBY = 8, 9, 10, 11, 12, 13
+#: Signature parameters (int64, ``SGP_*`` fields), table reciprocals (float64: write, read),
+#: granule-design slot tags (uint32) and reader bits (uint64); the granule design keeps its
+#: per-word writers (int8, ``G`` per slot) in ``S[I_SGW]``.
+I_SGP, I_SGF, I_SGH, I_SGB = 14, 15, 16, 17
+#: Marker array of a granule-design state (its presence selects the granule update).
+I_GRANULE = 18
+#: Fields of ``S[I_SGP]``: design code, log2 of the words per granule, tag bits, whether the
+#: reader bits hold per-word reader sets (granule words x threads <= 64), hash code, slot
+#: mask (``slots - 1`` for a power-of-two table, else -1), log2 of the slots (power of two),
+#: tag mask, word-in-granule mask, and for a power-of-two table with the order-preserving
+#: hash the mask of a word's writer-byte index (``slots * G - 1``, else -1) and the shift
+#: of a word to its quotient.
+SGP_DESIGN, SGP_SHIFT, SGP_TAG_BITS, SGP_READER_SETS, SGP_HASH = 0, 1, 2, 3, 4
+SGP_MASK, SGP_LOG, SGP_TAG_MASK, SGP_WORD_MASK, SGP_KMASK, SGP_QSHIFT = 5, 6, 7, 8, 9, 10
+#: Reader bits of word ``j`` of a slot: ``mask << (base + j * stride)`` (``mask`` stored as
+#: int64: the T-bit reader set, or the last reader's one bit per word above its id byte).
+SGP_READER_MASK, SGP_READER_BASE, SGP_READER_STRIDE = 11, 12, 13
+#: Length of ``S[I_SGP]``.
+SGP_SIZE = 14
 
 CTL_TID, CTL_REGION, CTL_DEPTH, CTL_FLAGS, CTL_TRACE_N, CTL_HASH, CTL_PHASE, CTL_SAMPLE = range(8)
 #: Sampling mode (:data:`SAMPLE_MODES`) and the word sample's 32-bit hash threshold.
@@ -78,12 +112,28 @@ SAMPLE_MODES = {"words": 0, "reads": 1}
 #: Length of the ``ctl`` array (the countdowns of up to 64 threads after the fields).
 CTL_SIZE = CTL_COUNTDOWN + 64
 FLAG_EXACT, FLAG_SIGNATURE, FLAG_TRACE = 1, 2, 4
+#: Set beside ``FLAG_SIGNATURE`` when the signature memory is the granule design, and
+#: beside that when its table is a power of two with the order-preserving hash (a word's
+#: writer byte is then at ``word & (len - 1)`` of ``S[I_SGW]``).
+FLAG_GRANULE, FLAG_GRANULE_MASKED = 8, 16
 
 #: Trace columns (one row per access, in execution order).
 TRACE_COLUMNS = ("tid", "region", "element", "address", "is_write", "phase")
 
 #: Hash functions of the signature memory, by name -> code used in compiled code.
 HASH_KINDS = {"discopop": 0, "modulo": 1, "word": 2, "fibonacci": 3}
+#: Signature-memory designs, by name -> code (see :mod:`hpcnb.commprof.signature`).
+SIGNATURE_DESIGNS = {"discopop": 0, "granule": 1}
+#: Hashes each design accepts: the granule design hashes granule indices, either keeping
+#: their order (``modulo``: consecutive granules in consecutive slots) or multiplicatively.
+DESIGN_HASHES = {
+    "discopop": ("discopop", "modulo", "word", "fibonacci"),
+    "granule": ("modulo", "fibonacci"),
+}
+#: Largest number of words per granule-design slot (one writer byte per word).
+MAX_GRANULE = 4
+#: Largest tag width of the granule design (a uint32 per slot: tag and a readers flag).
+MAX_TAG_BITS = 31
 
 #: Loop schedules of ``prange`` work-sharing loops, by name -> code.
 SCHEDULE_KINDS = {"static": 0, "cyclic": 1, "dynamic": 2}
@@ -96,29 +146,204 @@ _hot = njit(cache=True, _nrt=False)  # type: ignore[call-overload]
 
 
 @_hot
+def hash_key(key: int, kind: int) -> int:
+    """Hash a signature key (a byte address, or a granule index) before range reduction.
+
+    Args:
+        key: Non-negative key.
+        kind: 0 DiscoPoP ``(key >> 8) + key``, 1 ``key`` itself (order-preserving), 2 word
+            ``key >> 3``, 3 Fibonacci (multiplicative) hashing, the top 40 bits of
+            ``key * 0x9E3779B97F4A7C15 mod 2**64``.
+
+    Returns:
+        A non-negative integer below ``2**51`` for keys below ``2**50``.
+    """
+    if kind == 0:
+        return (key >> 8) + key
+    if kind == 1:
+        return key
+    if kind == 2:
+        return key >> 3
+    return np.int64((np.uint64(key) * _FIB) >> np.uint64(24))  # type: ignore[return-value]
+
+
+@_hot
+def reduce_range(x: int, slots: int, inv: float) -> tuple[int, int]:
+    """``(x mod slots, x // slots)`` by a multiplication with the reciprocal, no division.
+
+    ``q = int(x * inv)`` is off by at most one for ``0 <= x < 2**51`` (``inv`` is
+    ``1 / slots`` rounded to double precision), and one correction step makes both results
+    exact, for every slot count (a 64-bit integer division costs tens of cycles per access).
+
+    Args:
+        x: Non-negative integer below ``2**51``.
+        slots: Table size (> 0).
+        inv: ``1.0 / slots``.
+
+    Returns:
+        The slot and the quotient (the part of ``x`` the slot does not encode).
+    """
+    q = np.int64(np.float64(x) * inv)
+    r = x - q * slots
+    if r < 0:
+        r += slots
+        q -= 1
+    elif r >= slots:
+        r -= slots
+        q += 1
+    return r, q  # type: ignore[return-value]
+
+
+@_hot
 def hash_slot(addr: int, kind: int, slots: int) -> int:
-    """Map a byte address to a signature slot.
+    """Map a byte address to a slot of a DiscoPoP-design signature table.
 
     Args:
         addr: Byte address (non-negative).
-        kind: 0 DiscoPoP ``((addr >> 8) + addr) mod slots``, 1 ``addr mod slots``,
-            2 word ``(addr >> 3) mod slots``, 3 Fibonacci (multiplicative) hashing.
-        slots: Number of slots (> 0). For the DiscoPoP hash, a power of two turns the
-            modulo into a mask (a 64-bit division costs tens of cycles per access).
+        kind: Hash code (:func:`hash_key`): 0 DiscoPoP ``((addr >> 8) + addr) mod slots``,
+            1 ``addr mod slots``, 2 word ``(addr >> 3) mod slots``, 3 Fibonacci.
+        slots: Number of slots (> 0).
 
     Returns:
         The slot index in ``[0, slots)``.
     """
-    pow2 = slots & (slots - 1) == 0
-    if kind == 0:
-        h0 = (addr >> 8) + addr
-        return h0 & (slots - 1) if pow2 else h0 % slots
-    if kind == 1:
-        return addr % slots
-    if kind == 2:
-        return (addr >> 3) % slots
-    h = np.uint64(addr) * _FIB
-    return int(h >> np.uint64(24)) % slots
+    return reduce_range(hash_key(addr, kind), slots, 1.0 / slots)[0]
+
+
+_U0, _U1, _U8, _UFF = np.uint64(0), np.uint64(1), np.uint64(8), np.uint64(0xFF)
+#: Granule-design slot tag word: the tag in the low 31 bits, the top bit set while the
+#: slot's reader bits are in use (writes then need not touch them otherwise).
+_TAG_BITS, _HAS_READERS = np.uint32(0x7FFFFFFF), np.uint32(0x80000000)
+
+#: Decorator of the signature designs' access functions: :func:`_hot`, inlined into
+#: :func:`record_access` by Numba (a call would pass the whole state tuple ``S``).
+_hot_inline = njit(cache=True, _nrt=False, inline="always")  # type: ignore[call-overload]
+
+
+@_hot_inline
+def _discopop_access(S, addr, tid, region, is_write) -> None:
+    # last writer per write slot, last reader since the slot's write per read slot
+    sgw = S[I_SGW]
+    sgr = S[I_SGR]
+    inv = S[I_SGF]
+    key = hash_key(addr, S[I_CTL][CTL_HASH])
+    hw = reduce_range(key, sgw.shape[0], inv[0])[0]
+    hr = reduce_range(key, sgr.shape[0], inv[1])[0]
+    if is_write:
+        sgw[hw] = tid
+        sgr[hr] = -1
+    else:
+        w = sgw[hw]
+        last = sgr[hr]
+        sgr[hr] = tid
+        if w >= 0 and w != tid and last != tid:
+            S[I_MSG][region, w, tid] += 1
+
+
+@_hot_inline
+def _granule_slot(S, word):
+    # (slot, tag, index of the word's writer byte) of the granule holding ``word``
+    prm = S[I_SGP]
+    g = prm[SGP_SHIFT]
+    kmask = prm[SGP_KMASK]
+    if kmask >= 0:  # power-of-two table, order-preserving hash: masks and shifts only
+        k = word & kmask
+        return k >> g, np.uint32((word >> prm[SGP_QSHIFT]) & prm[SGP_TAG_MASK]), k
+    x = word >> g
+    if prm[SGP_HASH] != 1:
+        x = np.int64((np.uint64(x) * _FIB) >> np.uint64(24))
+    mask = prm[SGP_MASK]
+    if mask >= 0:
+        s, q = x & mask, x >> prm[SGP_LOG]
+    else:
+        s, q = reduce_range(x, S[I_SGH].shape[0], S[I_SGF][0])
+    return s, np.uint32(q & prm[SGP_TAG_MASK]), (s << g) + (word & prm[SGP_WORD_MASK])
+
+
+@_hot_inline
+def _granule_access(S, addr, tid, region, is_write, masked) -> None:
+    # slot s: S[I_SGH][s] = tag | _HAS_READERS (reader bits S[I_SGB][s] valid), writer of
+    # word j of the granule S[I_SGW][s * G + j] (-1: unknown)
+    wr = S[I_SGW]
+    word = addr >> 3
+    prm = S[I_SGP]
+    tags = S[I_SGH]
+    if masked:  # fast paths: a read of an own or unknown writer's word, a write to a slot
+        k = word & (wr.shape[0] - 1)  # that holds the granule and no readers
+        if not is_write:
+            w = wr[k]
+            if w < 0 or w == tid:
+                return
+        else:
+            s = k >> prm[SGP_SHIFT]
+            if tags[s] == np.uint32((word >> prm[SGP_QSHIFT]) & prm[SGP_TAG_MASK]):
+                wr[k] = tid
+                return
+    s, tag, k = _granule_slot(S, word)
+    j = k & prm[SGP_WORD_MASK]
+    ts = tags[s]
+    if is_write:
+        if ts & _TAG_BITS != tag:  # allocate: the previous granule's writers and readers go
+            tags[s] = tag
+            g = prm[SGP_SHIFT]
+            for i in range(s << g, (s + 1) << g):
+                wr[i] = -1
+        elif ts & _HAS_READERS:  # forget word j's readers
+            at = np.uint64(prm[SGP_READER_BASE] + j * prm[SGP_READER_STRIDE])
+            S[I_SGB][s] &= ~(np.uint64(prm[SGP_READER_MASK]) << at)
+        wr[k] = tid
+        return
+    # an own or unknown writer is no event whatever the tag: test it first
+    w = wr[k]
+    if w < 0 or w == tid or ts & _TAG_BITS != tag:
+        return
+    rbits = S[I_SGB]
+    rb = rbits[s] if ts & _HAS_READERS else _U0
+    T = S[I_MSG].shape[1]
+    if prm[SGP_READER_SETS]:  # the readers of word j since its write
+        bit = _U1 << np.uint64(j * T + tid)
+        if rb & bit:
+            return
+        rb |= bit
+    else:  # the last reader of the granule and the words it read since their write
+        bit = _U1 << (_U8 + np.uint64(j))
+        if np.int64(rb & _UFF) - 1 == tid:
+            if rb & bit:
+                return
+            rb |= bit
+        else:
+            rb = np.uint64(tid + 1) | bit
+    rbits[s] = rb
+    tags[s] = ts | _HAS_READERS
+    S[I_MSG][region, w, tid] += 1
+
+
+def _signature(S, addr, tid, region, is_write) -> None:
+    """The signature memory's part of :func:`record_access` (compiled by its overload)."""
+
+
+@overload(_signature, jit_options={"cache": True, "_nrt": False})  # type: ignore[typeddict-unknown-key]
+def _signature_impl(S, addr, tid, region, is_write):
+    """Compile the signature update only for a state that carries a signature memory.
+
+    :func:`hpcnb.commprof.runtime.make_state` returns the ``I_SGP`` .. ``I_SGB`` arrays only
+    when the signature flag is set, so the state's tuple type says whether a run has a
+    signature memory, and the granule design's state one array more (``I_GRANULE``), so
+    each design compiles only its own update. For a state without one the update compiles
+    to nothing: the exact path that every access hook inlines then holds no call, which
+    keeps it small enough for LLVM to inline into the kernel (a call passing the whole
+    state tuple made every hook an out-of-line call, several times slower).
+    """
+    if len(S) <= I_SGP:
+        return lambda S, addr, tid, region, is_write: None
+    if len(S) > I_GRANULE:  # the granule design's state carries one more (marker) array
+
+        def granule(S, addr, tid, region, is_write):
+            masked = S[I_CTL][CTL_FLAGS] & FLAG_GRANULE_MASKED
+            _granule_access(S, addr, tid, region, is_write, masked)
+
+        return granule
+    return lambda S, addr, tid, region, is_write: _discopop_access(S, addr, tid, region, is_write)
 
 
 @_hot
@@ -126,11 +351,11 @@ def record_access(S, e, addr, isz, is_write) -> None:
     """Apply one access of the current thread (``ctl``) to every enabled shadow memory.
 
     Exact memory: per element ``e`` the last writer (int8) and the readers-since mask
-    (uint64). Signature memory: the write signature keeps the last writer per slot and the
-    read signature the last reader per slot since the slot's last write (int8 each); their
-    slot counts differ and they share the hash of the byte address ``addr``. A read is an
-    event when the writer is another thread that this reader has not yet read from since
-    the write. Collisions in the signatures mis-attribute writers or merge readers.
+    (uint64). Signature memory (``S[I_SGP]`` selects the design, see
+    :mod:`hpcnb.commprof.signature`): DiscoPoP's last writer per write slot and last reader
+    per read slot, or the granule design's tagged slots of ``G`` consecutive words.
+    A read is an event when the writer is another thread that this reader has not yet read
+    from since the write.
 
     The hot hooks are compiled without Numba's reference counting (``_nrt=False``; they
     allocate nothing): with it, every call paid atomic reference-count updates for the
@@ -169,19 +394,7 @@ def record_access(S, e, addr, isz, is_write) -> None:
                     S[I_MEX][region, w, tid] += 1
                     S[I_MBY][region, w, tid] += isz
     if flags & FLAG_SIGNATURE:
-        sgw = S[I_SGW]
-        sgr = S[I_SGR]
-        hw = hash_slot(addr, ctl[CTL_HASH], sgw.shape[0])
-        hr = hash_slot(addr, ctl[CTL_HASH], sgr.shape[0])
-        if is_write:
-            sgw[hw] = tid
-            sgr[hr] = -1
-        else:
-            w = sgw[hw]
-            last = sgr[hr]
-            sgr[hr] = tid
-            if w >= 0 and w != tid and last != tid:
-                S[I_MSG][region, w, tid] += 1
+        _signature(S, addr, tid, region, is_write)
     if flags & FLAG_TRACE:
         tr = S[I_TRACE]
         n = ctl[CTL_TRACE_N]

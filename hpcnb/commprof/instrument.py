@@ -234,22 +234,37 @@ class _Analyzer(ast.NodeVisitor):
 class _Rewriter(ast.NodeTransformer):
     """Rewrite prange loops (both variants) and accesses/loops into hooks (instrumented)."""
 
-    def __init__(self, an: _Analyzer, params: list[str], hooks: bool) -> None:
+    def __init__(
+        self, an: _Analyzer, params: list[str], hooks: bool, sampled: bool = False
+    ) -> None:
         self.an = an
         self.aid = {p: k for k, p in enumerate(q for q in params[3:] if q in an.arrays)}
         self.tid, self.nth = params[0], params[1]
         self.hooks = hooks
+        # sampled variant: _cp_sld*/_cp_sst* hooks that get the word sample's threshold and
+        # the array's element base as locals (read once at kernel entry, see _sampled_prologue)
+        self.sampled = sampled
+        self.lead = 6 if sampled else 3  # hook arguments before the indices
         self.counter = 0
 
     @staticmethod
     def _call(name: str, args: list[ast.expr]) -> ast.Call:
         return ast.Call(func=ast.Name(name, ast.Load()), args=args, keywords=[])
 
+    def _hook(self, kind: str, args: list[ast.expr], value: ast.expr | None = None) -> ast.Call:
+        prefix = "_cp_s" if self.sampled else ""
+        tail = [] if value is None else [value]
+        return self._call(f"{prefix}{kind}{len(args) - self.lead}", [*args, *tail])
+
     def _hook_args(self, node: ast.Subscript) -> list[ast.expr]:
         name = node.value.id  # type: ignore[attr-defined]
         idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         idx = [self.visit(x) for x in idx]
-        return [ast.Name("_cp_S", ast.Load()), ast.Constant(self.aid[name]), node.value, *idx]
+        aid = self.aid[name]
+        state: list[ast.expr] = [ast.Name("_cp_S", ast.Load())]
+        if self.sampled:
+            state += [ast.Name(n, ast.Load()) for n in ("_cp_t", "_cp_m", f"_cp_b{aid}")]
+        return [*state, ast.Constant(aid), node.value, *idx]
 
     def _is_array(self, node: ast.AST) -> bool:
         return (
@@ -260,15 +275,14 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         if self.hooks and self._is_array(node) and isinstance(node.ctx, ast.Load):
-            args = self._hook_args(node)
-            return self._call(f"ld{len(args) - 3}", args)
+            return self._hook("ld", self._hook_args(node))
         return self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> Any:
         if self.hooks and self._is_array(node.targets[0]):
             args = self._hook_args(node.targets[0])  # type: ignore[arg-type]
             value = self.visit(node.value)
-            call = self._call(f"st{len(args) - 3}", [*args, value])
+            call = self._hook("st", args, value)
             return ast.copy_location(ast.Expr(call), node)
         return self.generic_visit(node)
 
@@ -277,14 +291,14 @@ class _Rewriter(ast.NodeTransformer):
             return self.generic_visit(node)
         args = self._hook_args(node.target)  # type: ignore[arg-type]
         out: list[ast.stmt] = []
-        for k in range(3, len(args)):
+        for k in range(self.lead, len(args)):
             tmp = f"_cp_i{self.counter}"
             self.counter += 1
             out.append(ast.Assign([ast.Name(tmp, ast.Store())], args[k], lineno=node.lineno))
             args[k] = ast.Name(tmp, ast.Load())
-        load = self._call(f"ld{len(args) - 3}", list(args))
+        load = self._hook("ld", list(args))
         value = ast.BinOp(load, node.op, self.visit(node.value))
-        out.append(ast.Expr(self._call(f"st{len(args) - 3}", [*args, value])))
+        out.append(ast.Expr(self._hook("st", args, value)))
         return [ast.copy_location(s, node) for s in out]
 
     def _wrap(self, node: ast.stmt, loop: ast.stmt | list[ast.stmt]) -> list[ast.stmt]:
@@ -379,6 +393,165 @@ def _resolve_global(name: str, value: object, file: str, line: int) -> str:
     )
 
 
+#: Generated with every kernel module: the borrowed-state intrinsic and the sampled hooks.
+#: ``_cp_borrow`` clears the reference-count handle (meminfo) of each array of a tuple, so
+#: that passing the state tuple to a kernel call costs no atomic reference-count updates
+#: (the caller keeps the arrays alive). The sampled hooks test the word sample first
+#: (``(base + flat) * FIB < t``, the threshold ``t`` and the array's base being locals of
+#: the kernel) and touch the profiler state only for sampled words; ``m > 0`` indexes the
+#: exact shadow by the compact id ``((h >> 32) * m) >> 32`` of the hash ``h``.
+_SAMPLED_HOOKS = """from numba.core import cgutils as _cp_cgutils
+from numba.extending import intrinsic as _cp_intrinsic
+from hpcnb.commprof.hooks import _FIB, _at2, _at3, _wrap, record_access
+
+_cp_hot = njit(cache=True, _nrt=False)
+
+
+@_cp_intrinsic
+def _cp_borrow(typingctx, tup):
+    def codegen(context, builder, sig, args):
+        out = args[0]
+        for k, ty in enumerate(sig.args[0]):
+            ary = context.make_array(ty)(context, builder, value=builder.extract_value(out, k))
+            ary.meminfo = _cp_cgutils.get_null_value(ary.meminfo.type)
+            out = builder.insert_value(out, ary._getvalue(), k)
+        return out
+
+    return tup(tup), codegen
+
+
+@_cp_hot
+def _cp_hit(S, m, h, e, aid, flat, is_write):
+    isz = S[3][aid]
+    x = np.int64(e) if m == 0 else np.int64(((h >> np.uint64(32)) * m) >> np.uint64(32))
+    record_access(S, x, S[2][aid] + flat * isz, isz, is_write)
+
+
+@_cp_hot
+def _cp_sld1(S, t, m, b, aid, a, i):
+    i = _wrap(i, a.shape[0])
+    e = b + np.uint64(i)
+    if e * _FIB < t:
+        _cp_hit(S, m, e * _FIB, e, aid, i, False)
+    return a[i]
+
+
+@_cp_hot
+def _cp_sld2(S, t, m, b, aid, a, i, j):
+    i, j, flat = _at2(a, i, j)
+    e = b + np.uint64(flat)
+    if e * _FIB < t:
+        _cp_hit(S, m, e * _FIB, e, aid, flat, False)
+    return a[i, j]
+
+
+@_cp_hot
+def _cp_sld3(S, t, m, b, aid, a, i, j, k):
+    i, j, k, flat = _at3(a, i, j, k)
+    e = b + np.uint64(flat)
+    if e * _FIB < t:
+        _cp_hit(S, m, e * _FIB, e, aid, flat, False)
+    return a[i, j, k]
+
+
+@_cp_hot
+def _cp_sst1(S, t, m, b, aid, a, i, v):
+    i = _wrap(i, a.shape[0])
+    a[i] = v
+    e = b + np.uint64(i)
+    if e * _FIB < t:
+        _cp_hit(S, m, e * _FIB, e, aid, i, True)
+
+
+@_cp_hot
+def _cp_sst2(S, t, m, b, aid, a, i, j, v):
+    i, j, flat = _at2(a, i, j)
+    a[i, j] = v
+    e = b + np.uint64(flat)
+    if e * _FIB < t:
+        _cp_hit(S, m, e * _FIB, e, aid, flat, True)
+
+
+@_cp_hot
+def _cp_sst3(S, t, m, b, aid, a, i, j, k, v):
+    i, j, k, flat = _at3(a, i, j, k)
+    a[i, j, k] = v
+    e = b + np.uint64(flat)
+    if e * _FIB < t:
+        _cp_hit(S, m, e * _FIB, e, aid, flat, True)
+"""
+
+
+def _sampled_prologue(body: list[ast.stmt], n_arrays: int) -> list[ast.stmt]:
+    """Read the sampled variant's locals from ``_cp_P`` at kernel entry (after a docstring).
+
+    ``_cp_P`` (uint64) holds the sample threshold, the compact-shadow multiplier and the
+    element base of each array: loop-invariant values the hooks then get in registers.
+    """
+    names = ["_cp_t", "_cp_m", *(f"_cp_b{k}" for k in range(n_arrays))]
+    pro = ast.parse("\n".join(f"{n} = _cp_P[{k}]" for k, n in enumerate(names))).body
+    doc = (
+        1
+        if body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+        else 0
+    )
+    return [*body[:doc], *pro, *body[doc:]]
+
+
+def _drivers(own: list[str], arrays: list[str]) -> str:
+    """Source of the drivers ``drive_native``, ``drive_instr``, ``drive_samp``, ``drive_parallel``.
+
+    The profiling drivers borrow the state tuple and the arrays (``_cp_borrow``) before the
+    phase loop.
+
+    Args:
+        own: The kernel's own parameters.
+        arrays: Its array parameters.
+    """
+    u = "".join(", " + p for p in own)
+    arr = "".join(p + ", " for p in arrays)
+    loop = """    ctl = _cp_S[0]
+    for phase in range(nphases):
+        ctl[6] = phase
+        for r in range(nthreads):
+            tid = order[phase, r]
+            ctl[0] = tid
+            ctl[1] = 0
+            ctl[2] = 0
+"""
+    borrow = f"    ({arr}) = _cp_borrow(({arr}))\n" if arrays else ""
+    return f"""
+@njit(cache=True)
+def drive_native(nthreads, nphases, order, _cp_sched{u}):
+    for phase in range(nphases):
+        for r in range(nthreads):
+            _cp_native(order[phase, r], nthreads, phase, _cp_sched{u})
+
+
+@njit(cache=True)
+def drive_instr(nthreads, nphases, order, _cp_sched{u}, _cp_S):
+    _cp_S = _cp_borrow(_cp_S)
+{borrow}{loop}            _cp_instr(tid, nthreads, phase, _cp_sched{u}, _cp_S)
+
+
+@njit(cache=True)
+def drive_samp(nthreads, nphases, order, _cp_sched{u}, _cp_S, _cp_P):
+    _cp_S = _cp_borrow(_cp_S)
+    ({arr}_cp_P,) = _cp_borrow(({arr}_cp_P,))
+{loop}            _cp_samp(tid, nthreads, phase, _cp_sched{u}, _cp_S, _cp_P)
+
+
+@njit(cache=True, parallel=True)
+def drive_parallel(nthreads, nphases, _cp_sched{u}):
+    for phase in range(nphases):
+        for tid in _cp_prange(nthreads):
+            _cp_native(tid, nthreads, phase, _cp_sched{u})
+"""
+
+
 class Kernel:
     """A kernel with its native and instrumented Numba variants (see module docstring).
 
@@ -442,15 +615,22 @@ class Kernel:
     ) -> tuple[str, str, str]:
         variants = []
         orig = dict(an.loop_rid)
-        for hooks, suffix in ((False, "native"), (True, "instr")):
+        for hooks, sampled, suffix in (
+            (False, False, "native"),
+            (True, False, "instr"),
+            (True, True, "samp"),
+        ):
             f = copy.deepcopy(fdef)
             an.loop_rid = {id(n2): orig[id(n1)] for n1, n2 in _loops_pair(fdef, f)}
-            f = _Rewriter(an, self.params, hooks).visit(f)
+            f = _Rewriter(an, self.params, hooks, sampled).visit(f)
             f.name = f"_cp_{suffix}"
             extra = [ast.arg("_cp_sched")]
             f.args.args = f.args.args[:3] + extra + f.args.args[3:]
             if hooks:
                 f.args.args.append(ast.arg("_cp_S"))
+            if sampled:
+                f.args.args.append(ast.arg("_cp_P"))
+                f.body = _sampled_prologue(f.body, len(self.arrays))
             f.decorator_list = [ast.Name("_cp_njit", ast.Load())]
             ast.fix_missing_locations(f)
             variants.append(ast.unparse(f))
@@ -465,6 +645,7 @@ class Kernel:
             "from hpcnb.commprof.hooks import ld1, ld2, ld3, st1, st2, st3, enter, leave",
             "from hpcnb.commprof.hooks import sched_iters",
             "_cp_njit = njit(cache=True)",
+            _SAMPLED_HOOKS,
         ]
         for name in sorted(an.names - known):
             if name not in fn.__globals__:
@@ -473,35 +654,7 @@ class Kernel:
             if getattr(value, "__name__", None) == "prange" or value is prange:
                 continue
             header.append(_resolve_global(name, value, self.file, fdef.lineno))
-        user = ", ".join(self.params[3:])
-        u = (", " + user) if user else ""
-        drivers = f"""
-@njit(cache=True)
-def drive_native(nthreads, nphases, order, _cp_sched{u}):
-    for phase in range(nphases):
-        for r in range(nthreads):
-            _cp_native(order[phase, r], nthreads, phase, _cp_sched{u})
-
-
-@njit(cache=True)
-def drive_instr(nthreads, nphases, order, _cp_sched{u}, _cp_S):
-    ctl = _cp_S[0]
-    for phase in range(nphases):
-        ctl[6] = phase
-        for r in range(nthreads):
-            tid = order[phase, r]
-            ctl[0] = tid
-            ctl[1] = 0
-            ctl[2] = 0
-            _cp_instr(tid, nthreads, phase, _cp_sched{u}, _cp_S)
-
-
-@njit(cache=True, parallel=True)
-def drive_parallel(nthreads, nphases, _cp_sched{u}):
-    for phase in range(nphases):
-        for tid in _cp_prange(nthreads):
-            _cp_native(tid, nthreads, phase, _cp_sched{u})
-"""
+        drivers = _drivers(self.params[3:], self.arrays)
         module = "\n".join(header) + "\n\n\n" + "\n\n\n".join(variants) + "\n\n" + drivers
         return variants[0], variants[1], module
 

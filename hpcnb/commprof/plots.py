@@ -49,58 +49,81 @@ def heatmap_grid(
     return fig
 
 
-def signature_curves(rows: list[dict[str, float | int | str]]) -> Figure:
-    """F1 against signature bytes (fraction of the exact shadow) per hash and read share.
+def signature_curves(
+    rows: list[dict[str, float | int | str]], by: str = "fraction", series: str = "hash"
+) -> Figure:
+    """F1 against the signature budget per series (hash, or design) and read share.
 
     Args:
-        rows: Rows from :func:`hpcnb.commprof.shadow.signature_sweep`, possibly for several
-            kernels (averaged per point), each with keys hash, fraction, read_share, f1.
+        rows: Rows from :func:`hpcnb.commprof.shadow.signature_sweep` (``by="fraction"``:
+            bytes as a fraction of the exact shadow's) or
+            :func:`hpcnb.commprof.shadow.signature_sweep_spw` (``by="spw"``: slots per
+            distinct word), possibly for several kernels (averaged per point), each with
+            keys ``series``, ``by``, read_share, f1.
+        by: Row column holding the budget.
+        series: Row column naming a curve (``"hash"``, ``"design"`` or ``"label"``); the
+            left panel shows each curve's best configuration per budget.
 
     Returns:
-        The figure (left: best read share per hash; right: F1 against read share).
+        The figure (left: best configuration per series; right: F1 against read share).
     """
-    hashes = sorted({str(r["hash"]) for r in rows})
-    fracs = sorted({float(r["fraction"]) for r in rows})
+    hashes = sorted({str(r[series]) for r in rows})
+    fracs = sorted({float(r[by]) for r in rows})
     shares = sorted({float(r["read_share"]) for r in rows})
+    configs = sorted({(str(r[series]), _rest(r, series, by)) for r in rows})
 
-    def mean_f1(h: str, f: float, s: float) -> float:
+    def mean_f1(h: str, f: float, s: float | None = None, rest: str | None = None) -> float:
         v = [
             float(r["f1"])
             for r in rows
-            if r["hash"] == h and r["fraction"] == f and r["read_share"] == s
+            if r[series] == h
+            and r[by] == f
+            and (s is None or r["read_share"] == s)
+            and (rest is None or _rest(r, series, by) == rest)
         ]
         return float(np.mean(v)) if v else float("nan")
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
     for k, h in enumerate(hashes):
+        mine = [c for hh, c in configs if hh == h]
         a1.plot(
             fracs,
-            [max(mean_f1(h, f, s) for s in shares) for f in fracs],
+            [max(mean_f1(h, f, rest=c) for c in mine) for f in fracs],
             "o-",
             label=h,
             color=_colour(k, len(hashes)),
         )
-    a1.axvline(1 / 8, color="grey", ls=":", label="1/8 of exact bytes")
+    if by == "fraction":
+        a1.axvline(1 / 8, color="grey", ls=":", label="1/8 of exact bytes")
+        a1.set_xlabel("signature bytes / exact shadow bytes")
+    else:
+        a1.axvline(1 / 4, color="grey", ls=":", label="1/4 slot per word")
+        a1.set_xlabel("signature slots per distinct word")
     a1.set_xscale("log", base=2)
-    a1.set_xlabel("signature bytes / exact shadow bytes")
     a1.set_ylabel("F1 vs exact (mean over kernels)")
-    a1.set_title("best read share per hash", fontsize=9)
+    a1.set_title(f"best configuration per {series}", fontsize=9)
     a1.legend(fontsize=7, loc="lower right")
-    series = [(h, f) for h in hashes for f in fracs[:: max(1, len(fracs) // 3)]]
-    for k, (h, f) in enumerate(series):
+    series_ = [(h, f) for h in hashes for f in fracs[:: max(1, len(fracs) // 3)]]
+    for k, (h, f) in enumerate(series_):
         a2.plot(
             shares,
             [mean_f1(h, f, s) for s in shares],
             "o-",
             label=f"{h}, {f:g}",
-            color=_colour(k, len(series)),
+            color=_colour(k, len(series_)),
         )
-    a2.set_xlabel("share of bytes given to the read signature")
+    a2.set_xlabel("share of the slots given to the read signature")
     a2.set_ylabel("F1 vs exact (mean over kernels)")
-    a2.set_title("F1 against read share (hash, bytes fraction)", fontsize=9)
+    a2.set_title(f"F1 against read share ({series}, {by})", fontsize=9)
     a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
     return fig
+
+
+def _rest(r: dict[str, float | int | str], series: str, by: str) -> str:
+    """The row's configuration columns other than ``series``, the budget and the scores."""
+    keys = ("design", "hash", "read_share", "granule", "tag_bits", "pow2")
+    return repr([(k, r[k]) for k in keys if k in r and k not in (series, by)])
 
 
 def _colour(k: int, n: int) -> tuple[float, float, float, float] | str:

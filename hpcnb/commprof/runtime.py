@@ -39,6 +39,7 @@ __all__ = [
     "profile",
     "run_native",
     "signature_bytes",
+    "slot_bytes",
     "time_variant_samples",
     "time_variants",
 ]
@@ -90,9 +91,18 @@ class MemoryConfig:
 
     Attributes:
         exact: Keep the exact shadow memory (ground truth).
-        write_slots: Slots of the write signature (0: no signature memory).
-        read_slots: Slots of the read signature (defaults to ``write_slots`` when 0).
-        hash: Hash name, one of :data:`hpcnb.commprof.hooks.HASH_KINDS`.
+        write_slots: Slots of the write signature (0: no signature memory); for the
+            ``granule`` design, the slots of its one table.
+        read_slots: Slots of the read signature (defaults to ``write_slots`` when 0); the
+            ``granule`` design has no separate read table and takes 0.
+        hash: Hash name, one of :data:`hpcnb.commprof.hooks.HASH_KINDS` that the design
+            accepts (:data:`hpcnb.commprof.hooks.DESIGN_HASHES`).
+        design: Signature design, ``"discopop"`` or ``"granule"``
+            (:mod:`hpcnb.commprof.signature`).
+        granule: Consecutive 8-byte words per slot of the ``granule`` design (a power of
+            two, 1 to :data:`hpcnb.commprof.hooks.MAX_GRANULE`).
+        tag_bits: Tag bits per slot of the ``granule`` design (0 to
+            :data:`hpcnb.commprof.hooks.MAX_TAG_BITS`).
         sample_every: Sampling period k (1: no sampling); see :mod:`hpcnb.commprof.hooks`.
             The profile's matrices and access counts then cover the profiled accesses only
             (:func:`hpcnb.commprof.sampling.scaled` estimates the full matrix).
@@ -100,13 +110,18 @@ class MemoryConfig:
             ``"reads"`` (every k-th read of each thread).
 
     Raises:
-        InvalidInputError: ``sample_every`` < 1 or an unknown ``sample_mode``.
+        InvalidInputError: ``sample_every`` < 1, an unknown ``sample_mode``, design or hash,
+            a hash the design does not accept, negative slots, read slots for the granule
+            design, or a granule or tag width out of range (the message names the field).
     """
 
     exact: bool = True
     write_slots: int = 0
     read_slots: int = 0
     hash: str = "discopop"
+    design: str = "discopop"
+    granule: int = 1
+    tag_bits: int = hooks.MAX_TAG_BITS
     sample_every: int = 1
     sample_mode: str = "words"
 
@@ -117,6 +132,7 @@ class MemoryConfig:
             raise InvalidInputError(
                 f"sample_mode {self.sample_mode!r}: expected one of {sorted(hooks.SAMPLE_MODES)}"
             )
+        _check_signature(self)
 
     @property
     def signature(self) -> bool:
@@ -128,15 +144,79 @@ class MemoryConfig:
         """Effective read-signature slot count."""
         return self.read_slots if self.read_slots > 0 else self.write_slots
 
+    @property
+    def slots(self) -> int:
+        """Slots of the signature memory, all its tables together (0 without one)."""
+        if not self.signature:
+            return 0
+        return self.write_slots if self.design == "granule" else self.write_slots + self.reads
 
-def signature_bytes(write_slots: int, read_slots: int) -> int:
-    """Bytes of a signature memory (int8 writer per write slot, int8 reader per read slot).
+
+def _check_signature(m: MemoryConfig) -> None:
+    if m.design not in hooks.SIGNATURE_DESIGNS:
+        raise InvalidInputError(
+            f"signature design {m.design!r}: expected one of {sorted(hooks.SIGNATURE_DESIGNS)}"
+        )
+    if m.hash not in hooks.DESIGN_HASHES[m.design]:
+        raise InvalidInputError(
+            f"hash {m.hash!r} for the {m.design} design: expected one of "
+            f"{sorted(hooks.DESIGN_HASHES[m.design])}"
+        )
+    if m.write_slots < 0 or m.read_slots < 0:
+        raise InvalidInputError(
+            f"signature slots must be >= 0, got write_slots={m.write_slots}, "
+            f"read_slots={m.read_slots}"
+        )
+    if m.design != "granule":
+        return
+    if m.read_slots:
+        raise InvalidInputError(
+            f"read_slots={m.read_slots}: the granule design has one table (write_slots)"
+        )
+    g = int(m.granule)
+    if not 1 <= g <= hooks.MAX_GRANULE or g & (g - 1):
+        raise InvalidInputError(
+            f"granule={m.granule}: expected a power of two from 1 to {hooks.MAX_GRANULE}"
+        )
+    if not 0 <= int(m.tag_bits) <= hooks.MAX_TAG_BITS:
+        raise InvalidInputError(f"tag_bits={m.tag_bits}: expected 0 to {hooks.MAX_TAG_BITS}")
+
+
+def slot_bytes(design: str = "discopop", granule: int = 1) -> int:
+    """Bytes per slot of a signature design.
+
+    DiscoPoP: one int8 thread id per slot of either table. Granule: a 4-byte tag, one
+    writer byte per word (``granule`` of them) and 8 bytes of reader bits.
 
     Args:
-        write_slots: Slots of the write signature.
-        read_slots: Slots of the read signature.
+        design: Signature design.
+        granule: Words per slot (granule design).
+
+    Raises:
+        InvalidInputError: An unknown design.
     """
-    return int(write_slots) + int(read_slots)
+    if design not in hooks.SIGNATURE_DESIGNS:
+        raise InvalidInputError(
+            f"signature design {design!r}: expected one of {sorted(hooks.SIGNATURE_DESIGNS)}"
+        )
+    return 1 if design == "discopop" else 12 + int(granule)
+
+
+def signature_bytes(
+    write_slots: int, read_slots: int, design: str = "discopop", granule: int = 1
+) -> int:
+    """Bytes of a signature memory (:func:`slot_bytes` per slot of its tables).
+
+    Args:
+        write_slots: Slots of the write signature (the granule design: of its one table).
+        read_slots: Slots of the read signature (0 for the granule design).
+        design: Signature design.
+        granule: Words per slot (granule design).
+
+    Raises:
+        InvalidInputError: An unknown design.
+    """
+    return slot_bytes(design, granule) * (int(write_slots) + int(read_slots))
 
 
 @dataclass
@@ -199,40 +279,89 @@ def make_state(
     hash_kind: int,
     trace_capacity: int,
     n_arrays: int = 1,
+    *,
+    memory: MemoryConfig | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Allocate the profiler state tuple ``S`` (layout: the ``I_*`` indices of ``hooks``).
 
     Args:
         n_exact: Elements of the exact shadow memory.
-        write_slots: Write-signature slots.
-        read_slots: Read-signature slots.
+        write_slots: Write-signature slots (the granule design: its slots).
+        read_slots: Read-signature slots (unused by the granule design).
         R: Regions.
         T: Threads.
         flags: ``hooks.FLAG_*`` bits.
         hash_kind: Hash code (``hooks.HASH_KINDS`` value).
         trace_capacity: Rows of the trace buffer.
         n_arrays: Kernel arrays (address table length).
+        memory: The memory configuration whose signature design, granule and tag width
+            the state follows (the DiscoPoP design when ``None``).
+
+    Returns:
+        The 14 arrays up to ``I_MBY`` when ``flags`` has no signature memory; with one, the
+        signature arrays ``I_SGP`` .. ``I_SGB`` follow, and for the granule design one
+        empty marker array (``I_GRANULE``). The hooks compile for each tuple type only the
+        updates it carries.
     """
     ctl = np.zeros(hooks.CTL_SIZE, np.int64)
     ctl[hooks.CTL_FLAGS] = flags
     ctl[hooks.CTL_SAMPLE_THRESHOLD] = 1 << 32  # no word sampling
     ctl[hooks.CTL_HASH] = hash_kind
     A = max(1, n_arrays)
-    return (
+    prm = np.zeros(hooks.SGP_SIZE, np.int64)
+    sw, sr, sg = max(1, write_slots), max(1, read_slots), 1
+    if memory is not None and memory.design == "granule":
+        g = int(memory.granule).bit_length() - 1
+        prm[hooks.SGP_DESIGN] = hooks.SIGNATURE_DESIGNS["granule"]
+        ctl[hooks.CTL_FLAGS] |= hooks.FLAG_GRANULE
+        prm[hooks.SGP_SHIFT] = g
+        prm[hooks.SGP_TAG_BITS] = memory.tag_bits
+        prm[hooks.SGP_READER_SETS] = int((1 << g) * T <= 64)
+        prm[hooks.SGP_HASH] = hash_kind
+        sg = max(1, write_slots)
+        sw, sr = sg << g, 1  # one writer byte per word of each slot
+        pow2 = sg & (sg - 1) == 0
+        prm[hooks.SGP_MASK] = sg - 1 if pow2 else -1
+        prm[hooks.SGP_LOG] = sg.bit_length() - 1
+        prm[hooks.SGP_TAG_MASK] = (1 << memory.tag_bits) - 1
+        prm[hooks.SGP_WORD_MASK] = (1 << g) - 1
+        fast = pow2 and hash_kind == hooks.HASH_KINDS["modulo"]
+        prm[hooks.SGP_KMASK] = (sg << g) - 1 if fast else -1
+        ctl[hooks.CTL_FLAGS] |= hooks.FLAG_GRANULE_MASKED if fast else 0
+        prm[hooks.SGP_QSHIFT] = prm[hooks.SGP_LOG] + g
+        if prm[hooks.SGP_READER_SETS]:
+            tmask = (1 << T) - 1
+            prm[hooks.SGP_READER_MASK] = tmask - (1 << 64) if tmask >= 1 << 63 else tmask
+            prm[hooks.SGP_READER_BASE], prm[hooks.SGP_READER_STRIDE] = 0, T
+        else:
+            prm[hooks.SGP_READER_MASK] = 1
+            prm[hooks.SGP_READER_BASE], prm[hooks.SGP_READER_STRIDE] = 8, 1
+    base = (
         ctl,
         np.zeros(A, np.int64),
         np.zeros(A, np.int64),
         np.ones(A, np.int64),
         np.full(n_exact, -1, np.int8),
         np.zeros(n_exact, np.uint64),
-        np.full(write_slots, -1, np.int8),
-        np.full(read_slots, -1, np.int8),
+        np.full(sw, -1, np.int8),
+        np.full(sr, -1, np.int8),
         np.zeros((R, T, T), np.int64),
         np.zeros((R, T, T), np.int64),
         np.zeros(4096, np.int64),
         np.zeros((R, 2), np.int64),
         np.zeros((trace_capacity, 6), np.int64),
         np.zeros((R, T, T), np.int64),
+    )
+    if not ctl[hooks.CTL_FLAGS] & hooks.FLAG_SIGNATURE:
+        return base  # no signature arrays: the hooks compile without the signature update
+    marker = (np.zeros(0, np.int8),) if prm[hooks.SGP_DESIGN] else ()  # hooks.I_GRANULE
+    return (
+        *base,
+        prm,
+        np.array([1.0 / (sg if prm[hooks.SGP_DESIGN] else sw), 1.0 / sr]),
+        np.zeros(sg, np.uint32),
+        np.zeros(sg, np.uint64),
+        *marker,
     )
 
 
@@ -276,6 +405,40 @@ def _check_threads(nthreads: int, nphases: int) -> None:
         raise InvalidInputError(f"nthreads={nthreads}: expected 1..{_MAX_THREADS}")
     if nphases < 1:
         raise InvalidInputError(f"nphases={nphases}: expected >= 1")
+
+
+#: Largest shadow (elements) indexed by the word sample's compact id (see _word_sample).
+_COMPACT_MAX = 1 << 28
+
+
+def _word_sample(k: int, base: np.ndarray, n: int, compact: bool) -> tuple[np.ndarray, int]:
+    """Locals of a kernel's sampled variant (``_cp_P``) and the exact shadow's length.
+
+    Element ``e`` is sampled when ``h = (e * FIB) mod 2**64 < t`` with
+    ``t = (2**32 // k) << 32`` (the same words as ``(h >> 32) < 2**32 // k``). With
+    ``compact``, the exact shadow holds only the sampled words, at the compact id
+    ``((h >> 32) * m) >> 32`` with ``m = 3 n``: it is injective on ``[0, n)`` because the
+    Fibonacci hash spreads any ``n`` consecutive indices at least ``2**64 / (sqrt(5) n)``
+    apart (three-gap theorem), so the ids differ by at least ``3 / sqrt(5) > 1``, and it
+    maps the sampled words into ``[0, m / k + 1)`` (used when that is shorter than ``n``).
+
+    Args:
+        k: Sampling period (> 1).
+        base: Element base of each kernel array.
+        n: Elements of all kernel arrays.
+        compact: Index the exact shadow by the compact id (else by the element index).
+
+    Returns:
+        ``uint64`` array ``[t, m (0: element index), base...]`` and the shadow length.
+    """
+    thr = (1 << 32) // k
+    m = 3 * n if compact and 0 < n <= _COMPACT_MAX else 0
+    size = (((thr - 1) * m) >> 32) + 1
+    if not m or size >= n:  # no compact id, or small k: the element index is as short
+        m, size = 0, max(1, n)
+    P = np.empty(2 + len(base), np.uint64)
+    P[0], P[1], P[2:] = thr << 32, m, base
+    return P, size
 
 
 def profile(
@@ -339,18 +502,27 @@ def profile(
     order = _order(nthreads, nphases, interleave, seed)
     sched = schedule.encode()
     snapshot = [a.copy() for a in arrays] if trace else []
-    drive = k.compiled().drive_instr
+    mod = k.compiled()
+    words = memory.sample_every > 1 and memory.sample_mode == "words"
+    if words:
+        P, n_words = _word_sample(memory.sample_every, base, elem, compact=not trace)
+        n_ex = n_words if memory.exact else 1
     while True:
-        S = make_state(n_ex, sw, sr, R, T, flags, hooks.HASH_KINDS[memory.hash], cap, len(base))
+        S = make_state(
+            n_ex, sw, sr, R, T, flags, hooks.HASH_KINDS[memory.hash], cap, len(base), memory=memory
+        )
         S[hooks.I_BASE][:], S[hooks.I_BYTES][:], S[hooks.I_ISZ][:] = base, bbase, isz
         ctl = S[hooks.I_CTL]
         if memory.sample_every > 1:
             ctl[hooks.CTL_SAMPLE] = memory.sample_every
             ctl[hooks.CTL_SAMPLE_MODE] = hooks.SAMPLE_MODES[memory.sample_mode]
-            if memory.sample_mode == "words":
+            if words:
                 ctl[hooks.CTL_SAMPLE_THRESHOLD] = (1 << 32) // memory.sample_every
             ctl[hooks.CTL_COUNTDOWN :] = memory.sample_every
-        drive(nthreads, nphases, order, sched, *vals, S)
+        if words:
+            mod.drive_samp(nthreads, nphases, order, sched, *vals, S, P)
+        else:
+            mod.drive_instr(nthreads, nphases, order, sched, *vals, S)
         if ctl[hooks.CTL_TRACE_N] <= cap:
             break
         cap = int(ctl[hooks.CTL_TRACE_N])

@@ -18,11 +18,16 @@ Accuracy of detected communication against the exact memory is measured on event
 per (region, writer, reader) cell: true positives ``TP = sum(min(exact, signature))``,
 precision ``TP / sum(signature)``, recall ``TP / sum(exact)``, F1 their harmonic mean.
 
-Choosing the signature's hash and read share is a tuning step, so it is done on some
-kernels and scored on others (:func:`split_kernels`, :func:`choose_signature`,
-:func:`held_out_f1`): a configuration picked on the very kernels it is scored on would
-report its best case, not what a profiler shipped with that configuration gets on a new
-program.
+Budgets: :func:`signature_sweep` states them as fractions of the exact table's bytes
+(DiscoPoP design only); :func:`signature_sweep_spw` as slots per distinct word (spw), for
+every design of :mod:`hpcnb.commprof.signature`, with each row's bytes per slot and per
+distinct word beside the exact table's.
+
+Choosing the signature's configuration (design, hash, read share, granule) is a tuning
+step, so it is done on some kernels and scored on others (:func:`split_kernels`,
+:func:`choose_signature`, :func:`held_out_f1`, :func:`held_out_rows`): a configuration
+picked on the very kernels it is scored on would report its best case, not what a profiler
+shipped with that configuration gets on a new program.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ import numpy as np
 from numba import njit
 
 import hpcnb.commprof.hooks as hooks
-from hpcnb.commprof.runtime import Profile, make_state, signature_bytes
+from hpcnb.commprof.analysis import classify_pattern, inclusive
+from hpcnb.commprof.runtime import MemoryConfig, Profile, make_state, signature_bytes
+from hpcnb.commprof.signature import SPW_BUDGETS, SignatureSpec, default_specs, signature_slots
 from hpcnb.errors import InvalidInputError, InvalidStateError
 from hpcnb.stats import Estimate, mean_interval
 
@@ -46,13 +53,18 @@ __all__ = [
     "SignatureChoice",
     "detection_accuracy",
     "choose_signature",
+    "distinct_words",
     "exact_table_bytes",
+    "false_positive_rate",
     "held_out_f1",
+    "held_out_rows",
     "replay_exact",
     "replay_exact_table",
     "replay_signature",
+    "replay_trace",
     "signature_slots",
     "signature_sweep",
+    "signature_sweep_spw",
     "split_kernels",
     "trace_events",
 ]
@@ -160,62 +172,85 @@ def replay_exact_table(p: Profile) -> tuple[np.ndarray, int]:
     return S[hooks.I_MEX], nbytes
 
 
+def replay_trace(
+    trace: np.ndarray, n_regions: int, nthreads: int, memory: MemoryConfig
+) -> np.ndarray:
+    """Exclusive event matrices of the signature memory ``memory`` over a raw trace.
+
+    Args:
+        trace: ``int64[n, 6]`` trace (columns :data:`hpcnb.commprof.hooks.TRACE_COLUMNS`).
+        n_regions: Regions (region ids in the trace are below it).
+        nthreads: Threads (thread ids in the trace are below it).
+        memory: A configuration with a signature memory (its ``exact`` flag is ignored).
+
+    Raises:
+        InvalidInputError: ``memory`` has no signature memory.
+    """
+    if not memory.signature:
+        raise InvalidInputError("memory has no signature memory: give it write_slots >= 1")
+    S = _signature_state(memory, n_regions, nthreads, hooks.FLAG_SIGNATURE, 1)
+    _replay(S, np.ascontiguousarray(trace, np.int64), np.zeros(0, np.int64))
+    return S[hooks.I_MSG]
+
+
+def _signature_state(
+    memory: MemoryConfig, R: int, T: int, flags: int, n_exact: int
+) -> tuple[np.ndarray, ...]:
+    return make_state(
+        n_exact,
+        memory.write_slots,
+        memory.reads,
+        R,
+        T,
+        flags,
+        hooks.HASH_KINDS[memory.hash],
+        1,
+        memory=memory,
+    )
+
+
 def replay_signature(
-    p: Profile, write_slots: int, read_slots: int | None = None, hash: str = "discopop"
+    p: Profile,
+    write_slots: int,
+    read_slots: int | None = None,
+    hash: str = "discopop",
+    *,
+    design: str = "discopop",
+    granule: int = 1,
+    tag_bits: int = hooks.MAX_TAG_BITS,
 ) -> np.ndarray:
     """Exclusive event matrices detected by a signature memory of the given shape.
 
     Args:
         p: A profile recorded with ``trace=True``.
-        write_slots: Slots of the write signature.
-        read_slots: Slots of the read signature (``write_slots`` when ``None``).
-        hash: Hash name (:data:`hpcnb.commprof.hooks.HASH_KINDS`).
+        write_slots: Slots of the write signature (the granule design: all its slots).
+        read_slots: Slots of the read signature (``write_slots`` when ``None``; the granule
+            design takes ``None`` or 0).
+        hash: Hash name (:data:`hpcnb.commprof.hooks.DESIGN_HASHES` of the design).
+        design: ``"discopop"`` or ``"granule"`` (:mod:`hpcnb.commprof.signature`).
+        granule: Granule design: words per slot.
+        tag_bits: Granule design: tag bits per slot.
 
     Raises:
-        InvalidInputError: No trace, an unknown hash, or fewer than one slot.
+        InvalidInputError: No trace, an unknown design or hash, fewer than one slot, or a
+            granule or tag width out of range.
     """
-    if hash not in hooks.HASH_KINDS:
-        raise InvalidInputError(f"hash {hash!r}: expected one of {sorted(hooks.HASH_KINDS)}")
-    sr = write_slots if read_slots is None else read_slots
-    if write_slots < 1 or sr < 1:
+    if design == "granule":
+        sr = 0 if read_slots is None else read_slots
+    else:
+        sr = write_slots if read_slots is None else read_slots
+    if write_slots < 1 or (design != "granule" and sr < 1):
         raise InvalidInputError(f"slots must be >= 1, got write={write_slots}, read={sr}")
-    S = make_state(
-        1,
-        int(write_slots),
-        int(sr),
-        len(p.regions),
-        p.nthreads,
-        hooks.FLAG_SIGNATURE,
-        hooks.HASH_KINDS[hash],
-        1,
+    memory = MemoryConfig(
+        exact=False,
+        write_slots=int(write_slots),
+        read_slots=int(sr),
+        hash=hash,
+        design=design,
+        granule=granule,
+        tag_bits=tag_bits,
     )
-    _replay(S, _need_trace(p), np.zeros(0, np.int64))
-    return S[hooks.I_MSG]
-
-
-def signature_slots(exact_bytes: int, fraction: float, read_share: float) -> tuple[int, int]:
-    """Write and read slots of a signature of ``fraction * exact_bytes`` bytes.
-
-    ``read = share * budget`` and ``write = budget - read`` slots of one byte each, both
-    made odd (the DiscoPoP hash of 8-byte-aligned addresses would otherwise use only part
-    of an even-sized table).
-
-    Args:
-        exact_bytes: Bytes of the exact shadow memory.
-        fraction: Share of those bytes the signature gets.
-        read_share: Share of the signature's bytes given to the read table.
-
-    Raises:
-        InvalidInputError: ``fraction`` not positive or ``read_share`` not in (0, 1).
-    """
-    if fraction <= 0 or not 0 < read_share < 1:
-        raise InvalidInputError(
-            f"need fraction > 0 and 0 < read_share < 1, got {fraction}, {read_share}"
-        )
-    budget = int(fraction * exact_bytes)
-    sr = max(1, int(read_share * budget) - 1) | 1
-    sw = max(1, budget - sr - 1) | 1
-    return sw, sr
+    return replay_trace(_need_trace(p), len(p.regions), p.nthreads, memory)
 
 
 @dataclass(frozen=True)
@@ -297,6 +332,129 @@ def signature_sweep(
     return rows
 
 
+def distinct_words(p: Profile) -> int:
+    """Distinct addresses (words) in the profile's trace.
+
+    Raises:
+        InvalidInputError: The profile has no trace.
+    """
+    return len(np.unique(_need_trace(p)[:, 3]))
+
+
+def signature_sweep_spw(
+    p: Profile,
+    specs: Sequence[SignatureSpec] | None = None,
+    spws: Sequence[float] = SPW_BUDGETS,
+) -> list[dict[str, float | int | str]]:
+    """Accuracy of signature memories at budgets in slots per distinct word.
+
+    For each spec (default: :func:`hpcnb.commprof.signature.default_specs`) and budget
+    ``spw``, the signature gets ``spw * n`` slots (``n`` = :func:`distinct_words`,
+    :meth:`SignatureSpec.slots`) and is scored against the hash-table exact shadow.
+
+    Args:
+        p: A profile with a trace.
+        specs: Signature configurations.
+        spws: Budgets in slots per distinct word.
+
+    Returns:
+        One row per (spec, spw): the spec's columns (:meth:`SignatureSpec.row`), ``label``,
+        ``spw``, ``words``, ``write_slots``, ``read_slots``, ``slots``, ``slot_bytes``,
+        ``bytes``, ``bytes_per_word``, ``exact_bytes``, ``exact_bytes_per_word``,
+        ``precision``, ``recall``, ``f1``, ``pattern`` (whole-kernel pattern of the
+        signature's matrix, :func:`hpcnb.commprof.analysis.classify_pattern`) and
+        ``exact_pattern`` (the exact memory's).
+
+    Raises:
+        InvalidInputError: No trace, or an empty trace.
+    """
+    ex, full = replay_exact_table(p)
+    n = distinct_words(p)
+    if n == 0:
+        raise InvalidInputError(f"profile of {p.kernel} has an empty trace")
+    exact_pattern = classify_pattern(inclusive(p.regions, ex)[0])
+    rows: list[dict[str, float | int | str]] = []
+    for spec in default_specs() if specs is None else specs:
+        for spw in spws:
+            sw, sr = spec.slots(n, spw)
+            m = replay_trace(_need_trace(p), len(p.regions), p.nthreads, spec.memory(sw, sr))
+            acc = detection_accuracy(ex, m)
+            nbytes = signature_bytes(sw, sr, spec.design, spec.granule)
+            rows.append(
+                {
+                    **spec.row(),
+                    "label": spec.label,
+                    "spw": float(spw),
+                    "words": n,
+                    "write_slots": sw,
+                    "read_slots": sr,
+                    "slots": sw + sr,
+                    "slot_bytes": spec.slot_bytes,
+                    "bytes": nbytes,
+                    "bytes_per_word": nbytes / n,
+                    "exact_bytes": full,
+                    "exact_bytes_per_word": full / n,
+                    "precision": acc.precision,
+                    "recall": acc.recall,
+                    "f1": acc.f1,
+                    "pattern": classify_pattern(inclusive(p.regions, m)[0]),
+                    "exact_pattern": exact_pattern,
+                }
+            )
+    return rows
+
+
+@njit(cache=True)
+def _replay_writers(S, trace):
+    """Per trace row, the writer of the event each memory reports (-1: none), exact, signature."""
+    ctl = S[hooks.I_CTL]
+    mex, msg = S[hooks.I_MEX], S[hooks.I_MSG]
+    out = np.full((trace.shape[0], 2), -1, np.int64)
+    for n in range(trace.shape[0]):
+        tid, region = trace[n, 0], trace[n, 1]
+        ctl[hooks.CTL_TID] = tid
+        ctl[hooks.CTL_REGION] = region
+        before_x = mex[region, :, tid].copy()
+        before_s = msg[region, :, tid].copy()
+        hooks.record_access(S, trace[n, 2], trace[n, 3], 0, trace[n, 4] == 1)
+        for w in range(mex.shape[1]):
+            if mex[region, w, tid] != before_x[w]:
+                out[n, 0] = w
+            if msg[region, w, tid] != before_s[w]:
+                out[n, 1] = w
+    return out
+
+
+def false_positive_rate(trace: np.ndarray, nthreads: int, memory: MemoryConfig) -> float:
+    """False events of a signature memory per read of a trace.
+
+    A read is a false positive when the signature reports an event there and the exact
+    memory reports none, or one with another writer (the measured counterpart of
+    :func:`hpcnb.commprof.signature.false_positive_bound`).
+
+    Args:
+        trace: ``int64[n, 6]`` trace whose element column indexes an exact shadow of
+            ``max(element) + 1`` words (e.g. :func:`hpcnb.commprof.signature.random_trace`).
+        nthreads: Threads.
+        memory: A configuration with a signature memory.
+
+    Raises:
+        InvalidInputError: ``memory`` has no signature memory, or the trace has no reads.
+    """
+    if not memory.signature:
+        raise InvalidInputError("memory has no signature memory: give it write_slots >= 1")
+    trace = np.ascontiguousarray(trace, np.int64)
+    reads = int((trace[:, 4] == 0).sum()) if len(trace) else 0
+    if reads == 0:
+        raise InvalidInputError("the trace has no reads")
+    R = int(trace[:, 1].max()) + 1
+    flags = hooks.FLAG_EXACT | hooks.FLAG_SIGNATURE
+    S = _signature_state(memory, R, nthreads, flags, int(trace[:, 2].max()) + 1)
+    who = _replay_writers(S, trace)
+    false = (who[:, 1] >= 0) & (who[:, 1] != who[:, 0])
+    return float(false.sum()) / reads
+
+
 Row = Mapping[str, float | int | str]
 
 
@@ -330,16 +488,29 @@ def split_kernels(
     return tune, score
 
 
+#: Row columns that make up a signature configuration (those present in a row count).
+CONFIG_KEYS = ("design", "hash", "read_share", "granule", "tag_bits", "pow2")
+
+
+def _config(r: Row) -> tuple[tuple[str, str | float], ...]:
+    return tuple(
+        (k, str(r[k]) if k in ("design", "hash") else float(r[k])) for k in CONFIG_KEYS if k in r
+    )
+
+
 @dataclass(frozen=True)
 class SignatureChoice:
     """A signature configuration chosen on tuning kernels.
 
     Attributes:
         hash: Hash name.
-        read_share: Share of the bytes given to the read signature.
-        fraction: Byte budget (fraction of the exact shadow) it was chosen at.
+        read_share: Share of the slots given to the read signature (0: the granule design).
+        fraction: Budget it was chosen at, in the unit of ``by``.
         tuned_on: The kernels it was chosen on.
         tune_f1: Its mean F1 over those kernels at ``fraction``.
+        config: The configuration columns of its rows (:data:`CONFIG_KEYS` present).
+        by: Row column holding the budget: ``"fraction"`` (bytes of the exact shadow) or
+            ``"spw"`` (slots per distinct word).
     """
 
     hash: str
@@ -347,49 +518,86 @@ class SignatureChoice:
     fraction: float
     tuned_on: tuple[str, ...]
     tune_f1: float
+    config: tuple[tuple[str, str | float], ...] = ()
+    by: str = "fraction"
+
+    @property
+    def design(self) -> str:
+        """Signature design (``discopop`` for rows without a design column)."""
+        return str(dict(self.config).get("design", "discopop"))
+
+    @property
+    def granule(self) -> int:
+        """Words per slot (1 for rows without a granule column)."""
+        return int(dict(self.config).get("granule", 1))
+
+    @property
+    def tag_bits(self) -> int:
+        """Tag bits per slot (the default width for rows without a tag column)."""
+        return int(dict(self.config).get("tag_bits", hooks.MAX_TAG_BITS))
+
+    @property
+    def spec(self) -> SignatureSpec:
+        """The chosen configuration as a :class:`~hpcnb.commprof.signature.SignatureSpec`."""
+        pow2 = bool(dict(self.config).get("pow2", 1))
+        return SignatureSpec(
+            self.design, self.hash, self.read_share, self.granule, self.tag_bits, pow2
+        )
+
+    def matches(self, r: Row) -> bool:
+        """Whether sweep row ``r`` has this configuration.
+
+        Args:
+            r: A sweep row.
+        """
+        return _config(r) == self.config
 
 
-def _rows_at(rows: Iterable[Row], kernels: Iterable[str], fraction: float | None) -> list[Row]:
+def _rows_at(
+    rows: Iterable[Row], kernels: Iterable[str], budget: float | None, by: str = "fraction"
+) -> list[Row]:
     want = set(kernels)
     return [
         r
         for r in rows
-        if r["kernel"] in want
-        and (fraction is None or math.isclose(float(r["fraction"]), fraction))
+        if r["kernel"] in want and (budget is None or math.isclose(float(r[by]), budget))
     ]
 
 
-def choose_signature(rows: Iterable[Row], tune: Sequence[str], fraction: float) -> SignatureChoice:
-    """Pick the hash and read share with the best mean F1 over the tuning kernels only.
+def choose_signature(
+    rows: Iterable[Row], tune: Sequence[str], fraction: float, by: str = "fraction"
+) -> SignatureChoice:
+    """Pick the configuration with the best mean F1 over the tuning kernels only.
 
-    Ties (several configurations at the same mean F1, e.g. all perfect) are broken by the
-    mean F1 over every fraction in ``rows`` at or below ``fraction`` (smaller memories),
-    then by the order of first appearance in ``rows``.
+    A configuration is the row's :data:`CONFIG_KEYS` columns (hash and read share for
+    :func:`signature_sweep` rows; design, hash, read share, granule and tag bits for
+    :func:`signature_sweep_spw` rows). Ties (several configurations at the same mean F1,
+    e.g. all perfect) are broken by the mean F1 over every budget in ``rows`` at or below
+    ``fraction`` (smaller memories), then by the order of first appearance in ``rows``.
 
     Args:
-        rows: Sweep rows (:func:`signature_sweep`), each with a ``kernel`` key added.
+        rows: Sweep rows, each with a ``kernel`` key added.
         tune: Kernels to tune on.
-        fraction: Byte budget to choose at.
+        fraction: Budget to choose at (in the unit of ``by``).
+        by: Row column holding the budget (``"fraction"`` or ``"spw"``).
 
     Raises:
         InvalidInputError: No row of a tuning kernel at ``fraction``, or a tuning kernel
             without rows.
     """
     rows = list(rows)
-    at = _rows_at(rows, tune, fraction)
+    at = _rows_at(rows, tune, fraction, by)
     missing = set(tune) - {str(r["kernel"]) for r in at}
     if not at or missing:
         raise InvalidInputError(
-            f"no sweep rows at fraction {fraction} for tuning kernels {sorted(missing)}"
+            f"no sweep rows at {by} {fraction} for tuning kernels {sorted(missing)}"
         )
-    below = [r for r in _rows_at(rows, tune, None) if float(r["fraction"]) <= fraction + 1e-12]
-    configs: dict[tuple[str, float], tuple[list[float], list[float]]] = {}
+    below = [r for r in _rows_at(rows, tune, None, by) if float(r[by]) <= fraction + 1e-12]
+    configs: dict[tuple[tuple[str, str | float], ...], tuple[list[float], list[float]]] = {}
     for r in at:
-        configs.setdefault((str(r["hash"]), float(r["read_share"])), ([], []))[0].append(
-            float(r["f1"])
-        )
+        configs.setdefault(_config(r), ([], []))[0].append(float(r["f1"]))
     for r in below:
-        key = (str(r["hash"]), float(r["read_share"]))
+        key = _config(r)
         if key in configs:
             configs[key][1].append(float(r["f1"]))
     order = list(configs)
@@ -397,8 +605,15 @@ def choose_signature(rows: Iterable[Row], tune: Sequence[str], fraction: float) 
         order,
         key=lambda k: (np.mean(configs[k][0]), np.mean(configs[k][1]), -order.index(k)),
     )
+    fields = dict(best)
     return SignatureChoice(
-        best[0], best[1], fraction, tuple(tune), float(np.mean(configs[best][0]))
+        hash=str(fields.get("hash", "discopop")),
+        read_share=float(fields.get("read_share", 0.0)),
+        fraction=fraction,
+        tuned_on=tuple(tune),
+        tune_f1=float(np.mean(configs[best][0])),
+        config=best,
+        by=by,
     )
 
 
@@ -429,6 +644,44 @@ class HeldOutScore:
         return Estimate(self.mean, self.low, self.high, self.n)
 
 
+def held_out_rows(
+    rows: Iterable[Row],
+    choice: SignatureChoice,
+    kernels: Sequence[str],
+    fraction: float | None = None,
+) -> dict[str, Row]:
+    """The chosen configuration's row of each held-out kernel at a budget.
+
+    Args:
+        rows: Sweep rows with a ``kernel`` key.
+        choice: The configuration (from :func:`choose_signature`).
+        kernels: Kernels to score on; none of them may be one it was tuned on.
+        fraction: Budget in the unit of ``choice.by`` (default: the one it was chosen at).
+
+    Returns:
+        Kernel -> row (precision, recall, F1, and for :func:`signature_sweep_spw` rows the
+        classified ``pattern``), in the order of ``kernels``.
+
+    Raises:
+        InvalidInputError: A scored kernel was used for tuning, or has no row for the
+            configuration.
+    """
+    leaked = set(kernels) & set(choice.tuned_on)
+    if leaked:
+        raise InvalidInputError(f"kernels {sorted(leaked)} were used to choose the configuration")
+    budget = choice.fraction if fraction is None else fraction
+    found: dict[str, Row] = {}
+    for r in _rows_at(rows, kernels, budget, choice.by):
+        if choice.matches(r):
+            found[str(r["kernel"])] = r
+    missing = [k for k in kernels if k not in found]
+    if missing or not kernels:
+        raise InvalidInputError(
+            f"no sweep row at {choice.by} {budget} for {dict(choice.config)} on kernels {missing}"
+        )
+    return {k: found[k] for k in kernels}
+
+
 def held_out_f1(
     rows: Iterable[Row],
     choice: SignatureChoice,
@@ -438,33 +691,21 @@ def held_out_f1(
     resamples: int = 10_000,
     seed: int = 0,
 ) -> HeldOutScore:
-    """Score a chosen configuration on held-out kernels at a byte budget.
+    """Score a chosen configuration on held-out kernels at a budget.
 
     Args:
         rows: Sweep rows with a ``kernel`` key.
         choice: The configuration (from :func:`choose_signature`).
         kernels: Kernels to score on; none of them may be one it was tuned on.
-        fraction: Byte budget (default: the one it was chosen at).
+        fraction: Budget in the unit of ``choice.by`` (default: the one it was chosen at).
         resamples: Bootstrap resamples of the kernels for the interval of the mean.
         seed: Seed of the bootstrap.
 
     Raises:
         InvalidInputError: A scored kernel was used for tuning, or has no row for the configuration.
     """
-    leaked = set(kernels) & set(choice.tuned_on)
-    if leaked:
-        raise InvalidInputError(f"kernels {sorted(leaked)} were used to choose the configuration")
-    frac = choice.fraction if fraction is None else fraction
-    f1: dict[str, float] = {}
-    for r in _rows_at(rows, kernels, frac):
-        if r["hash"] == choice.hash and math.isclose(float(r["read_share"]), choice.read_share):
-            f1[str(r["kernel"])] = float(r["f1"])
-    missing = [k for k in kernels if k not in f1]
-    if missing or not kernels:
-        raise InvalidInputError(
-            f"no sweep row at fraction {frac} for {choice.hash}/{choice.read_share} "
-            f"on kernels {missing}"
-        )
-    estimate = mean_interval([f1[k] for k in kernels], resamples=resamples, seed=seed)
+    found = held_out_rows(rows, choice, kernels, fraction)
+    f1 = {k: float(r["f1"]) for k, r in found.items()}
+    estimate = mean_interval(list(f1.values()), resamples=resamples, seed=seed)
     low, high = estimate.bounds
-    return HeldOutScore(estimate.value, low, high, {k: f1[k] for k in kernels})
+    return HeldOutScore(estimate.value, low, high, f1)
