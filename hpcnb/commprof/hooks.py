@@ -34,7 +34,7 @@ Sampling (``ctl[CTL_SAMPLE] = k > 1``), two modes (:data:`SAMPLE_MODES`):
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 from numba.extending import overload
 
 __all__ = [
@@ -71,6 +71,9 @@ __all__ = [
     "ld3",
     "leave",
     "record_access",
+    "replay",
+    "replay_flags",
+    "replay_writers",
     "reduce_range",
     "sched_iters",
     "st1",
@@ -86,8 +89,6 @@ I_MEX, I_MSG, I_STACK, I_ACC, I_TRACE, I_MBY = 8, 9, 10, 11, 12, 13
 #: granule-design slot tags (uint32) and reader bits (uint64); the granule design keeps its
 #: per-word writers (int8, ``G`` per slot) in ``S[I_SGW]``.
 I_SGP, I_SGF, I_SGH, I_SGB = 14, 15, 16, 17
-#: Marker array of a granule-design state (its presence selects the granule update).
-I_GRANULE = 18
 #: Fields of ``S[I_SGP]``: design code, log2 of the words per granule, tag bits, whether the
 #: reader bits hold per-word reader sets (granule words x threads <= 64), hash code, slot
 #: mask (``slots - 1`` for a power-of-two table, else -1), log2 of the slots (power of two),
@@ -219,6 +220,11 @@ _TAG_BITS, _HAS_READERS = np.uint32(0x7FFFFFFF), np.uint32(0x80000000)
 #: :func:`record_access` by Numba (a call would pass the whole state tuple ``S``).
 _hot_inline = njit(cache=True, _nrt=False, inline="always")  # type: ignore[call-overload]
 
+#: Decorator of a slow path kept out of its callers: Numba marks functions compiled with
+#: full debug information ``noinline`` for LLVM, so the fast path that calls it stays small
+#: enough to be inlined into every access hook.
+_apart = njit(cache=True, _nrt=False, debug=True)  # type: ignore[call-overload]
+
 
 @_hot_inline
 def _discopop_access(S, addr, tid, region, is_write) -> None:
@@ -241,9 +247,8 @@ def _discopop_access(S, addr, tid, region, is_write) -> None:
 
 
 @_hot_inline
-def _granule_slot(S, word):
+def _granule_slot(prm, tags, inv, word):
     # (slot, tag, index of the word's writer byte) of the granule holding ``word``
-    prm = S[I_SGP]
     g = prm[SGP_SHIFT]
     kmask = prm[SGP_KMASK]
     if kmask >= 0:  # power-of-two table, order-preserving hash: masks and shifts only
@@ -256,30 +261,35 @@ def _granule_slot(S, word):
     if mask >= 0:
         s, q = x & mask, x >> prm[SGP_LOG]
     else:
-        s, q = reduce_range(x, S[I_SGH].shape[0], S[I_SGF][0])
+        s, q = reduce_range(x, tags.shape[0], inv[0])
     return s, np.uint32(q & prm[SGP_TAG_MASK]), (s << g) + (word & prm[SGP_WORD_MASK])
 
 
 @_hot_inline
-def _granule_access(S, addr, tid, region, is_write, masked) -> None:
-    # slot s: S[I_SGH][s] = tag | _HAS_READERS (reader bits S[I_SGB][s] valid), writer of
-    # word j of the granule S[I_SGW][s * G + j] (-1: unknown)
+def _granule_fast(S, addr, tid, is_write) -> bool:
+    # power-of-two table, order-preserving hash: a read of an own or unknown writer's word,
+    # or a write to a slot that holds the granule and no readers, needs nothing else
     wr = S[I_SGW]
-    word = addr >> 3
     prm = S[I_SGP]
-    tags = S[I_SGH]
-    if masked:  # fast paths: a read of an own or unknown writer's word, a write to a slot
-        k = word & (wr.shape[0] - 1)  # that holds the granule and no readers
-        if not is_write:
-            w = wr[k]
-            if w < 0 or w == tid:
-                return
-        else:
-            s = k >> prm[SGP_SHIFT]
-            if tags[s] == np.uint32((word >> prm[SGP_QSHIFT]) & prm[SGP_TAG_MASK]):
-                wr[k] = tid
-                return
-    s, tag, k = _granule_slot(S, word)
+    word = addr >> 3
+    k = word & (wr.shape[0] - 1)
+    if not is_write:
+        w = wr[k]
+        return w < 0 or w == tid
+    s = k >> prm[SGP_SHIFT]
+    if S[I_SGH][s] == np.uint32((word >> prm[SGP_QSHIFT]) & prm[SGP_TAG_MASK]):
+        wr[k] = tid
+        return True
+    return False
+
+
+@_apart
+def _granule_access(wr, prm, tags, rbits, inv, msg, addr, tid, region, is_write) -> None:
+    # slot s: tags[s] = tag | _HAS_READERS (reader bits rbits[s] valid), writer of word j of
+    # the granule wr[s * G + j] (-1: unknown). Compiled apart and given only the arrays it
+    # uses: the hooks inline the fast path and call this for the rest.
+    word = addr >> 3
+    s, tag, k = _granule_slot(prm, tags, inv, word)
     j = k & prm[SGP_WORD_MASK]
     ts = tags[s]
     if is_write:
@@ -290,16 +300,15 @@ def _granule_access(S, addr, tid, region, is_write, masked) -> None:
                 wr[i] = -1
         elif ts & _HAS_READERS:  # forget word j's readers
             at = np.uint64(prm[SGP_READER_BASE] + j * prm[SGP_READER_STRIDE])
-            S[I_SGB][s] &= ~(np.uint64(prm[SGP_READER_MASK]) << at)
+            rbits[s] &= ~(np.uint64(prm[SGP_READER_MASK]) << at)
         wr[k] = tid
         return
     # an own or unknown writer is no event whatever the tag: test it first
     w = wr[k]
     if w < 0 or w == tid or ts & _TAG_BITS != tag:
         return
-    rbits = S[I_SGB]
     rb = rbits[s] if ts & _HAS_READERS else _U0
-    T = S[I_MSG].shape[1]
+    T = msg.shape[1]
     if prm[SGP_READER_SETS]:  # the readers of word j since its write
         bit = _U1 << np.uint64(j * T + tid)
         if rb & bit:
@@ -315,7 +324,7 @@ def _granule_access(S, addr, tid, region, is_write, masked) -> None:
             rb = np.uint64(tid + 1) | bit
     rbits[s] = rb
     tags[s] = ts | _HAS_READERS
-    S[I_MSG][region, w, tid] += 1
+    msg[region, w, tid] += 1
 
 
 def _signature(S, addr, tid, region, is_write) -> None:
@@ -328,19 +337,32 @@ def _signature_impl(S, addr, tid, region, is_write):
 
     :func:`hpcnb.commprof.runtime.make_state` returns the ``I_SGP`` .. ``I_SGB`` arrays only
     when the signature flag is set, so the state's tuple type says whether a run has a
-    signature memory, and the granule design's state one array more (``I_GRANULE``), so
-    each design compiles only its own update. For a state without one the update compiles
+    signature memory, and only the granule design's state keeps uint32 slot tags in
+    ``S[I_SGH]`` (DiscoPoP's a one-byte placeholder), so each design compiles only its own
+    update. For a state without one the update compiles
     to nothing: the exact path that every access hook inlines then holds no call, which
     keeps it small enough for LLVM to inline into the kernel (a call passing the whole
     state tuple made every hook an out-of-line call, several times slower).
     """
     if len(S) <= I_SGP:
         return lambda S, addr, tid, region, is_write: None
-    if len(S) > I_GRANULE:  # the granule design's state carries one more (marker) array
+    if S[I_SGH].dtype == types.uint32:  # the granule design's slot tags
 
         def granule(S, addr, tid, region, is_write):
-            masked = S[I_CTL][CTL_FLAGS] & FLAG_GRANULE_MASKED
-            _granule_access(S, addr, tid, region, is_write, masked)
+            if S[I_CTL][CTL_FLAGS] & FLAG_GRANULE_MASKED and _granule_fast(S, addr, tid, is_write):
+                return
+            _granule_access(
+                S[I_SGW],
+                S[I_SGP],
+                S[I_SGH],
+                S[I_SGB],
+                S[I_SGF],
+                S[I_MSG],
+                addr,
+                tid,
+                region,
+                is_write,
+            )
 
         return granule
     return lambda S, addr, tid, region, is_write: _discopop_access(S, addr, tid, region, is_write)
@@ -406,6 +428,95 @@ def record_access(S, e, addr, isz, is_write) -> None:
             tr[n, 4] = 1 if is_write else 0
             tr[n, 5] = ctl[CTL_PHASE]
         ctl[CTL_TRACE_N] = n + 1
+
+
+# ---- trace replay: here, so that Numba's on-disk cache of these loops, which inline
+# record_access, is invalidated whenever this file changes --------------------------------
+
+
+@_hot  # allocates nothing: no reference counts on the state's arrays per access
+def replay(S, trace, keys):
+    """Feed a recorded trace through :func:`record_access` (trace replay).
+
+    Args:
+        S: The profiler state tuple (layout: the ``I_*`` indices).
+        trace: ``int64[n, 6]`` trace (columns :data:`TRACE_COLUMNS`).
+        keys: Empty, or the key array of an open-addressing hash table (``-1`` = free,
+            power-of-two length) that maps each address to its exact-shadow entry.
+
+    Returns:
+        The number of table entries taken (0 without a table).
+    """
+    ctl = S[I_CTL]
+    cap = keys.shape[0]
+    mask = np.int64(cap - 1)
+    used = 0
+    for n in range(trace.shape[0]):
+        ctl[CTL_TID] = trace[n, 0]
+        ctl[CTL_REGION] = trace[n, 1]
+        ctl[CTL_PHASE] = trace[n, 5]
+        addr = trace[n, 3]
+        e = trace[n, 2]
+        if cap > 0:
+            h = (np.uint64(addr) * _FIB) >> np.uint64(20)
+            e = np.int64(h & np.uint64(mask))
+            while keys[e] != addr and keys[e] != -1:
+                e = np.int64((e + 1) & mask)
+            if keys[e] == -1:
+                keys[e] = addr
+                used += 1
+        record_access(S, e, addr, 0, trace[n, 4] == 1)
+    return used
+
+
+@njit(cache=True)
+def replay_flags(S, trace):
+    """Replay a trace; per row, whether it was a communication event of the exact memory.
+
+    Args:
+        S: The profiler state tuple (exact memory enabled).
+        trace: ``int64[n, 6]`` trace (columns :data:`TRACE_COLUMNS`).
+    """
+    ctl = S[I_CTL]
+    mex = S[I_MEX]
+    flags = np.zeros(trace.shape[0], np.bool_)
+    for n in range(trace.shape[0]):
+        tid, region = trace[n, 0], trace[n, 1]
+        ctl[CTL_TID] = tid
+        ctl[CTL_REGION] = region
+        before = mex[region, :, tid].sum()
+        record_access(S, trace[n, 2], trace[n, 3], 0, trace[n, 4] == 1)
+        flags[n] = mex[region, :, tid].sum() > before
+    return flags
+
+
+@njit(cache=True)
+def replay_writers(S, trace):
+    """Replay a trace; per row, the writer of the event each memory reports (-1: none).
+
+    Args:
+        S: The profiler state tuple (exact and signature memories enabled).
+        trace: ``int64[n, 6]`` trace (columns :data:`TRACE_COLUMNS`).
+
+    Returns:
+        ``int64[n, 2]``: the exact memory's writer and the signature memory's.
+    """
+    ctl = S[I_CTL]
+    mex, msg = S[I_MEX], S[I_MSG]
+    out = np.full((trace.shape[0], 2), -1, np.int64)
+    for n in range(trace.shape[0]):
+        tid, region = trace[n, 0], trace[n, 1]
+        ctl[CTL_TID] = tid
+        ctl[CTL_REGION] = region
+        before_x = mex[region, :, tid].copy()
+        before_s = msg[region, :, tid].copy()
+        record_access(S, trace[n, 2], trace[n, 3], 0, trace[n, 4] == 1)
+        for w in range(mex.shape[1]):
+            if mex[region, w, tid] != before_x[w]:
+                out[n, 0] = w
+            if msg[region, w, tid] != before_s[w]:
+                out[n, 1] = w
+    return out
 
 
 @_hot

@@ -299,9 +299,9 @@ def make_state(
 
     Returns:
         The 14 arrays up to ``I_MBY`` when ``flags`` has no signature memory; with one, the
-        signature arrays ``I_SGP`` .. ``I_SGB`` follow, and for the granule design one
-        empty marker array (``I_GRANULE``). The hooks compile for each tuple type only the
-        updates it carries.
+        signature arrays ``I_SGP`` .. ``I_SGB`` follow, with uint32 slot tags in ``I_SGH``
+        for the granule design and a one-byte placeholder there for DiscoPoP's. The hooks
+        compile for each tuple type only the updates it carries.
     """
     ctl = np.zeros(hooks.CTL_SIZE, np.int64)
     ctl[hooks.CTL_FLAGS] = flags
@@ -354,14 +354,12 @@ def make_state(
     )
     if not ctl[hooks.CTL_FLAGS] & hooks.FLAG_SIGNATURE:
         return base  # no signature arrays: the hooks compile without the signature update
-    marker = (np.zeros(0, np.int8),) if prm[hooks.SGP_DESIGN] else ()  # hooks.I_GRANULE
     return (
         *base,
         prm,
         np.array([1.0 / (sg if prm[hooks.SGP_DESIGN] else sw), 1.0 / sr]),
-        np.zeros(sg, np.uint32),
+        np.zeros(sg, np.uint32) if prm[hooks.SGP_DESIGN] else np.zeros(1, np.uint8),
         np.zeros(sg, np.uint64),
-        *marker,
     )
 
 

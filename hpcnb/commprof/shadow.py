@@ -37,7 +37,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 import hpcnb.commprof.hooks as hooks
 from hpcnb.commprof.analysis import classify_pattern, inclusive
@@ -70,50 +69,10 @@ __all__ = [
 ]
 
 
-@njit(cache=True)
-def _replay(S, trace, keys):
-    """Feed a trace through ``record_access``; ``keys`` non-empty: hash-table exact shadow."""
-    ctl = S[hooks.I_CTL]
-    cap = keys.shape[0]
-    mask = np.int64(cap - 1)
-    used = 0
-    for n in range(trace.shape[0]):
-        ctl[hooks.CTL_TID] = trace[n, 0]
-        ctl[hooks.CTL_REGION] = trace[n, 1]
-        ctl[hooks.CTL_PHASE] = trace[n, 5]
-        addr = trace[n, 3]
-        e = trace[n, 2]
-        if cap > 0:
-            h = (np.uint64(addr) * hooks._FIB) >> np.uint64(20)
-            e = np.int64(h & np.uint64(mask))
-            while keys[e] != addr and keys[e] != -1:
-                e = np.int64((e + 1) & mask)
-            if keys[e] == -1:
-                keys[e] = addr
-                used += 1
-        hooks.record_access(S, e, addr, 0, trace[n, 4] == 1)
-    return used
-
-
-@njit(cache=True)
-def _replay_flags(S, trace):
-    ctl = S[hooks.I_CTL]
-    mex = S[hooks.I_MEX]
-    flags = np.zeros(trace.shape[0], np.bool_)
-    for n in range(trace.shape[0]):
-        tid, region = trace[n, 0], trace[n, 1]
-        ctl[hooks.CTL_TID] = tid
-        ctl[hooks.CTL_REGION] = region
-        before = mex[region, :, tid].sum()
-        hooks.record_access(S, trace[n, 2], trace[n, 3], 0, trace[n, 4] == 1)
-        flags[n] = mex[region, :, tid].sum() > before
-    return flags
-
-
 def trace_events(p: Profile) -> np.ndarray:
     """Boolean per trace row: True where the access is a communication event (exact)."""
     S = make_state(max(1, p.n_elements), 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
-    return _replay_flags(S, _need_trace(p))
+    return hooks.replay_flags(S, _need_trace(p))
 
 
 def _need_trace(p: Profile) -> np.ndarray:
@@ -132,7 +91,7 @@ def replay_exact(p: Profile) -> np.ndarray:
         InvalidInputError: The profile has no trace.
     """
     S = make_state(max(1, p.n_elements), 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
-    _replay(S, _need_trace(p), np.zeros(0, np.int64))
+    hooks.replay(S, _need_trace(p), np.zeros(0, np.int64))
     return S[hooks.I_MEX]
 
 
@@ -166,7 +125,7 @@ def replay_exact_table(p: Profile) -> tuple[np.ndarray, int]:
     nbytes = exact_table_bytes(n_addr)
     cap = nbytes // HASH_ENTRY_BYTES
     S = make_state(cap, 1, 1, len(p.regions), p.nthreads, hooks.FLAG_EXACT, 0, 1)
-    used = _replay(S, tr, np.full(cap, -1, np.int64))
+    used = hooks.replay(S, tr, np.full(cap, -1, np.int64))
     if used != n_addr:
         raise InvalidStateError(f"hash shadow holds {used} addresses, trace has {n_addr}")
     return S[hooks.I_MEX], nbytes
@@ -189,7 +148,7 @@ def replay_trace(
     if not memory.signature:
         raise InvalidInputError("memory has no signature memory: give it write_slots >= 1")
     S = _signature_state(memory, n_regions, nthreads, hooks.FLAG_SIGNATURE, 1)
-    _replay(S, np.ascontiguousarray(trace, np.int64), np.zeros(0, np.int64))
+    hooks.replay(S, np.ascontiguousarray(trace, np.int64), np.zeros(0, np.int64))
     return S[hooks.I_MSG]
 
 
@@ -404,27 +363,6 @@ def signature_sweep_spw(
     return rows
 
 
-@njit(cache=True)
-def _replay_writers(S, trace):
-    """Per trace row, the writer of the event each memory reports (-1: none), exact, signature."""
-    ctl = S[hooks.I_CTL]
-    mex, msg = S[hooks.I_MEX], S[hooks.I_MSG]
-    out = np.full((trace.shape[0], 2), -1, np.int64)
-    for n in range(trace.shape[0]):
-        tid, region = trace[n, 0], trace[n, 1]
-        ctl[hooks.CTL_TID] = tid
-        ctl[hooks.CTL_REGION] = region
-        before_x = mex[region, :, tid].copy()
-        before_s = msg[region, :, tid].copy()
-        hooks.record_access(S, trace[n, 2], trace[n, 3], 0, trace[n, 4] == 1)
-        for w in range(mex.shape[1]):
-            if mex[region, w, tid] != before_x[w]:
-                out[n, 0] = w
-            if msg[region, w, tid] != before_s[w]:
-                out[n, 1] = w
-    return out
-
-
 def false_positive_rate(trace: np.ndarray, nthreads: int, memory: MemoryConfig) -> float:
     """False events of a signature memory per read of a trace.
 
@@ -450,7 +388,7 @@ def false_positive_rate(trace: np.ndarray, nthreads: int, memory: MemoryConfig) 
     R = int(trace[:, 1].max()) + 1
     flags = hooks.FLAG_EXACT | hooks.FLAG_SIGNATURE
     S = _signature_state(memory, R, nthreads, flags, int(trace[:, 2].max()) + 1)
-    who = _replay_writers(S, trace)
+    who = hooks.replay_writers(S, trace)
     false = (who[:, 1] >= 0) & (who[:, 1] != who[:, 0])
     return float(false.sum()) / reads
 
