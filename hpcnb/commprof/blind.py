@@ -150,7 +150,8 @@ def _suite_variant(name: str, make: Make | None = None) -> C.Variant:
 
 def _kernels() -> dict[str, BlindKernel]:
     cs = C.CASE_STUDIES
-    longer = {"radix_sort": 64}  # 32 keys per size unit: a timed run of milliseconds needs more
+    # kernels with little work per size unit run longer inputs, so a timed run lasts 5 ms or more
+    longer = {"radix_sort": 64}
     out = [
         BlindKernel(
             name, _suite_variant(name), scale=longer.get(name, 1), note=SUITE[name].description
@@ -184,12 +185,14 @@ def _kernels() -> dict[str, BlindKernel]:
             cs["histogram"].before,
             (Fix("padding", cs["histogram"].after, cs["histogram"].description),),
             known="padding",
+            scale=16,
             note="per-thread histogram rows of 4 bins, adjacent",
         ),
         BlindKernel(
             "sum",
             cs["sum"].before,
             (Fix("privatisation", cs["sum"].after, cs["sum"].description),),
+            scale=16,
             note="running sums acc[tid] += x[i]*x[i], adjacent",
         ),
         BlindKernel(
@@ -204,6 +207,7 @@ def _kernels() -> dict[str, BlindKernel]:
             cs["particles"].before,
             (Fix("layout", cs["particles"].after, cs["particles"].description),),
             known="layout",
+            scale=4,
             note="position update on an array of structures",
         ),
         BlindKernel(
