@@ -439,6 +439,16 @@ def _word_sample(k: int, base: np.ndarray, n: int, compact: bool) -> tuple[np.nd
     return P, size
 
 
+def _set_sampling(ctl: np.ndarray, memory: MemoryConfig, words: bool) -> None:
+    """Write the sampling fields of a state's ``ctl`` array (nothing without sampling)."""
+    if memory.sample_every > 1:
+        ctl[hooks.CTL_SAMPLE] = memory.sample_every
+        ctl[hooks.CTL_SAMPLE_MODE] = hooks.SAMPLE_MODES[memory.sample_mode]
+        if words:
+            ctl[hooks.CTL_SAMPLE_THRESHOLD] = (1 << 32) // memory.sample_every
+        ctl[hooks.CTL_COUNTDOWN :] = memory.sample_every
+
+
 def profile(
     k: Kernel,
     args: Sequence[KernelArg],
@@ -511,12 +521,7 @@ def profile(
         )
         S[hooks.I_BASE][:], S[hooks.I_BYTES][:], S[hooks.I_ISZ][:] = base, bbase, isz
         ctl = S[hooks.I_CTL]
-        if memory.sample_every > 1:
-            ctl[hooks.CTL_SAMPLE] = memory.sample_every
-            ctl[hooks.CTL_SAMPLE_MODE] = hooks.SAMPLE_MODES[memory.sample_mode]
-            if words:
-                ctl[hooks.CTL_SAMPLE_THRESHOLD] = (1 << 32) // memory.sample_every
-            ctl[hooks.CTL_COUNTDOWN :] = memory.sample_every
+        _set_sampling(ctl, memory, words)
         if words:
             mod.drive_samp(nthreads, nphases, order, sched, *vals, S, P)
         else:
