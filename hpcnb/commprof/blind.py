@@ -148,6 +148,13 @@ def _suite_variant(name: str, make: Make | None = None) -> C.Variant:
     return C.Variant(case.kernel, case.make if make is None else make, case.schedule)
 
 
+def _from_case(name: str, case: str, scale: int, note: str, known: bool = True) -> BlindKernel:
+    """A case study's kernel before its fix, with the fix as the variant of the case's rule."""
+    cs = C.CASE_STUDIES[case]
+    fix = Fix(cs.rule, cs.after, cs.description)
+    return BlindKernel(name, cs.before, (fix,), cs.rule if known else None, scale, note)
+
+
 def _kernels() -> dict[str, BlindKernel]:
     cs = C.CASE_STUDIES
     # kernels with little work per size unit run longer inputs, so a timed run lasts 5 ms or more
@@ -180,36 +187,10 @@ def _kernels() -> dict[str, BlindKernel]:
             known="blocking",
             note="one column tile per thread (the wavefront case study's kernel)",
         ),
-        BlindKernel(
-            "histogram",
-            cs["histogram"].before,
-            (Fix("padding", cs["histogram"].after, cs["histogram"].description),),
-            known="padding",
-            scale=16,
-            note="per-thread histogram rows of 4 bins, adjacent",
-        ),
-        BlindKernel(
-            "sum",
-            cs["sum"].before,
-            (Fix("privatisation", cs["sum"].after, cs["sum"].description),),
-            scale=16,
-            note="running sums acc[tid] += x[i]*x[i], adjacent",
-        ),
-        BlindKernel(
-            "jacobi_cyclic",
-            cs["jacobi"].before,
-            (Fix("schedule", cs["jacobi"].after, cs["jacobi"].description),),
-            known="schedule",
-            note="Jacobi with rows dealt cyclically",
-        ),
-        BlindKernel(
-            "particles",
-            cs["particles"].before,
-            (Fix("layout", cs["particles"].after, cs["particles"].description),),
-            known="layout",
-            scale=4,
-            note="position update on an array of structures",
-        ),
+        _from_case("histogram", "histogram", 16, "per-thread histogram rows of 4 bins, adjacent"),
+        _from_case("sum", "sum", 16, "running sums acc[tid] += x[i]*x[i], adjacent", known=False),
+        _from_case("jacobi_cyclic", "jacobi", 1, "Jacobi with rows dealt cyclically"),
+        _from_case("particles", "particles", 4, "position update on an array of structures"),
         BlindKernel(
             "clean_scale",
             C.Variant(C.clean_scale, C.clean_inputs),
@@ -286,6 +267,14 @@ def _what_if(
     return (None if best is None else best[1]), why
 
 
+def _check_sizes(where: str, size: int, nthreads: int, timed_size: int, cache: int) -> None:
+    if min(size, nthreads, timed_size, cache) < 1:
+        raise InvalidInputError(
+            f"{where}: size={size}, nthreads={nthreads}, timed_size={timed_size}, "
+            f"cache={cache} must all be >= 1"
+        )
+
+
 def blind_advice(
     bk: BlindKernel,
     size: int,
@@ -314,11 +303,7 @@ def blind_advice(
     Raises:
         InvalidInputError: A size, thread count or cache that is not positive.
     """
-    if min(size, nthreads, timed_size, cache) < 1:
-        raise InvalidInputError(
-            f"blind_advice({bk.name}): size={size}, nthreads={nthreads}, "
-            f"timed_size={timed_size}, cache={cache} must all be >= 1"
-        )
+    _check_sizes(f"blind_advice({bk.name})", size, nthreads, timed_size, cache)
 
     def profile_at(n: int) -> tuple[Profile, int]:
         args, nph = bk.variant.make(n, nthreads, seed)
@@ -510,11 +495,7 @@ def blind_c_advice(
     """
     from hpcnb.commprof.csuite import kernel_profile
 
-    if min(size, nthreads, timed_size, cache) < 1:
-        raise InvalidInputError(
-            f"blind_c_advice({name}): size={size}, nthreads={nthreads}, "
-            f"timed_size={timed_size}, cache={cache} must all be >= 1"
-        )
+    _check_sizes(f"blind_c_advice({name})", size, nthreads, timed_size, cache)
     case = SUITE[name]
 
     def profile_at(n: int) -> tuple[Profile, int]:
