@@ -2,8 +2,10 @@
 
 When every job is rigid with a fixed run time, the general event loop spends most of
 its time in Python bookkeeping. This kernel replays the same schedule in Numba: a
-binary heap of completion times, the waiting queue as an index array compacted after
-each pass, and the same tie-breaking as :class:`~hpcnb.batchsim.engine.Simulator`
+binary heap of completion times, the waiting queue as a head pointer over job indices
+(jobs enter it in index order) with, for EASY, a tree of the waiting jobs' minimum sizes
+and estimates that finds the next backfill candidate in O(log n), so the cost per event
+does not grow with the queue; and the same tie-breaking as :class:`~hpcnb.batchsim.engine.Simulator`
 (all events of a time stamp first, then one scheduling pass). Tests check that it
 gives the same start times as the general engine with
 :class:`~hpcnb.batchsim.scheduler.FCFS` and
@@ -116,9 +118,10 @@ def _shadow(
 ) -> tuple[float, int]:
     """EASY's shadow time and extra nodes for a head that needs ``need`` nodes.
 
-    ``running[:r_len]`` are the running jobs in any order (the result does not depend on
-    it: all jobs ending at one time are counted together); ``ends`` and ``sizes`` are
-    scratch arrays of at least ``r_len`` entries.
+    The availability profile: the running jobs ``running[:r_len]`` (any order; all jobs
+    ending at one time are counted together) ordered by expected end, scanned until
+    ``need`` nodes are free. ``ends`` and ``sizes`` are scratch arrays of at least
+    ``r_len`` entries.
     """
     for m in range(r_len):
         r = running[m]
@@ -137,15 +140,62 @@ def _shadow(
     return np.inf, 0
 
 
+_NOT_WAITING = np.iinfo(np.int64).max
+
+
 @numba.njit(cache=True)
-def _compact(queue: np.ndarray, q_len: int, start: np.ndarray) -> int:
-    """Drop the started jobs from the queue, keeping its order; return its new length."""
-    w = 0
-    for p in range(q_len):
-        if np.isnan(start[queue[p]]):
-            queue[w] = queue[p]
-            w += 1
-    return w
+def _tree_set(
+    min_size: np.ndarray, min_est: np.ndarray, leaves: int, j: int, s: int, e: float
+) -> None:
+    """Set job ``j``'s leaf to size ``s`` and estimate ``e`` and update its ancestors."""
+    k = leaves + j
+    min_size[k] = s
+    min_est[k] = e
+    k >>= 1
+    while k >= 1:
+        a, b = 2 * k, 2 * k + 1
+        min_size[k] = min(min_size[a], min_size[b])
+        min_est[k] = min(min_est[a], min_est[b])
+        k >>= 1
+
+
+@numba.njit(cache=True)
+def _first_fit(
+    min_size: np.ndarray,
+    min_est: np.ndarray,
+    leaves: int,
+    lo: int,
+    free: int,
+    extra: int,
+    now: float,
+    shadow: float,
+    stack: np.ndarray,
+) -> int:
+    """Return the first waiting job ``>= lo`` that EASY may backfill now, or -1.
+
+    A job qualifies when it fits (``size <= free``) and either ends by the shadow time
+    (``now + estimate <= shadow``) or fits the extra nodes (``size <= extra``). The
+    search descends the tree of minima left to right and skips every subtree whose
+    minima rule both out, so a pass with nothing to start costs O(log n), not a scan of
+    the queue. The leaf test is the exact expression of the scan it replaces.
+    """
+    top = 0
+    stack[0, 0], stack[0, 1], stack[0, 2] = 1, 0, leaves
+    while top >= 0:
+        k, first, width = stack[top, 0], stack[top, 1], stack[top, 2]
+        top -= 1  # node k holds the leaves [first, first + width)
+        if first + width <= lo or min_size[k] > free:
+            continue
+        if min_size[k] > extra and not now + min_est[k] <= shadow:
+            continue
+        if k >= leaves:
+            return k - leaves
+        half = width >> 1
+        top += 1
+        stack[top, 0], stack[top, 1], stack[top, 2] = 2 * k + 1, first + half, half
+        top += 1
+        stack[top, 0], stack[top, 1], stack[top, 2] = 2 * k, first, half
+    return -1
 
 
 @numba.njit(cache=True)
@@ -157,61 +207,93 @@ def _kernel(
     total: int,
     policy: int,
 ) -> np.ndarray:
+    """Start times under FCFS (0) or EASY (1); the cost per event does not grow with the queue.
+
+    Jobs enter the queue in index order, so the queue is the set of waiting indices
+    ``>= head`` (below ``nxt``, the next submission): the head only moves forward. Under
+    FCFS nothing starts out of order and the queue is the range ``[head, nxt)``. Under
+    EASY, the waiting jobs' sizes and estimates sit in a tree of minima over job indices,
+    which finds the next backfill candidate (:func:`_first_fit`); the shadow time is
+    computed only when some waiting job fits the free nodes, and reused while no job
+    started or ended since (only the clock moved).
+    """
     n = submit.shape[0]
     start = np.full(n, np.nan)
     heap_keys = np.empty(n + 1)
     heap_vals = np.empty(n + 1, dtype=np.int64)
     heap_n = 0  # the heap's values are the running jobs
-    queue = np.empty(n, dtype=np.int64)
-    q_len = 0
     ends = np.empty(n)
     sizes = np.empty(n, dtype=np.int64)
+    leaves = 1
+    while leaves < max(n, 1):
+        leaves *= 2
+    easy = policy == 1
+    tree = leaves if easy else 1
+    min_size = np.full(2 * tree, _NOT_WAITING, dtype=np.int64)
+    min_est = np.full(2 * tree, np.inf)
+    stack = np.empty((130, 3), dtype=np.int64)  # two entries per tree level
     free = total
     nxt = 0
+    head = 0  # first waiting job (or nxt when none waits)
+    waiting = 0
+    version = 0  # bumped whenever a job starts or ends
+    cached_version = -1
+    cached_head = -1
+    shadow = np.inf
+    base_extra = 0
     while nxt < n or heap_n > 0:
         now = np.inf
         if nxt < n:
             now = submit[nxt]
         if heap_n > 0 and heap_keys[0] < now:
             now = heap_keys[0]
+        old_n = heap_n
         heap_n, free = _release(now, size, heap_keys, heap_vals, heap_n, free)
+        if heap_n != old_n:
+            version += 1
         while nxt < n and submit[nxt] == now:
-            queue[q_len] = nxt
-            q_len += 1
+            if easy:
+                _tree_set(min_size, min_est, leaves, nxt, size[nxt], estimate[nxt])
             nxt += 1
-        if q_len == 0:
+            waiting += 1
+        if waiting == 0:
             continue
         # start in order
-        i = 0
-        while i < q_len and size[queue[i]] <= free:
-            j = queue[i]
-            free -= size[j]
-            heap_n = _start_job(j, now, start, runtime, heap_keys, heap_vals, heap_n)
-            i += 1
-        started_any = i > 0
-        if policy == 1 and i < q_len - 1 and free > 0:
-            shadow, extra = _shadow(
-                now, free, size[queue[i]], start, estimate, size, heap_vals, heap_n, ends, sizes
+        while head < nxt and size[head] <= free:
+            free -= size[head]
+            heap_n = _start_job(head, now, start, runtime, heap_keys, heap_vals, heap_n)
+            if easy:
+                _tree_set(min_size, min_est, leaves, head, _NOT_WAITING, np.inf)
+            waiting -= 1
+            version += 1
+            head += 1
+            while head < nxt and not np.isnan(start[head]):
+                head += 1
+        if not easy or waiting < 2 or free == 0:
+            continue
+        # backfill: only when some waiting job after the head fits the free nodes
+        if _first_fit(min_size, min_est, leaves, head + 1, free, free, now, np.inf, stack) < 0:
+            continue
+        if version != cached_version or head != cached_head or shadow < now:
+            shadow, base_extra = _shadow(
+                now, free, size[head], start, estimate, size, heap_vals, heap_n, ends, sizes
             )
-            for p in range(i + 1, q_len):  # backfill
-                if free == 0:
-                    break
-                j = queue[p]
-                s = size[j]
-                if s > free:
-                    continue
-                ok = False
-                if now + estimate[j] <= shadow:
-                    ok = True
-                elif s <= extra:
-                    ok = True
-                    extra -= s
-                if ok:
-                    free -= s
-                    heap_n = _start_job(j, now, start, runtime, heap_keys, heap_vals, heap_n)
-                    started_any = True
-        if started_any:
-            q_len = _compact(queue, q_len, start)
+            cached_version, cached_head = version, head
+        extra = base_extra
+        lo = head + 1
+        while free > 0:
+            j = _first_fit(min_size, min_est, leaves, lo, free, extra, now, shadow, stack)
+            if j < 0:
+                break
+            s = size[j]
+            if not now + estimate[j] <= shadow:
+                extra -= s
+            free -= s
+            heap_n = _start_job(j, now, start, runtime, heap_keys, heap_vals, heap_n)
+            _tree_set(min_size, min_est, leaves, j, _NOT_WAITING, np.inf)
+            waiting -= 1
+            version += 1
+            lo = j + 1
     return start
 
 
