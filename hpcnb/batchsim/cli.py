@@ -49,12 +49,15 @@ from hpcnb.argtypes import whole_number
 from hpcnb.batchsim.jobs import Job
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.policies import SCHEDULERS, make_scheduler
+from hpcnb.batchsim.scheduler import FCFS, EasyBackfilling
 from hpcnb.batchsim.swf import DEFAULT_SWF_LIMITS, MAX_NODES, read_swf, write_swf
 from hpcnb.batchsim.workloads import (
     MalleablePolicy,
+    RigidArrays,
     jobs_from_swf,
     lublin_feitelson,
     make_malleable,
+    rigid_arrays_from_swf,
 )
 from hpcnb.errors import HpcnbError, InvalidInputError
 
@@ -94,9 +97,13 @@ def _fit_machine(
 
 
 def _load(
-    args: argparse.Namespace,
-) -> tuple[list[Job], Platform, dict[str, Any], list[str], int]:
-    """Read the workload: jobs, platform, simulation options, skip notes and skip count."""
+    args: argparse.Namespace, columnar: bool = False
+) -> tuple[list[Job] | RigidArrays, Platform, dict[str, Any], list[str], int]:
+    """Read the workload: jobs, platform, simulation options, skip notes and skip count.
+
+    With ``columnar`` (an SWF trace replayed rigidly under a compiled policy) the jobs
+    come back as :class:`RigidArrays` columns instead of :class:`Job` objects.
+    """
     path = Path(args.workload)
     policy = MalleablePolicy(args.malleable_fraction, seed=args.seed)
     if path.suffix == ".json":
@@ -113,6 +120,11 @@ def _load(
     if not (path.name.endswith(".swf") or path.name.endswith(".swf.gz")):
         raise InvalidInputError(f"{path}: expected a .swf, .swf.gz or ElastiSim jobs .json file")
     trace = read_swf(path, on_error=args.on_error)
+    if columnar and policy.fraction == 0:
+        rows = rigid_arrays_from_swf(trace, args.nodes, strict=args.strict)
+        notes = list(trace.skipped) + [f"{path}: skipped {s}" for s in rows.skipped]
+        count = max(trace.skipped_count, len(trace.skipped)) + len(rows.skipped)
+        return rows, Platform(rows.num_nodes), {}, notes, count
     loaded = jobs_from_swf(trace, args.nodes, policy, strict=args.strict)
     notes = list(trace.skipped) + [f"{path}: skipped {s}" for s in loaded.skipped]
     count = max(trace.skipped_count, len(trace.skipped)) + len(loaded.skipped)
@@ -134,14 +146,21 @@ def simulate_command(args: argparse.Namespace) -> int:
             "elastisim-fcfs" if str(args.workload).endswith(".json") else "fcfs"
         )
         scheduler = make_scheduler(name)
-        jobs, platform, options, notes, count = _load(args)
-        from hpcnb.batchsim.simulation import simulate  # after reading: errors come first
+        # rigid replay under exactly FCFS / EASY: columns straight into the compiled kernel
+        columnar = type(scheduler) in (FCFS, EasyBackfilling) and not args.allocation
+        jobs, platform, options, notes, count = _load(args, columnar)
+        from hpcnb.batchsim.simulation import simulate, simulate_rigid  # errors come first
 
         if args.allocation:
             options["allocation"] = args.allocation
         if args.network:
             options["network"] = args.network
-        result = simulate(jobs, platform, scheduler, **options)
+        if isinstance(jobs, RigidArrays):
+            rows = jobs
+            columns = (rows.ids, rows.submit, rows.size, rows.runtime, rows.walltime, rows.user)
+            result = simulate_rigid(*columns, platform, scheduler)
+        else:
+            result = simulate(jobs, platform, scheduler, **options)
     except (HpcnbError, ValueError, OSError) as exc:
         print(f"hpcnb batchsim simulate: {_one_line(exc)}", file=sys.stderr)
         return 2

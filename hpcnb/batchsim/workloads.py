@@ -46,10 +46,12 @@ from hpcnb.errors import InvalidInputError
 __all__ = [
     "LublinParameters",
     "MalleablePolicy",
+    "RigidArrays",
     "TraceJobs",
     "jobs_from_swf",
     "lublin_feitelson",
     "make_malleable",
+    "rigid_arrays_from_swf",
 ]
 
 
@@ -123,6 +125,75 @@ def jobs_from_swf(
             outside ``[1, MAX_NODES]``.
         SWFFormatError: ``strict`` and a job larger than the machine (``file:line``).
     """
+    rows = rigid_arrays_from_swf(trace, num_nodes, strict=strict)
+    jobs = [
+        Job(
+            int(rows.ids[i]),
+            float(rows.submit[i]),
+            JobType.RIGID,
+            int(rows.size[i]),
+            FixedWork(float(rows.runtime[i])),
+            walltime=float(rows.walltime[i]) if rows.walltime[i] > 0 else None,
+            user=int(rows.user[i]),
+        )
+        for i in range(len(rows.ids))
+    ]
+    if policy is not None and policy.fraction > 0:
+        jobs = make_malleable(jobs, rows.num_nodes, policy)
+    return TraceJobs(jobs, rows.num_nodes, rows.skipped)
+
+
+@dataclass(frozen=True)
+class RigidArrays:
+    """A trace's simulated jobs as columns, in trace order (no :class:`Job` objects).
+
+    What :func:`jobs_from_swf` builds its rigid jobs from; the compiled kernels read it
+    as it is (:func:`~hpcnb.batchsim.simulation.simulate_rigid`), so a million-job trace
+    is replayed without a million Python objects.
+
+    Attributes:
+        ids: Job ids.
+        submit: Submit times (s).
+        size: Nodes of each job.
+        runtime: Run times (s).
+        walltime: Requested times (s); ``0`` where unknown (the run time is reserved).
+        user: User ids (``0`` where unknown).
+        num_nodes: Machine size used.
+        skipped: ``"job <id>: reason"`` for each trace line not simulated.
+        rows: Each job's row in the trace (``trace.line_of(row)`` names its line).
+    """
+
+    ids: np.ndarray
+    submit: np.ndarray
+    size: np.ndarray
+    runtime: np.ndarray
+    walltime: np.ndarray
+    user: np.ndarray
+    num_nodes: int
+    skipped: list[str]
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def rigid_arrays_from_swf(
+    trace: SWFTrace, num_nodes: int | None = None, *, strict: bool = False
+) -> RigidArrays:
+    """Return the jobs :func:`jobs_from_swf` would simulate, as columns.
+
+    Args:
+        trace: The trace.
+        num_nodes: Machine size in ``[1, MAX_NODES]``; default the header's ``MaxProcs``
+            or ``MaxNodes``.
+        strict: Raise on a job larger than the machine instead of skipping it.
+
+    Raises:
+        InvalidInputError: No machine size given and none in the header, ``num_nodes``
+            outside ``[1, MAX_NODES]``, or a run or requested time that is not finite
+            (the message names the job and its line).
+        SWFFormatError: ``strict`` and a job larger than the machine (``file:line``).
+    """
     if num_nodes is not None and (
         isinstance(num_nodes, bool)
         or not isinstance(num_nodes, (int, np.integer))
@@ -161,23 +232,28 @@ def jobs_from_swf(
     skipped = [(i, reason(i)) for mask, reason in reasons for i in np.flatnonzero(mask)]
     skipped.sort(key=lambda item: item[0])
     ids = f["job_id"].astype(np.int64)
-    req = f["requested_time"]
-    user = f["user_id"]
-    jobs = [
-        Job(
-            int(ids[i]),
-            float(submit[i]),
-            JobType.RIGID,
-            int(size[i]),
-            FixedWork(float(run[i])),
-            walltime=float(req[i]) if req[i] > 0 else None,
-            user=max(int(user[i]), 0),
-        )
-        for i in np.flatnonzero(~skip)
-    ]
-    if policy is not None and policy.fraction > 0:
-        jobs = make_malleable(jobs, nodes, policy)
-    return TraceJobs(jobs, nodes, [f"job {int(ids[i])}: {why}" for i, why in skipped])
+    keep = np.flatnonzero(~skip)
+    req = f["requested_time"][keep]
+    for name, values in (("run time", run[keep]), ("requested time", req)):
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            i = int(keep[bad[0]])
+            raise InvalidInputError(
+                f"{trace.line_of(i)}: job {int(ids[i])}: {name} {values[bad[0]]} is not finite"
+            )
+    return RigidArrays(
+        ids=ids[keep],
+        submit=np.asarray(submit[keep], dtype=np.float64),
+        size=size[keep].astype(np.int64),
+        runtime=np.asarray(run[keep], dtype=np.float64),
+        walltime=np.where(req > 0, req, 0.0).astype(np.float64),
+        user=np.maximum(f["user_id"][keep], 0).astype(np.int64),
+        num_nodes=nodes,
+        skipped=[f"job {int(ids[i])}: {why}" for i, why in skipped],
+        rows=keep,
+    )
+
+
 
 
 def make_malleable(jobs: Sequence[Job], num_nodes: int, policy: MalleablePolicy) -> list[Job]:

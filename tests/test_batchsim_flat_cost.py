@@ -1,0 +1,220 @@
+"""The rigid kernel's indexed queue, the columnar trace path and the fast CSV writer."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcnb.batchsim import FixedWork, Job, JobType, Platform, check_invariants, simulate
+from hpcnb.batchsim.rigid import _NOT_WAITING, _first_fit, _shadow, _tree_set
+from hpcnb.batchsim.scheduler import FCFS, SJF, EasyBackfilling, shadow_time
+from hpcnb.batchsim.simulation import _write_csv, simulate_rigid
+from hpcnb.batchsim.swf import trace_from_arrays
+from hpcnb.batchsim.workloads import jobs_from_swf, rigid_arrays_from_swf
+from hpcnb.errors import InvalidInputError
+
+
+def long_queue(n: int = 200, nodes: int = 16, seed: int = 0) -> list[Job]:
+    """A backlog: ``n`` jobs submitted in bursts far faster than the machine runs them."""
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for i in range(n):
+        size = int(rng.choice([1, 1, 2, 3, 4, 8, nodes]))
+        run = float(rng.integers(1, 400))
+        walltime = run + float(rng.integers(0, 200)) if i % 3 else None
+        jobs.append(Job(i, float(i // 20), JobType.RIGID, size, FixedWork(run), walltime=walltime))
+    return jobs
+
+
+@pytest.mark.parametrize("scheduler", [FCFS(), EasyBackfilling()], ids=["fcfs", "easy"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_long_queue_same_schedule_as_the_full_scan(scheduler, seed):
+    # the general engine's pass scans the whole queue; the kernel indexes it
+    jobs = long_queue(seed=seed)
+    fast = simulate(jobs, Platform(16), scheduler)
+    scan = simulate(jobs, Platform(16), scheduler, compiled=False)
+    assert fast.compiled and not scan.compiled
+    check_invariants(fast, jobs)
+    np.testing.assert_array_equal(fast.jobs["start"].to_numpy(), scan.jobs["start"].to_numpy())
+    # a backlog indeed: most jobs wait
+    assert (fast.jobs["wait"] > 0).mean() > 0.5
+
+
+def _tree(sizes: list[int], ests: list[float], waiting: list[bool]):
+    leaves = 1
+    while leaves < len(sizes):
+        leaves *= 2
+    min_size = np.full(2 * leaves, _NOT_WAITING, dtype=np.int64)
+    min_est = np.full(2 * leaves, np.inf)
+    for j, (s, e, w) in enumerate(zip(sizes, ests, waiting, strict=True)):
+        if w:
+            _tree_set(min_size, min_est, leaves, j, s, e)
+    return min_size, min_est, leaves
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 9), st.floats(0, 50), st.booleans()), min_size=1, max_size=70
+    ),
+    st.integers(0, 70),
+    st.integers(0, 10),
+    st.integers(0, 10),
+    st.floats(0, 20),
+    st.floats(0, 80) | st.just(math.inf),
+)
+def test_first_fit_equals_a_linear_scan(jobs, lo, free, extra, now, shadow):
+    sizes, ests, waiting = (list(x) for x in zip(*jobs, strict=True))
+    min_size, min_est, leaves = _tree(sizes, ests, waiting)
+    stack = np.empty((130, 3), dtype=np.int64)
+    got = _first_fit(min_size, min_est, leaves, lo, free, extra, now, shadow, stack)
+    expected = next(
+        (
+            j
+            for j in range(lo, len(sizes))
+            if waiting[j] and sizes[j] <= free and (now + ests[j] <= shadow or sizes[j] <= extra)
+        ),
+        -1,
+    )
+    assert got == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.floats(0, 100), st.integers(1, 8)), max_size=30),
+    st.floats(0, 120),
+    st.integers(0, 8),
+    st.integers(1, 40),
+)
+def test_profile_gives_the_earliest_start_for_k_nodes(running, now, free, need):
+    """The shadow time is the earliest time ``need`` nodes are free, by brute force."""
+    if free >= need:
+        need = free + 1  # the kernel asks only for a head that does not fit now
+    start = np.array([r[0] for r in running] + [0.0])
+    estimate = np.array([r[1] for r in running] + [0.0])
+    size = np.array([r[2] for r in running] + [1], dtype=np.int64)
+    idx = np.arange(len(running), dtype=np.int64)
+    scratch_e, scratch_s = np.empty(len(running) + 1), np.empty(len(running) + 1, np.int64)
+    shadow, extra = _shadow(
+        now, free, need, start, estimate, size, idx, len(idx), scratch_e, scratch_s
+    )
+    ends = sorted({max(now, s + e) for s, e, _ in running})
+    brute = (math.inf, 0)
+    for t in ends:  # try every candidate time in order; the first with enough nodes wins
+        avail = free + sum(n for s, e, n in running if max(now, s + e) <= t)
+        if avail >= need:
+            brute = (t, avail - need)
+            break
+    assert (shadow, extra) == brute
+    releases = [(max(now, s + e), n) for s, e, n in running]
+    assert (shadow, extra) == shadow_time(now, free, need, releases)
+
+
+def _trace(n: int = 300, seed: int = 4):
+    rng = np.random.default_rng(seed)
+    run = rng.integers(1, 1000, n).astype(float)
+    run[5] = -1  # unknown: skipped
+    trace = trace_from_arrays(
+        submit=np.sort(rng.integers(0, 5000, n)).astype(float),
+        run_time=run,
+        processors=rng.integers(1, 40, n).astype(float),
+        requested_time=np.where(rng.random(n) < 0.5, run * 2, -1),
+    )
+    trace.fields["user_id"][:] = rng.integers(-1, 5, n)
+    return trace
+
+
+@pytest.mark.parametrize("scheduler", [FCFS(), EasyBackfilling()], ids=["fcfs", "easy"])
+def test_columns_give_the_result_of_the_job_objects(scheduler, tmp_path):
+    trace = _trace()
+    rows = rigid_arrays_from_swf(trace, 32)
+    jobs = jobs_from_swf(trace, 32)
+    assert len(rows) == len(jobs.jobs) and rows.skipped == jobs.skipped
+    assert len(rows) + len(rows.skipped) == 300 and len(rows) > 200
+    fast = simulate_rigid(
+        rows.ids,
+        rows.submit,
+        rows.size,
+        rows.runtime,
+        rows.walltime,
+        rows.user,
+        Platform(32),
+        scheduler,
+    )
+    slow = simulate(jobs.jobs, Platform(32), scheduler)
+    for column in ("id", "submit", "start", "end", "nodes", "user"):
+        np.testing.assert_array_equal(fast.jobs[column].to_numpy(), slow.jobs[column].to_numpy())
+    a, b = fast.write(tmp_path / "a"), slow.write(tmp_path / "b")
+    for name in ("job_statistics", "node_utilization"):
+        assert a[name].read_bytes() == b[name].read_bytes()
+
+
+def test_columns_reject_bad_input():
+    one = np.ones(2)
+    ids = np.array([1, 2])
+    with pytest.raises(InvalidInputError, match="no compiled kernel"):
+        simulate_rigid(ids, one, one, one, one, one, Platform(2), SJF())
+    with pytest.raises(InvalidInputError, match="not unique"):
+        simulate_rigid(np.array([3, 3]), one, one, one, one, one, Platform(2), FCFS())
+    with pytest.raises(InvalidInputError, match="job 2: needs 5 nodes"):
+        simulate_rigid(ids, one, np.array([1, 5]), one, one, one, Platform(2), FCFS())
+    with pytest.raises(InvalidInputError, match="one length"):
+        simulate_rigid(ids, one, one, np.ones(3), one, one, Platform(2), FCFS())
+    with pytest.raises(InvalidInputError, match="job 1: submit_time=-1"):
+        simulate_rigid(ids, np.array([-1.0, 0]), one, one, one, one, Platform(2), FCFS())
+
+
+def test_a_non_finite_requested_time_names_its_job_and_line():
+    trace = trace_from_arrays(
+        submit=np.zeros(2),
+        run_time=np.ones(2),
+        processors=np.ones(2),
+        requested_time=np.array([5.0, np.inf]),
+    )
+    with pytest.raises(InvalidInputError, match=r"job 2: requested time inf is not finite"):
+        rigid_arrays_from_swf(trace, 4)
+
+
+def _csv_reference(columns: dict) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(zip(*(np.asarray(v).tolist() for v in columns.values()), strict=True))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"a": np.arange(5), "b": np.array([0.0, 1.0, -2.0, 3e15, 7.0])},
+        {"a": np.array([0.5, np.nan, np.inf, -0.0, 1e300]), "t": ["x", "y", "x", "y", "x"]},
+        {"s": ["p,q", "r", "s", "t", "u"], "v": np.zeros(5)},  # quoted: falls back
+        {"s": ['a"b', "r", "s", "t", "u"], "k": np.full(5, "done", dtype=object)},
+        {"c": np.full(5, "100%", dtype=object), "d": np.array([1, 2, 3, 4, 5]) * 2**40},
+        {"e": np.array([], dtype=float), "f": np.array([], dtype=np.int64)},
+    ],
+)
+def test_fast_csv_writes_the_bytes_of_csv_writer(columns, tmp_path):
+    path = tmp_path / "t.csv"
+    _write_csv(path, columns)
+    assert path.read_text(encoding="utf-8") == _csv_reference(columns)
+
+
+def test_fast_csv_on_many_rows_with_blocks(tmp_path):
+    rng = np.random.default_rng(1)
+    n = 150_000  # more than one block of rows
+    columns = {
+        "id": np.arange(n),
+        "type": np.where(rng.random(n) < 0.5, "rigid", "malleable").astype(object),
+        "t": np.floor(rng.random(n) * 1e6),
+        "x": rng.random(n),
+    }
+    path = tmp_path / "t.csv"
+    _write_csv(path, columns)
+    assert path.read_text(encoding="utf-8") == _csv_reference(columns)
