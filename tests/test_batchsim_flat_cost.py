@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcnb.batchsim import FixedWork, Job, JobType, Platform, check_invariants, simulate
-from hpcnb.batchsim.rigid import _NOT_WAITING, _first_fit, _shadow, _tree_set
+from hpcnb.batchsim.index import FitIndex
+from hpcnb.batchsim.rigid import _shadow
 from hpcnb.batchsim.scheduler import FCFS, SJF, EasyBackfilling, shadow_time
 from hpcnb.batchsim.simulation import _write_csv, simulate_rigid
 from hpcnb.batchsim.swf import trace_from_arrays
@@ -46,18 +47,6 @@ def test_long_queue_same_schedule_as_the_full_scan(scheduler, seed):
     assert (fast.jobs["wait"] > 0).mean() > 0.5
 
 
-def _tree(sizes: list[int], ests: list[float], waiting: list[bool]):
-    leaves = 1
-    while leaves < len(sizes):
-        leaves *= 2
-    min_size = np.full(2 * leaves, _NOT_WAITING, dtype=np.int64)
-    min_est = np.full(2 * leaves, np.inf)
-    for j, (s, e, w) in enumerate(zip(sizes, ests, waiting, strict=True)):
-        if w:
-            _tree_set(min_size, min_est, leaves, j, s, e)
-    return min_size, min_est, leaves
-
-
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
@@ -70,15 +59,26 @@ def _tree(sizes: list[int], ests: list[float], waiting: list[bool]):
     st.floats(0, 80) | st.just(math.inf),
 )
 def test_first_fit_equals_a_linear_scan(jobs, lo, free, extra, now, shadow):
-    sizes, ests, waiting = (list(x) for x in zip(*jobs, strict=True))
-    min_size, min_est, leaves = _tree(sizes, ests, waiting)
-    stack = np.empty((130, 3), dtype=np.int64)
-    got = _first_fit(min_size, min_est, leaves, lo, free, extra, now, shadow, stack)
+    """Jobs of sizes [fit, fit + grow]: they start with min(size, free) nodes."""
+    index = FitIndex(len(jobs))
+    sizes = []
+    for j, (fit, est, waiting) in enumerate(jobs):
+        size = fit + j % 3
+        sizes.append((fit, size, est, waiting))
+        if waiting:
+            index.add(j, fit, size, est)
+    if jobs and jobs[0][2]:
+        index.remove(0)  # and out again
+        sizes[0] = (*sizes[0][:3], False)
+    got = index.first(lo, free, extra, now, shadow)
     expected = next(
         (
             j
-            for j in range(lo, len(sizes))
-            if waiting[j] and sizes[j] <= free and (now + ests[j] <= shadow or sizes[j] <= extra)
+            for j, (fit, size, est, waiting) in enumerate(sizes)
+            if j >= lo
+            and waiting
+            and fit <= free
+            and (now + est <= shadow or min(size, free) <= extra)
         ),
         -1,
     )

@@ -32,16 +32,18 @@ parallel-task model ``ptask_L07`` that ElastiSim uses, instead of equal bytes pe
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import ClassVar, Protocol, cast
+from typing import ClassVar, Protocol, cast, overload
 
 import numpy as np
 
-from hpcnb.batchsim.jobs import Job, JobType, RunContext
+from hpcnb.batchsim.index import FitIndex
+from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext
 from hpcnb.batchsim.network import FlowNetwork
 from hpcnb.batchsim.nodes import ALLOCATION_POLICIES, NodePool, group_traffic
 from hpcnb.batchsim.platform import (
@@ -62,6 +64,7 @@ __all__ = [
     "SchedulingPolicy",
     "SimulationError",
     "Simulator",
+    "WaitingQueue",
 ]
 
 
@@ -209,6 +212,65 @@ class JobRecord:
         return f"JobRecord(id={self.id}, {self.type}, {self.status}, nodes={self.nodes})"
 
 
+class WaitingQueue(Sequence[JobRecord]):
+    """The waiting jobs in submit order: a read-only sequence for schedulers.
+
+    Iteration, ``len``, truth and ``queue[0]`` cost O(1) per item and the engine adds and
+    removes jobs in O(1) (a dict keyed by submission position), so a scheduler that looks
+    only at the head pays nothing for a long queue. ``queue[k]`` for ``k > 0`` walks
+    ``k`` items and slices copy, as ``list(queue)`` does.
+    """
+
+    __slots__ = ("_index", "_jobs")
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, JobRecord] = {}
+        self._index: FitIndex | None = None
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __bool__(self) -> bool:
+        return bool(self._jobs)
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        return iter(self._jobs.values())
+
+    def __contains__(self, rec: object) -> bool:
+        return isinstance(rec, JobRecord) and self._jobs.get(rec.seq) is rec
+
+    @overload
+    def __getitem__(self, k: int) -> JobRecord: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[JobRecord]: ...
+
+    def __getitem__(self, k: int | slice) -> JobRecord | list[JobRecord]:
+        if isinstance(k, slice):
+            return list(self._jobs.values())[k]
+        n = len(self._jobs)
+        if not -n <= k < n:
+            raise IndexError(f"queue index {k} out of range (length {n})")
+        if k < 0:
+            k += n
+        if k == 0:
+            return next(iter(self._jobs.values()))
+        return next(itertools.islice(self._jobs.values(), k, None))
+
+    def __repr__(self) -> str:
+        return f"WaitingQueue({list(self._jobs.values())!r})"
+
+    def _add(self, rec: JobRecord, requested: float | None) -> None:
+        self._jobs[rec.seq] = rec
+        if self._index is not None and requested is not None:
+            self._index.add(rec.seq, rec.job.num_nodes_min, rec.job.num_nodes, requested)
+
+    def _remove(self, rec: JobRecord) -> None:
+        del self._jobs[rec.seq]
+        if self._index is not None:
+            self._index.remove(rec.seq)
+
+
 class SchedulerView:
     """The scheduler's window on the system and its means to act.
 
@@ -219,15 +281,19 @@ class SchedulerView:
         running: Running jobs in start order.
         free_nodes: Nodes neither allocated nor reserved.
         ctx: Context for timing work models.
+        allocations: Counts the changes of allocated nodes (a start, an end, a resize): a
+            scheduler may keep what it derived from :attr:`running` while it is unchanged.
     """
 
     def __init__(self, sim: Simulator) -> None:
         self._sim = sim
         self.time = 0.0
         self.platform = sim.platform
-        self.queue: list[JobRecord] = []
+        self.queue = WaitingQueue()
         self.running: list[JobRecord] = []
         self.free_nodes = sim.platform.num_nodes
+        self.allocations = 0
+        self._moving_ends = 0  # running jobs whose expected end moves with the clock
         self.ctx = RunContext(sim.platform)
         self._requested: dict[int, float] = {}
 
@@ -336,6 +402,42 @@ class SchedulerView:
         if value is None:
             value = self._requested[rec.job.id] = rec.job.requested_time(self.ctx)
         return value
+
+    def fit_index(self) -> FitIndex:
+        """Return the tree of minima over the waiting jobs (see :mod:`~hpcnb.batchsim.index`).
+
+        Built on the first call from the queue as it stands; from then on the engine keeps
+        it up to date as jobs arrive and leave. Its positions are the jobs' ``seq``; each
+        leaf holds a job's ``num_nodes_min``, ``num_nodes`` and :meth:`requested_time`.
+        """
+        queue = self.queue
+        if queue._index is None:
+            queue._index = FitIndex(len(self._sim.records))
+            for rec in queue:
+                queue._index.add(
+                    rec.seq, rec.job.num_nodes_min, rec.job.num_nodes, self.requested_time(rec)
+                )
+        return queue._index
+
+    def record(self, seq: int) -> JobRecord:
+        """Return the job record at submission position ``seq`` (:attr:`JobRecord.seq`)."""
+        return self._sim.records[seq]
+
+    @staticmethod
+    def fixed_end(rec: JobRecord) -> bool:
+        """Whether a job's :meth:`expected_end` is a fixed time clipped to now once it runs.
+
+        True for rigid jobs with a walltime or a single unit: their expected end moves only
+        when the clock passes it, so a reservation computed from them stays valid while
+        :attr:`allocations` is unchanged.
+        """
+        job = rec.job
+        return job.type is JobType.RIGID and (job.walltime is not None or job.work.num_units == 1)
+
+    @property
+    def fixed_ends(self) -> bool:
+        """Whether every running job has a fixed expected end (:meth:`fixed_end`)."""
+        return self._moving_ends == 0
 
     def remaining_time(self, rec: JobRecord) -> float:
         """Return the estimated remaining run time of a job at its current (target) size.
@@ -494,6 +596,7 @@ class Simulator:
     def _alloc(self, delta: int) -> None:
         view = self._view
         view.free_nodes -= delta
+        view.allocations += 1
         if self._usage_t and self._usage_t[-1] == view.time:
             self._usage_n[-1] = self.platform.num_nodes - view.free_nodes
         else:
@@ -509,13 +612,21 @@ class Simulator:
 
     def _start(self, rec: JobRecord, n: int) -> None:
         view = self._view
-        view.queue.remove(rec)
+        view.queue._remove(rec)
         view.running.append(rec)
+        view._moving_ends += not view.fixed_end(rec)
         rec.status = JobStatus.RUNNING
         rec.start_time = view.time
         rec.target = rec.active = n
         self._set_size(rec, n)
-        self._pfs_users += rec.job.work.uses_pfs
+        work = rec.job.work
+        if type(work) is FixedWork and self._pool is None:
+            # fast path: one timed unit, no PFS (the segments would merge to this one)
+            rec.at_point = False
+            rec.unit_end = view.time + work.runtime
+            self._push(rec.unit_end, _SegmentEnd(rec, rec.epoch))
+            return
+        self._pfs_users += work.uses_pfs
         ctx = self._ctx()
         self._schedule_unit(rec, rec.job.work.init_segments(n, ctx), ctx)
 
@@ -656,10 +767,11 @@ class Simulator:
     def _finish(self, rec: JobRecord, status: JobStatus) -> None:
         view = self._view
         if rec.status is JobStatus.WAITING:
-            view.queue.remove(rec)
+            view.queue._remove(rec)
             rec.start_time = view.time
         else:
             view.running.remove(rec)
+            view._moving_ends -= not view.fixed_end(rec)
             self._set_size(rec, 0)
             self._pfs_users -= rec.job.work.uses_pfs
         if rec.link:
@@ -794,7 +906,9 @@ class Simulator:
         match payload:
             case _Submission(rec):
                 rec.status = JobStatus.WAITING
-                self._view.queue.append(rec)
+                view = self._view
+                index = view.queue._index
+                view.queue._add(rec, None if index is None else view.requested_time(rec))
                 self._reasons.add(InvocationReason.JOB_SUBMIT)
             case _SegmentEnd(rec, epoch):
                 if epoch == rec.epoch:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from hpcnb.batchsim.index import NOT_WAITING, first_fit, tree_set
 from hpcnb.batchsim.swf import MAX_NODES
 from hpcnb.errors import InvalidInputError
 
@@ -140,64 +141,6 @@ def _shadow(
     return np.inf, 0
 
 
-_NOT_WAITING = np.iinfo(np.int64).max
-
-
-@numba.njit(cache=True)
-def _tree_set(
-    min_size: np.ndarray, min_est: np.ndarray, leaves: int, j: int, s: int, e: float
-) -> None:
-    """Set job ``j``'s leaf to size ``s`` and estimate ``e`` and update its ancestors."""
-    k = leaves + j
-    min_size[k] = s
-    min_est[k] = e
-    k >>= 1
-    while k >= 1:
-        a, b = 2 * k, 2 * k + 1
-        min_size[k] = min(min_size[a], min_size[b])
-        min_est[k] = min(min_est[a], min_est[b])
-        k >>= 1
-
-
-@numba.njit(cache=True)
-def _first_fit(
-    min_size: np.ndarray,
-    min_est: np.ndarray,
-    leaves: int,
-    lo: int,
-    free: int,
-    extra: int,
-    now: float,
-    shadow: float,
-    stack: np.ndarray,
-) -> int:
-    """Return the first waiting job ``>= lo`` that EASY may backfill now, or -1.
-
-    A job qualifies when it fits (``size <= free``) and either ends by the shadow time
-    (``now + estimate <= shadow``) or fits the extra nodes (``size <= extra``). The
-    search descends the tree of minima left to right and skips every subtree whose
-    minima rule both out, so a pass with nothing to start costs O(log n), not a scan of
-    the queue. The leaf test is the exact expression of the scan it replaces.
-    """
-    top = 0
-    stack[0, 0], stack[0, 1], stack[0, 2] = 1, 0, leaves
-    while top >= 0:
-        k, first, width = stack[top, 0], stack[top, 1], stack[top, 2]
-        top -= 1  # node k holds the leaves [first, first + width)
-        if first + width <= lo or min_size[k] > free:
-            continue
-        if min_size[k] > extra and not now + min_est[k] <= shadow:
-            continue
-        if k >= leaves:
-            return k - leaves
-        half = width >> 1
-        top += 1
-        stack[top, 0], stack[top, 1], stack[top, 2] = 2 * k + 1, first + half, half
-        top += 1
-        stack[top, 0], stack[top, 1], stack[top, 2] = 2 * k, first, half
-    return -1
-
-
 @numba.njit(cache=True)
 def _kernel(
     submit: np.ndarray,
@@ -213,9 +156,9 @@ def _kernel(
     ``>= head`` (below ``nxt``, the next submission): the head only moves forward. Under
     FCFS nothing starts out of order and the queue is the range ``[head, nxt)``. Under
     EASY, the waiting jobs' sizes and estimates sit in a tree of minima over job indices,
-    which finds the next backfill candidate (:func:`_first_fit`); the shadow time is
-    computed only when some waiting job fits the free nodes, and reused while no job
-    started or ended since (only the clock moved).
+    which finds the next backfill candidate (:func:`~hpcnb.batchsim.index.first_fit`);
+    the shadow time is computed only when some waiting job fits the free nodes, and reused
+    while no job started or ended since (only the clock moved).
     """
     n = submit.shape[0]
     start = np.full(n, np.nan)
@@ -224,13 +167,12 @@ def _kernel(
     heap_n = 0  # the heap's values are the running jobs
     ends = np.empty(n)
     sizes = np.empty(n, dtype=np.int64)
-    leaves = 1
-    while leaves < max(n, 1):
-        leaves *= 2
     easy = policy == 1
-    tree = leaves if easy else 1
-    min_size = np.full(2 * tree, _NOT_WAITING, dtype=np.int64)
-    min_est = np.full(2 * tree, np.inf)
+    leaves = 1
+    while leaves < max(n, 1) and easy:
+        leaves *= 2
+    min_size = np.full(2 * leaves, NOT_WAITING, dtype=np.int64)  # also the smallest size
+    min_est = np.full(2 * leaves, np.inf)
     stack = np.empty((130, 3), dtype=np.int64)  # two entries per tree level
     free = total
     nxt = 0
@@ -253,7 +195,9 @@ def _kernel(
             version += 1
         while nxt < n and submit[nxt] == now:
             if easy:
-                _tree_set(min_size, min_est, leaves, nxt, size[nxt], estimate[nxt])
+                tree_set(
+                    min_size, min_size, min_est, leaves, nxt, size[nxt], size[nxt], estimate[nxt]
+                )
             nxt += 1
             waiting += 1
         if waiting == 0:
@@ -263,7 +207,9 @@ def _kernel(
             free -= size[head]
             heap_n = _start_job(head, now, start, runtime, heap_keys, heap_vals, heap_n)
             if easy:
-                _tree_set(min_size, min_est, leaves, head, _NOT_WAITING, np.inf)
+                tree_set(
+                    min_size, min_size, min_est, leaves, head, NOT_WAITING, NOT_WAITING, np.inf
+                )
             waiting -= 1
             version += 1
             head += 1
@@ -272,7 +218,10 @@ def _kernel(
         if not easy or waiting < 2 or free == 0:
             continue
         # backfill: only when some waiting job after the head fits the free nodes
-        if _first_fit(min_size, min_est, leaves, head + 1, free, free, now, np.inf, stack) < 0:
+        if (
+            first_fit(min_size, min_size, min_est, leaves, head + 1, free, free, now, np.inf, stack)
+            < 0
+        ):
             continue
         if version != cached_version or head != cached_head or shadow < now:
             shadow, base_extra = _shadow(
@@ -282,7 +231,7 @@ def _kernel(
         extra = base_extra
         lo = head + 1
         while free > 0:
-            j = _first_fit(min_size, min_est, leaves, lo, free, extra, now, shadow, stack)
+            j = first_fit(min_size, min_size, min_est, leaves, lo, free, extra, now, shadow, stack)
             if j < 0:
                 break
             s = size[j]
@@ -290,7 +239,7 @@ def _kernel(
                 extra -= s
             free -= s
             heap_n = _start_job(j, now, start, runtime, heap_keys, heap_vals, heap_n)
-            _tree_set(min_size, min_est, leaves, j, _NOT_WAITING, np.inf)
+            tree_set(min_size, min_size, min_est, leaves, j, NOT_WAITING, NOT_WAITING, np.inf)
             waiting -= 1
             version += 1
             lo = j + 1

@@ -122,7 +122,9 @@ class FCFS(Scheduler):
 
     def act(self, view: SchedulerView) -> None:
         """Start jobs in submit order until the first that does not fit."""
-        for rec in list(view.queue):
+        queue = view.queue
+        while queue:  # only the head is looked at: O(started) per pass
+            rec = queue[0]
             size = self.start_size(view, rec)
             if size is None:
                 return
@@ -184,38 +186,68 @@ class EasyBackfilling(Scheduler):
     """
 
     name = "easy"
+    _cached: tuple[SchedulerView, tuple[int, int], float, int] | None = None
 
     def act(self, view: SchedulerView) -> None:
-        """Start in order, reserve for the head, backfill the rest."""
-        queue = list(view.queue)
-        i = 0
-        while i < len(queue):
-            size = self.start_size(view, queue[i])
+        """Start in order, reserve for the head, backfill the rest.
+
+        The backfill candidates come from the view's tree of minima
+        (:meth:`~hpcnb.batchsim.engine.SchedulerView.fit_index`) in submit order, so a
+        pass costs O(log n) per job it examines rather than a scan of the queue; the test
+        each candidate passes is the rule above.
+        """
+        queue = view.queue
+        while queue:
+            size = self.start_size(view, queue[0])
             if size is None:
                 break
-            view.start(queue[i], size)
-            i += 1
-        if i >= len(queue) - 1 or view.free_nodes == 0:
+            view.start(queue[0], size)
+        if len(queue) < 2 or view.free_nodes == 0:
             return
         # only jobs whose smallest size fits now can be backfilled (free only shrinks below)
-        free = view.free_nodes
-        candidates = [r for r in queue[i + 1 :] if r.job.num_nodes_min <= free]
-        if not candidates:
+        head = queue[0]
+        index = view.fit_index()
+        now = view.time
+        if index.first(head.seq + 1, view.free_nodes, view.free_nodes, now, math.inf) < 0:
             return
-        head = queue[i]
-        releases = [(view.expected_end(r), r.nodes) for r in view.running]
-        shadow, extra = shadow_time(view.time, view.free_nodes, self.reserve_size(head), releases)
-        for rec in candidates:
-            if view.free_nodes == 0:
+        shadow, extra = self._reservation(view, head)
+        lo = head.seq + 1
+        while view.free_nodes > 0:
+            seq = index.first(lo, view.free_nodes, extra, now, shadow)
+            if seq < 0:
                 return
+            rec = view.record(seq)
+            lo = seq + 1
             size = self.start_size(view, rec)
             if size is None:
                 continue
-            if view.time + view.requested_time(rec) <= shadow:
+            if now + view.requested_time(rec) <= shadow:
                 view.start(rec, size)
             elif size <= extra:
                 view.start(rec, size)
                 extra -= size
+
+    def _reservation(self, view: SchedulerView, head: JobRecord) -> tuple[float, int]:
+        """The head's shadow time and extra nodes, reused while nothing changed but the clock.
+
+        With the same running jobs (``view.allocations`` unchanged), all of fixed expected
+        end, and the same head, a shadow time not yet passed is still the answer (jobs
+        whose expected end passed count as ending now, before the shadow time either way).
+        """
+        cached = self._cached
+        if (
+            cached is not None
+            and cached[0] is view
+            and cached[1] == (view.allocations, head.seq)
+            and cached[2] >= view.time
+        ):
+            return cached[2], cached[3]
+        now = view.time
+        releases = [(view.expected_end(r), r.nodes) for r in view.running]
+        shadow, extra = shadow_time(now, view.free_nodes, self.reserve_size(head), releases)
+        key = (view.allocations, head.seq)
+        self._cached = (view, key, shadow, extra) if view.fixed_ends else None
+        return shadow, extra
 
 
 class ConservativeBackfilling(Scheduler):
