@@ -218,3 +218,29 @@ def test_fast_csv_on_many_rows_with_blocks(tmp_path):
     path = tmp_path / "t.csv"
     _write_csv(path, columns)
     assert path.read_text(encoding="utf-8") == _csv_reference(columns)
+
+
+def test_waiting_queue_is_a_sequence_in_submit_order():
+    from hpcnb.batchsim.engine import JobRecord, WaitingQueue
+
+    records = []
+    for k in range(100):
+        rec = JobRecord(Job(k, 0.0, JobType.RIGID, 1, FixedWork(1.0)))
+        rec.seq = k
+        records.append(rec)
+    queue = WaitingQueue()
+    for rec in records:
+        queue._add(rec, None)
+    removed = {0, 1, 2, 5, 50, *range(60, 99)}  # the head, the middle, enough to compact
+    for k in sorted(removed):
+        queue._remove(records[k])
+    alive = [r for r in records if r.seq not in removed]
+    assert list(queue) == alive and len(queue) == len(alive) and queue
+    assert queue[0] is alive[0] and queue[3] is alive[3] and queue[-1] is alive[-1]
+    assert queue[1:3] == alive[1:3]
+    assert records[4] in queue and records[5] not in queue and "x" not in queue
+    with pytest.raises(IndexError, match="out of range"):
+        queue[len(alive)]
+    for rec in alive:
+        queue._remove(rec)
+    assert not queue and list(queue) == []

@@ -31,6 +31,7 @@ parallel-task model ``ptask_L07`` that ElastiSim uses, instead of equal bytes pe
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
@@ -215,16 +216,20 @@ class JobRecord:
 class WaitingQueue(Sequence[JobRecord]):
     """The waiting jobs in submit order: a read-only sequence for schedulers.
 
-    Iteration, ``len``, truth and ``queue[0]`` cost O(1) per item and the engine adds and
-    removes jobs in O(1) (a dict keyed by submission position), so a scheduler that looks
-    only at the head pays nothing for a long queue. ``queue[k]`` for ``k > 0`` walks
-    ``k`` items and slices copy, as ``list(queue)`` does.
+    ``len``, truth, ``queue[0]`` and membership cost O(1), iteration O(1) per item, and
+    the engine adds and removes jobs in amortised O(1): jobs sit in a list in submission
+    order with removed ones skipped (the list is compacted when they outnumber the
+    waiting ones), so a scheduler that looks only at the head pays nothing for a long
+    queue. ``queue[k]`` for ``k > 0`` walks ``k`` items; slices copy, as ``list(queue)``.
     """
 
-    __slots__ = ("_index", "_jobs")
+    __slots__ = ("_dead", "_head", "_index", "_jobs", "_order")
 
     def __init__(self) -> None:
-        self._jobs: dict[int, JobRecord] = {}
+        self._jobs: dict[int, JobRecord] = {}  # waiting jobs by submission position
+        self._order: list[JobRecord] = []  # waiting and removed jobs, by position
+        self._head = 0  # removed jobs before it are skipped for good
+        self._dead = 0  # removed jobs still in _order[_head:]
         self._index: FitIndex | None = None
 
     def __len__(self) -> int:
@@ -234,7 +239,10 @@ class WaitingQueue(Sequence[JobRecord]):
         return bool(self._jobs)
 
     def __iter__(self) -> Iterator[JobRecord]:
-        return iter(self._jobs.values())
+        jobs = self._jobs
+        if not self._dead:
+            return iter(self._order[self._head :])
+        return (r for r in self._order[self._head :] if jobs.get(r.seq) is r)
 
     def __contains__(self, rec: object) -> bool:
         return isinstance(rec, JobRecord) and self._jobs.get(rec.seq) is rec
@@ -247,26 +255,36 @@ class WaitingQueue(Sequence[JobRecord]):
 
     def __getitem__(self, k: int | slice) -> JobRecord | list[JobRecord]:
         if isinstance(k, slice):
-            return list(self._jobs.values())[k]
+            return list(self)[k]
         n = len(self._jobs)
         if not -n <= k < n:
             raise IndexError(f"queue index {k} out of range (length {n})")
         if k < 0:
             k += n
         if k == 0:
-            return next(iter(self._jobs.values()))
-        return next(itertools.islice(self._jobs.values(), k, None))
+            order, jobs = self._order, self._jobs
+            while jobs.get(order[self._head].seq) is not order[self._head]:
+                self._head += 1
+                self._dead -= 1
+            return order[self._head]
+        return next(itertools.islice(iter(self), k, None))
 
     def __repr__(self) -> str:
-        return f"WaitingQueue({list(self._jobs.values())!r})"
+        return f"WaitingQueue({list(self)!r})"
 
     def _add(self, rec: JobRecord, requested: float | None) -> None:
         self._jobs[rec.seq] = rec
+        self._order.append(rec)
         if self._index is not None and requested is not None:
             self._index.add(rec.seq, rec.job.num_nodes_min, rec.job.num_nodes, requested)
 
     def _remove(self, rec: JobRecord) -> None:
         del self._jobs[rec.seq]
+        self._dead += 1
+        if self._dead > 32 and self._dead > len(self._jobs):
+            jobs = self._jobs
+            self._order = [r for r in self._order[self._head :] if jobs.get(r.seq) is r]
+            self._head = self._dead = 0
         if self._index is not None:
             self._index.remove(rec.seq)
 
@@ -959,15 +977,24 @@ class Simulator:
             SchedulerError: The scheduler ordered something impossible.
             SimulationError: Jobs are left waiting with nothing more to happen.
         """
-        if jobs is not None:
-            self.reset(jobs)
-        heap = self._heap
-        if until is None:
-            while heap:
-                self.step()
-        else:
-            while heap and heap[0][0] <= until:
-                self.step()
+        # The run allocates a few objects per event and frees none until it ends, so the
+        # cyclic garbage collector's passes would rescan every record again and again
+        # (cost growing with the number of jobs); it is paused for the run.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            if jobs is not None:
+                self.reset(jobs)
+            heap = self._heap
+            if until is None:
+                while heap:
+                    self.step()
+            else:
+                while heap and heap[0][0] <= until:
+                    self.step()
+        finally:
+            if collecting:
+                gc.enable()
         return self.trace()
 
     def trace(self) -> SimulationTrace:
