@@ -175,7 +175,9 @@ def test_evolving_requests_shrink_granted_growth_only_when_nodes_are_free():
     assert busy.loc[1, "end"] == pytest.approx(7.5) and busy.loc[2, "start"] == 2
 
 
-def test_adaptive_jobs_are_molded_and_evolve_but_the_policy_never_expands_them():
+def test_adaptive_jobs_grow_at_points_without_a_request_and_evolve_with_one():
+    # ElastiSim (Application.cpp): an adaptive job whose phase has no evolving model sends
+    # a scheduling point, as a malleable job does, and the example algorithm grows it
     def case(kind: JobType):
         return [
             Job(1, 0, JobType.RIGID, 2, FixedWork(3)),
@@ -184,9 +186,12 @@ def test_adaptive_jobs_are_molded_and_evolve_but_the_policy_never_expands_them()
 
     adaptive = rows(simulate(case(JobType.ADAPTIVE), Platform(4), ElastiSimFCFS()))
     malleable = rows(simulate(case(JobType.MALLEABLE), Platform(4), ElastiSimFCFS()))
-    assert adaptive.loc[2, "nodes"] == 2 and adaptive.loc[2, "resizes"] == 0
-    assert adaptive.loc[2, "end"] == pytest.approx(18.0)  # 3 units of 6 s on 2 nodes
-    assert malleable.loc[2, "resizes"] == 1 and malleable.loc[2, "end"] < 18.0
+    assert malleable.loc[2, "resizes"] == 1 and malleable.loc[2, "end"] < 18.0  # not 3 x 6 s
+    assert adaptive.loc[2, "resizes"] == 1
+    assert adaptive.loc[2, "end"] == pytest.approx(malleable.loc[2, "end"])
+    # the looser merged pass never grows adaptive jobs
+    merged = rows(simulate(case(JobType.ADAPTIVE), Platform(4), ElastiSimFCFS("any")))
+    assert merged.loc[2, "resizes"] == 0 and merged.loc[2, "end"] == pytest.approx(18.0)
     # an adaptive job's own evolving request is granted like an evolving job's
     # (on 2 nodes a 4 s unit; the rigid job ends at 4; the request for 4 is granted)
     grown = [

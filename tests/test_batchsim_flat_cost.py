@@ -244,3 +244,54 @@ def test_waiting_queue_is_a_sequence_in_submit_order():
     for rec in alive:
         queue._remove(rec)
     assert not queue and list(queue) == []
+
+
+def test_lazy_queue_iteration_while_starting_visits_every_job_once():
+    class StartAll(FCFS):
+        def act(self, view):
+            seen = []
+            for rec in view.queue:  # no snapshot: starting removes the job as we go
+                seen.append(rec.id)
+                view.start(rec)
+            assert len(seen) == len(set(seen))
+
+    jobs = [Job(i, 0.0, JobType.RIGID, 1, FixedWork(5.0)) for i in range(6)]
+    result = simulate(jobs, Platform(6), StartAll())
+    assert (result.jobs["start"] == 0).all()
+
+
+def test_long_queue_trace_copies_jobs_with_unique_ids():
+    from hpcnb.batchsim.experiments import long_queue_trace
+
+    trace = _trace(40)
+    long = long_queue_trace(trace, 10, 3)
+    assert len(long) == 30
+    ids = long.fields["job_id"]
+    assert len(set(ids.tolist())) == 30
+    np.testing.assert_array_equal(long.fields["submit_time"][::3], trace.fields["submit_time"][:10])
+    assert np.all(np.diff(long.fields["submit_time"]) >= 0)
+    with pytest.raises(InvalidInputError, match="copies=0"):
+        long_queue_trace(trace, 10, 0)
+
+
+def test_loglog_slope_and_backlog_scaling():
+    from hpcnb.batchsim.experiments import backlog_scaling, loglog_slope
+
+    assert loglog_slope([1, 10, 100], [3, 30, 300]) == pytest.approx(1.0)
+    assert loglog_slope([1, 10, 100], [1, 100, 10_000]) == pytest.approx(2.0)
+    with pytest.raises(InvalidInputError, match="positive"):
+        loglog_slope([1, 2], [0, 1])
+    table = backlog_scaling(
+        _trace(60), 32, 50, (1, 4), repeats=2, engine_max_jobs=1000, engine_repeats=1
+    )
+    counts = table.groupby(["scheduler", "path"]).size().to_dict()
+    assert counts == {
+        ("easy", "compiled"): 4,
+        ("easy", "general"): 2,
+        ("fcfs", "compiled"): 4,
+        ("fcfs", "general"): 2,
+    }
+    # the same schedule on both paths gives the same longest queue; it grows with the copies
+    peak = table.groupby(["scheduler", "path", "copies"])["max_queue"].first().unstack("path")
+    assert (peak["compiled"] == peak["general"]).all()
+    assert (peak.xs(4, level="copies")["compiled"] > peak.xs(1, level="copies")["compiled"]).all()

@@ -629,7 +629,8 @@ def test_elastisim_huge_sequence_is_aggregated(tmp_path):
     assert error is None, error
     segments = data.jobs[0].work.unit_segments(0, 2, _ctx(data))
     assert len(segments) == 2  # time and PFS bytes in closed form, not 2e9 segments
-    assert segments[0] == ("time", pytest.approx(1e9 * (1e-6 + 1e-3)))
+    lat = data.platform.pfs_route_latency  # node link + PFS link
+    assert segments[0] == ("time", pytest.approx(1e9 * (1e-6 + lat)))
     assert segments[1] == ("pfs_write", pytest.approx(1e12))
 
 

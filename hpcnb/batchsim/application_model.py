@@ -490,7 +490,8 @@ class ApplicationWork(WorkModel):
             if task.spread == "uniform":
                 size *= n
             kind = f"{task.type}_root" if task.spread == "root" else task.type
-            one = [("time", p.pfs_latency), (kind, size)]
+            # ptask_L07: the route's latency first; a transfer of nothing costs nothing
+            one = [("time", p.pfs_route_latency), (kind, size)] if size > 0 else []
         else:
             compute = 0.0
             if task.payload is not None:
@@ -518,8 +519,12 @@ class ApplicationWork(WorkModel):
             ):
                 # the engine runs both as one flow over the job's links
                 one = [("compute", compute), (f"comm_{task.comm_pattern}", size)]
+            elif task.coupled and comm > 0:
+                # one parallel task (ptask_L07): the route latency, then compute and
+                # communication progress together, the slower one setting the time
+                one = [("time", max(compute + p.node_route_latency, comm))]
             else:
-                # a parallel task: compute and communication progress together (ptask_L07)
+                # the node computes while rank 0's communication task runs beside it
                 one = [("time", max(compute, comm))]
         return self._repeat(one, reps, path)
 
@@ -656,23 +661,30 @@ class ApplicationWork(WorkModel):
         return self._nominal(self.reconfiguration_segments(old, new, ctx), ctx)
 
     def evolving_request(self, unit_done: int, nodes: int) -> int | None:
-        """Evaluate the finished phase's ``evolving_request`` (``None`` if it has none).
+        """Evaluate the ``evolving_request`` of the phase about to run (``None``: none).
+
+        As ElastiSim's ``Application``: before every phase iteration but the job's first,
+        the request of that iteration's phase is evaluated with ``phase_iteration`` the
+        iteration's index in its phase and ``num_nodes`` the current size, and cut to an
+        integer (toward zero).
 
         Args:
-            unit_done: Units finished so far (the request of the last one is evaluated).
+            unit_done: Units finished so far (the next unit's phase and index are used).
             nodes: Nodes the job runs on.
 
         Raises:
             WorkloadError: The expression fails or asks for a size that is not finite.
         """
-        phase, first, _, per_unit = self._run(unit_done - 1)
+        if unit_done <= 0 or unit_done >= self.num_units:
+            return None
+        phase, first, _, per_unit = self._run(unit_done)
         expr = self.model.phases[phase].evolving_request
         if expr is None:
             return None
-        iteration = unit_done - 1 - first if per_unit == 1 else per_unit - 1
+        iteration = unit_done - first if per_unit == 1 else 0
         env = {**self.arguments, "num_nodes": nodes, "phase_iteration": iteration}
         path = f"phases[{phase}].evolving_request"
         value = self._eval(expr, env, path)
         if not math.isfinite(value) or abs(value) > 2**62:
             raise WorkloadError(self.model.source, path, f"{value:g} nodes requested")
-        return round(value)
+        return math.trunc(value)

@@ -85,14 +85,17 @@ class ElastiSimInput:
     def simulation_options(self) -> dict[str, float | bool | str]:
         """Return the configuration's options as keyword arguments of ``simulate``.
 
-        ElastiSim runs SimGrid's parallel-task model ``ptask_L07``, so transfers share the
-        PFS by equal progress (``fairness="ptask"``).
+        ElastiSim runs SimGrid's parallel-task model ``ptask_L07``, whose default solver
+        (``host/model ptask solver``: ``fairbottleneck``) gives every transfer crossing a
+        saturated link an equal share of its bandwidth in bytes per second, up to the
+        transfer's own bound: ``fairness="flow"``. (Equal *progress*, ``"ptask"``, is
+        SimGrid's classic max-min solver, which ``ptask_L07`` does not use.)
         """
         return {
             "scheduling_interval": self.scheduling_interval,
             "on_scheduling_point": self.on_scheduling_point,
             "clip_evolving_requests": self.clip_evolving_requests,
-            "fairness": "ptask",
+            "fairness": "flow",
         }
 
 

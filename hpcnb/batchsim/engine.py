@@ -216,7 +216,9 @@ class JobRecord:
 class WaitingQueue(Sequence[JobRecord]):
     """The waiting jobs in submit order: a read-only sequence for schedulers.
 
-    ``len``, truth, ``queue[0]`` and membership cost O(1), iteration O(1) per item, and
+    ``len``, truth, ``queue[0]`` and membership cost O(1), iteration O(1) per item (it is
+    lazy: a scheduler that stops at the first job that cannot start pays for the jobs it
+    looked at, not for the queue), and
     the engine adds and removes jobs in amortised O(1): jobs sit in a list in submission
     order with removed ones skipped (the list is compacted when they outnumber the
     waiting ones), so a scheduler that looks only at the head pays nothing for a long
@@ -239,10 +241,22 @@ class WaitingQueue(Sequence[JobRecord]):
         return bool(self._jobs)
 
     def __iter__(self) -> Iterator[JobRecord]:
-        jobs = self._jobs
-        if not self._dead:
-            return iter(self._order[self._head :])
-        return (r for r in self._order[self._head :] if jobs.get(r.seq) is r)
+        """Yield the jobs waiting when they are reached (lazily, in submit order).
+
+        A job that leaves the queue while the iteration runs (started or killed by the
+        scheduler) is not yielded after it left, so ``for rec in view.queue:
+        view.start(rec)`` visits every job once; ``list(view.queue)`` takes a snapshot.
+        """
+        order, jobs = self._order, self._jobs
+        head = self._head
+        while head < len(order) and jobs.get(order[head].seq) is not order[head]:
+            head += 1  # removed jobs at the front are skipped for good
+        self._dead -= head - self._head
+        self._head = head
+        for i in range(head, len(order)):
+            rec = order[i]
+            if jobs.get(rec.seq) is rec:
+                yield rec
 
     def __contains__(self, rec: object) -> bool:
         return isinstance(rec, JobRecord) and self._jobs.get(rec.seq) is rec
@@ -548,7 +562,8 @@ class Simulator:
             ``"isolated"`` (each job alone on the network: the contention-free model).
         fairness: ``"flow"`` (equal bytes per second per flow, SimGrid's flow model) or
             ``"ptask"`` (equal progress per transfer, SimGrid's ``ptask_L07``).
-        node_links: Bound each flow by its node's link (``Platform.link_bandwidth``).
+        node_links: Bound each PFS flow by its node's link and the TCP window over its
+            route (``Platform.pfs_flow_bandwidth``).
         allocation: ``None`` (nodes are counted, not identified) or an allocation policy
             of :data:`~hpcnb.batchsim.nodes.ALLOCATION_POLICIES`: nodes get ids, the
             per-node state is logged (:attr:`SimulationTrace.node_log`) and, on a platform
@@ -691,7 +706,8 @@ class Simulator:
         base = kind.removesuffix("_root")
         count = 1 if root else max(1, rec.active)
         per_flow = amount / count
-        cap = self.platform.link_bandwidth if self.node_links else math.inf
+        # the node's own link and the TCP window over its route to the PFS (ptask_L07)
+        cap = self.platform.pfs_flow_bandwidth if self.node_links else math.inf
         resource = base if self.network == "shared" else (base, rec.id)
         if resource not in self._net.capacity:
             self._net.add_resource(resource, self._net.capacity[base])

@@ -29,6 +29,7 @@ from hpcnb.batchsim.simulation import SimulationResult, check_invariants, simula
 from hpcnb.batchsim.swf import SWFTrace, read_swf
 from hpcnb.batchsim.workloads import MalleablePolicy, jobs_from_swf, lublin_feitelson
 from hpcnb.data import DataNotFoundError, data_path, stand_in_notice
+from hpcnb.errors import InvalidInputError
 from hpcnb.progress import progress
 from hpcnb.timing import Timing
 
@@ -53,6 +54,9 @@ __all__ = [
     "speed_vs_scale",
     "synthetic_dl_table",
     "turnaround_by_type",
+    "backlog_scaling",
+    "long_queue_trace",
+    "loglog_slope",
     "write_synthetic_elastisim_project",
 ]
 
@@ -265,6 +269,149 @@ def jobs_per_second(
     runs = range(max(1, repeats))
     timing = Timing.of([simulate(jobs, platform, scheduler, **options).wall_seconds for _ in runs])
     return len(jobs) / timing.median, list(timing.samples)
+
+
+def long_queue_trace(trace: SWFTrace, base_jobs: int, copies: int) -> SWFTrace:
+    """Return a trace with ``copies`` copies of each of its first ``base_jobs`` jobs.
+
+    Every copy keeps its job's submit time and gets a unique id (copy ``k`` adds ``k``
+    times the largest id plus one); on the same machine the queue then grows in
+    proportion to the number of jobs: a fixed backlog ratio, the case where a scheduling
+    pass that scans the queue costs O(n) per event. Rows stay in submit order (each job
+    followed by its copies).
+
+    Args:
+        trace: The trace.
+        base_jobs: Jobs taken from its start (at least 1).
+        copies: Copies of each (at least 1).
+
+    Raises:
+        InvalidInputError: ``base_jobs`` or ``copies`` below 1.
+    """
+    if base_jobs < 1 or copies < 1:
+        raise InvalidInputError(f"base_jobs={base_jobs}, copies={copies}: expected >= 1 each")
+    base = trace.head(base_jobs)
+    step = float(np.max(base.fields["job_id"], initial=0.0)) + 1.0
+    fields = {k: np.repeat(v, copies) for k, v in base.fields.items()}
+    fields["job_id"] = fields["job_id"] + np.tile(np.arange(copies) * step, len(base))
+    return SWFTrace(
+        fields,
+        dict(base.header),
+        list(base.header_lines),
+        [],
+        f"{trace.source} (first {len(base)} jobs x {copies})",
+        None,
+        0,
+    )
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Return the least-squares slope of ``log y`` against ``log x`` (1: linear growth).
+
+    Raises:
+        InvalidInputError: Fewer than two points, or a value that is not positive.
+    """
+    lx, ly = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if lx.size < 2 or lx.shape != ly.shape or np.any(lx <= 0) or np.any(ly <= 0):
+        raise InvalidInputError("loglog_slope: expected >= 2 pairs of positive values")
+    return float(np.polyfit(np.log(lx), np.log(ly), 1)[0])
+
+
+def backlog_scaling(
+    trace: SWFTrace,
+    nodes: int,
+    base_jobs: int,
+    copies: Sequence[int],
+    repeats: int = 5,
+    engine_max_jobs: int = 40_000,
+    engine_repeats: int = 3,
+    schedulers: Sequence[str] = ("fcfs", "easy"),
+) -> pd.DataFrame:
+    """Time rigid replays of :func:`long_queue_trace` traces of growing size.
+
+    The compiled kernel takes the trace's columns (:func:`simulate_rigid`, result table
+    included); the general engine (``compiled=False``) runs the traces of at most
+    ``engine_max_jobs`` jobs. Each size and path is run once untimed, then ``repeats``
+    (``engine_repeats``) times, rounds interleaved across sizes.
+
+    Args:
+        trace: The source trace.
+        nodes: Machine size.
+        base_jobs: Jobs of the trace copied.
+        copies: Copies per trace size.
+        repeats: Timed runs of the compiled kernel per size.
+        engine_max_jobs: Largest trace the general engine runs.
+        engine_repeats: Timed runs of the general engine per size.
+        schedulers: ``"fcfs"`` and/or ``"easy"``.
+
+    Returns:
+        One row per timed run: ``scheduler, path ("compiled" | "general"), jobs, copies,
+        round, seconds, max_queue`` (the longest queue of that schedule).
+    """
+    import time
+
+    from hpcnb.batchsim.simulation import simulate_rigid
+    from hpcnb.batchsim.workloads import rigid_arrays_from_swf
+
+    cases = []
+    for k in copies:
+        rows = rigid_arrays_from_swf(long_queue_trace(trace, base_jobs, k), nodes)
+        cols = (rows.ids, rows.submit, rows.size, rows.runtime, rows.walltime, rows.user)
+        jobs: list[Job] = []  # Job objects only where the general engine runs
+        if len(rows) <= engine_max_jobs:
+            jobs = jobs_from_swf(long_queue_trace(trace, base_jobs, k), nodes).jobs
+        cases.append((k, cols, jobs))
+    platform = Platform(nodes)
+    out = []
+
+    def run(name: str, path: str, k: int, cols: tuple[np.ndarray, ...], jobs: list[Job]) -> float:
+        sched = make_scheduler(name)
+        t0 = time.perf_counter()
+        if path == "compiled":
+            ids, submit, size, runtime, walltime, user = cols
+            res = simulate_rigid(ids, submit, size, runtime, walltime, user, platform, sched)
+        else:
+            res = simulate(jobs, platform, sched, compiled=False)
+        seconds = time.perf_counter() - t0
+        queue[(name, path, k)] = _max_queue(res)
+        return seconds
+
+    queue: dict[tuple[str, str, int], int] = {}
+    plan = [
+        (name, path, k, cols, jobs)
+        for name in schedulers
+        for k, cols, jobs in cases
+        for path in ("compiled", "general")
+        if path == "compiled" or jobs
+    ]
+    for case in plan:
+        run(*case)  # warm-up: compile, caches
+    for r in range(max(repeats, engine_repeats)):
+        for name, path, k, cols, jobs in plan:
+            if r >= (repeats if path == "compiled" else engine_repeats):
+                continue
+            seconds = run(name, path, k, cols, jobs)
+            out.append(
+                {
+                    "scheduler": name,
+                    "path": path,
+                    "jobs": len(cols[0]),
+                    "copies": k,
+                    "round": r,
+                    "seconds": seconds,
+                    "max_queue": queue[(name, path, k)],
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def _max_queue(result: SimulationResult) -> int:
+    """The longest queue of a schedule: jobs submitted and not yet started, at its peak."""
+    jobs = result.jobs
+    times = np.concatenate([jobs["submit"].to_numpy(), jobs["start"].to_numpy()])
+    delta = np.concatenate([np.ones(len(jobs)), -np.ones(len(jobs))])
+    order = np.lexsort((delta, times))  # at one time, starts before submissions
+    return int(np.max(np.cumsum(delta[order]), initial=0))
 
 
 def speed_vs_jobs(

@@ -102,10 +102,13 @@ class WorkModel:
         return 0.0
 
     def evolving_request(self, unit_done: int, nodes: int) -> int | None:
-        """Return the size an evolving job asks for after ``unit_done`` units, or ``None``.
+        """Return the size an evolving job asks for before unit ``unit_done``, or ``None``.
+
+        Called at every scheduling point, after ``unit_done`` units and before the next
+        one (ElastiSim evaluates the request of the phase about to run).
 
         Args:
-            unit_done: Units finished so far.
+            unit_done: Units finished so far (the index of the unit about to run).
             nodes: Nodes the job runs on.
         """
         return None

@@ -1,26 +1,41 @@
 """The simulated machine: homogeneous nodes, a crossbar network and a shared PFS.
 
-Communication times follow a latency–bandwidth (Hockney) model on a full-bisection
-crossbar where every node has one link of ``link_bandwidth`` bytes/s:
+Times follow SimGrid's parallel-task model ``ptask_L07``, which ElastiSim runs: a task is
+one activity over hosts and links; it waits for the largest latency of the routes it
+uses, then progresses at one rate, so its duration is that latency plus the largest of
 
-* ``all_to_all``: the payload is spread evenly over all pairs of nodes (ElastiSim's
-  definition), so each link carries ``bytes / n``: ``lat + bytes / (n·bw)``.
-* ``ring``: a ring pass of ``n-1`` steps of ``bytes / n``: ``(n-1)·(lat + bytes/(n·bw))``.
-* ``allreduce``: ring all-reduce, twice the ring: ``2(n-1)·(lat + bytes/(n·bw))``.
-* ``scatter`` / ``gather`` / ``master_worker``: the root's link carries ``(n-1)/n · bytes``:
-  ``lat + (n-1)/n · bytes / bw``.
+* ``flops / speed`` on each node,
+* the bytes each link carries over its bandwidth (a crossbar node has its own link in
+  each direction, SimGrid's ``SPLITDUPLEX`` cluster links; node to node crosses two
+  links, ``2 · lat``; node to PFS crosses its link and the PFS link), and
+* the TCP window bound ``2 · latency · bytes / tcp_gamma`` of the largest
+  ``latency × bytes`` of its transfers (SimGrid's ``network/TCP-gamma``, 4 MiB by
+  default): one flow moves at most ``tcp_gamma / (2 · route latency)`` bytes/s.
+
+Collectives spread ``bytes`` (the task's total payload) over pairs of nodes as ElastiSim
+does (``Utility::createMatrix``):
+
+* ``all_to_all``: ``bytes / (n(n-1))`` to every other node; each link carries ``bytes / n``.
+* ``ring``: ``bytes / 2n`` to each neighbour; each link carries ``bytes / n``.
+* ``scatter`` / ``gather``: ``bytes / n`` between the root and every other node; the
+  root's link carries ``(n-1)/n · bytes``.
+* ``master_worker``: ``2 · bytes / (n-1)`` both ways between the root and each worker;
+  the root's links carry ``2 · bytes``.
+* ``allreduce`` (ours, not ElastiSim's): ring all-reduce, ``2(n-1)`` steps of
+  ``lat + bytes/(n·bw)``.
 * ``none`` / ``""``: no communication.
 
-On one node all patterns cost nothing. ``bytes`` is the total payload of the task.
+On one node all patterns cost nothing.
 
 **The PFS.** A job's unit of work is a list of *segments*: ``("time", seconds)`` for
 computation, communication and latencies, and ``("pfs_read", bytes)`` /
 ``("pfs_write", bytes)`` (every node of the job moves its share: one flow per node) or
 ``("pfs_read_root", bytes)`` / ``("pfs_write_root", bytes)`` (the root node alone) for
 transfers through the PFS. The engine runs transfers as flows of the flow-level network
-(:mod:`~hpcnb.batchsim.network`): each flow crosses its node's link (``link_bandwidth``)
-and the PFS read or write link, shared max-min fairly with the flows of every other
-job active at the moment.
+(:mod:`~hpcnb.batchsim.network`): each flow is bounded by
+:attr:`Platform.pfs_flow_bandwidth` (its node's link and the TCP window over the route)
+and crosses the PFS read or write link, shared max-min fairly with the flows of every
+other job active at the moment.
 """
 
 from __future__ import annotations
@@ -80,6 +95,8 @@ class Platform:
             (ElastiSim's ``wide_striping``) instead of node-local ones.
         bb_flops_per_byte: CPU work per striped byte (ElastiSim's ``flops_per_byte``).
         topology: How the nodes are wired (``None``: a crossbar, nodes not grouped).
+        tcp_gamma: SimGrid's TCP window (``network/TCP-gamma``, bytes): a flow over a
+            route of latency ``L`` moves at most ``tcp_gamma / (2L)`` bytes/s; 0: no bound.
         hosts: Host names of the nodes (from a platform file), for per-node output.
     """
 
@@ -97,6 +114,7 @@ class Platform:
     bb_wide_striping: bool = False
     bb_flops_per_byte: float = 0.0
     topology: Topology | None = None
+    tcp_gamma: float = 4194304.0
     hosts: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -107,7 +125,7 @@ class Platform:
         for name in ("node_flops", "link_bandwidth", "pfs_read_bandwidth", "pfs_write_bandwidth"):
             if getattr(self, name) <= 0:
                 raise InvalidInputError(f"Platform.{name}={getattr(self, name)}: expected > 0")
-        for name in ("bb_read_bandwidth", "bb_write_bandwidth", "bb_flops_per_byte"):
+        for name in ("bb_read_bandwidth", "bb_write_bandwidth", "bb_flops_per_byte", "tcp_gamma"):
             if not getattr(self, name) >= 0:
                 raise InvalidInputError(f"Platform.{name}={getattr(self, name)}: expected >= 0")
         if self.gpus_per_node < 0:
@@ -152,8 +170,40 @@ class Platform:
         """Total GPUs of the machine."""
         return self.num_nodes * self.gpus_per_node
 
+    @property
+    def node_route_latency(self) -> float:
+        """Latency of a route between two nodes: the sender's and the receiver's link (s)."""
+        return 2 * self.link_latency
+
+    @property
+    def pfs_route_latency(self) -> float:
+        """Latency of a route between a node and the PFS: its link and the PFS link (s)."""
+        return self.link_latency + self.pfs_latency
+
+    def window_time(self, nbytes: float, latency: float) -> float:
+        """Return the TCP-window bound on moving ``nbytes`` over a route (``ptask_L07``).
+
+        Args:
+            nbytes: Bytes of the transfer.
+            latency: Latency of its route (s).
+        """
+        if self.tcp_gamma <= 0 or nbytes <= 0:
+            return 0.0
+        return 2.0 * latency * nbytes / self.tcp_gamma
+
+    @property
+    def pfs_flow_bandwidth(self) -> float:
+        """Largest rate of one node's PFS transfer (bytes/s): its link and the TCP window."""
+        if self.tcp_gamma <= 0:
+            return self.link_bandwidth
+        return min(self.link_bandwidth, self.tcp_gamma / (2.0 * self.pfs_route_latency))
+
     def communication_time(self, pattern: str, total_bytes: float, nodes: int) -> float:
-        """Return the time (s) of one collective among ``nodes`` nodes.
+        """Return the time (s) of one collective among ``nodes`` nodes (``ptask_L07``).
+
+        The route latency, then the busiest link's bytes over its bandwidth or the TCP
+        window bound of the largest pair payload, whichever is longer (see the module
+        docstring for the payloads of each pattern).
 
         Args:
             pattern: One of :data:`COMMUNICATION_PATTERNS` (see the module docstring).
@@ -169,14 +219,19 @@ class Platform:
             )
         if nodes <= 1 or total_bytes <= 0 or pattern in ("none", ""):
             return 0.0
-        lat, bw, n = self.link_latency, self.link_bandwidth, nodes
-        if pattern == "all_to_all":
-            return lat + total_bytes / (n * bw)
-        if pattern == "ring":
-            return (n - 1) * (lat + total_bytes / (n * bw))
+        lat, bw, n, b = self.link_latency, self.link_bandwidth, nodes, total_bytes
         if pattern == "allreduce":
-            return 2 * (n - 1) * (lat + total_bytes / (n * bw))
-        return lat + (n - 1) / n * total_bytes / bw  # scatter / gather / master_worker
+            return 2 * (n - 1) * (lat + b / (n * bw))
+        if pattern == "all_to_all":
+            link, pair = b / n, b / (n * (n - 1))
+        elif pattern == "ring":  # both neighbours are one node when n == 2
+            link, pair = b / n, (b / (2 * n) if n > 2 else b / n)
+        elif pattern == "master_worker":
+            link, pair = 2 * b, 2 * b / (n - 1)
+        else:  # scatter / gather
+            link, pair = (n - 1) / n * b, b / n
+        route = self.node_route_latency
+        return route + max(link / bw, self.window_time(pair, route))
 
     def pfs_time(self, total_bytes: float, write: bool, sharers: int = 1) -> float:
         """Return the time (s) to move ``total_bytes`` through the PFS.

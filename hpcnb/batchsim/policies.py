@@ -46,7 +46,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from hpcnb.batchsim.engine import JobRecord, JobStatus, SchedulerView
+from hpcnb.batchsim.engine import InvocationReason, JobRecord, JobStatus, SchedulerView
 from hpcnb.batchsim.jobs import JobType
 from hpcnb.batchsim.scheduler import FCFS, SJF, ConservativeBackfilling, EasyBackfilling, Scheduler
 from hpcnb.errors import InvalidInputError
@@ -234,31 +234,86 @@ class MalleableEasy(EasyBackfilling):
 class ElastiSimFCFS(Scheduler):
     """ElastiSim's example policy: FCFS that molds, expands malleable jobs, grants evolving.
 
-    Our reading of the scheduling algorithm of ElastiSim's example project, as its
-    documentation describes it (written here, not ported). On every invocation, evolving requests of
-    jobs at a scheduling point are granted when they shrink, or when enough nodes are
-    free to grow. Then all jobs are walked in submission order:
+    Our reading of the scheduling algorithm of ElastiSim's example project (written here,
+    not ported). The default, ``expand="invocation"``, acts per invocation type as that
+    algorithm does:
 
-    * a waiting rigid job starts when its node count is free, else the walk stops;
-    * a waiting moldable, malleable, evolving or adaptive job gets ``min(free, maximum)``
-      nodes if that is at least its minimum, else the walk stops;
-    * a running malleable job with no resize pending grows by ``min(free, maximum -
-      current)`` nodes: at any invocation (``expand="any"``, the default: the example
-      code's loop visits running malleable jobs on every invocation; the nodes are
-      reserved at once and the job takes them at its next scheduling point, where
-      ElastiSim applies reconfigurations), or only while it sits at a scheduling point
-      (``expand="point"``, a narrower reading of the same policy).
+    * a job at a **scheduling point** (malleable, or adaptive without an evolving
+      request) grows by ``min(free, maximum - current)`` nodes;
+    * an **evolving request** is granted when it shrinks, or when enough nodes are free
+      to grow; only that job is touched (nodes a shrink frees wait for the next walk);
+    * a **submission**, **completion** or periodic tick walks the waiting jobs in
+      submission order: a rigid job starts when its node count is free, any other job
+      gets ``min(free, maximum)`` nodes if that reaches its minimum; the first job that
+      cannot start ends the walk. Running jobs are not visited there.
+
+    Two looser readings merge every invocation into one pass that grants evolving
+    requests and then walks waiting and running malleable jobs together in submission
+    order, growing a running malleable job with no resize pending by ``min(free, maximum
+    - current)``: at any invocation (``expand="any"``; the nodes are reserved at once and
+    the job takes them at its next scheduling point) or only while it sits at a
+    scheduling point (``expand="point"``).
 
     Args:
-        expand: ``"any"`` or ``"point"`` (see above).
+        expand: ``"invocation"``, ``"any"`` or ``"point"`` (see above).
     """
 
     name = "elastisim-fcfs"
 
-    def __init__(self, expand: str = "any") -> None:
-        if expand not in ("point", "any"):
-            raise InvalidInputError(f"ElastiSimFCFS(expand={expand!r}): expected 'point' or 'any'")
+    def __init__(self, expand: str = "invocation") -> None:
+        if expand not in ("point", "any", "invocation"):
+            raise InvalidInputError(
+                f"ElastiSimFCFS(expand={expand!r}): expected 'point', 'any' or 'invocation'"
+            )
         self.expand = expand
+
+    def schedule(self, view: SchedulerView, reasons: frozenset[InvocationReason]) -> None:
+        """Act per invocation as the example algorithm does (``expand="invocation"``).
+
+        ElastiSim invokes the algorithm once per message: a job at a scheduling point
+        (malleable, or adaptive without an evolving request) grows by
+        ``min(free, maximum - current)``; a job's evolving request is granted when it
+        shrinks or when enough nodes are free; a submission or completion walks the
+        waiting jobs. Only that invocation's job is touched, so nodes freed by a shrink
+        wait for the next submission or completion. Other modes: the base behaviour.
+
+        Args:
+            view: The system as the scheduler sees it, with the actions it may take.
+            reasons: Why the scheduler is invoked at this time stamp.
+        """
+        if self.expand != "invocation":
+            super().schedule(view, reasons)
+            return
+        at_point = sorted((r for r in view.running if r.at_point), key=lambda r: r.seq)
+        for rec in at_point:
+            want = rec.evolving_request
+            if want is not None:
+                if want < rec.target or want - rec.nodes <= view.free_nodes:
+                    view.resize(rec, want)
+                continue
+            if rec.type is JobType.ADAPTIVE and _has_evolving_model(rec):
+                continue  # its request equals its size: ElastiSim sends nothing
+            if rec.type in (JobType.MALLEABLE, JobType.ADAPTIVE):
+                grow = min(view.free_nodes, rec.job.num_nodes_max - rec.target)
+                if grow > 0:
+                    view.expand(rec, rec.target + grow)
+        walk = {InvocationReason.JOB_SUBMIT, InvocationReason.JOB_COMPLETED}
+        walk.add(InvocationReason.PERIODIC)
+        if reasons & walk:
+            self._walk_queue(view)
+
+    @staticmethod
+    def _walk_queue(view: SchedulerView) -> None:
+        for rec in view.queue:  # lazily: the walk ends at the first job that cannot start
+            job = rec.job
+            if job.type is JobType.RIGID:
+                size = job.num_nodes if job.num_nodes <= view.free_nodes else None
+            else:
+                size = min(view.free_nodes, job.num_nodes_max)
+                size = size if size >= job.num_nodes_min else None
+            if size is None:
+                return
+            view.start(rec, size)
 
     def act(self, view: SchedulerView) -> None:
         """Grant evolving requests, then walk the jobs in submission order."""
@@ -272,7 +327,8 @@ class ElastiSimFCFS(Scheduler):
             and (r.at_point or self.expand == "any")
         ]
         growable.sort(key=lambda r: r.seq)
-        for rec in heapq.merge(growable, list(view.queue), key=lambda r: r.seq):
+        # lazily: the walk stops at the first job that cannot start
+        for rec in heapq.merge(growable, view.queue, key=lambda r: r.seq):
             if view.free_nodes <= 0:
                 return
             job = rec.job
@@ -289,6 +345,12 @@ class ElastiSimFCFS(Scheduler):
             if size is None:
                 return
             view.start(rec, size)
+
+
+def _has_evolving_model(rec: JobRecord) -> bool:
+    """Whether the phase a job at a point is about to run has an evolving request."""
+    request = getattr(rec.job.work, "evolving_request", None)
+    return request is not None and request(rec.unit, rec.active) is not None
 
 
 def _check_scheduler(obj: Any) -> str | None:

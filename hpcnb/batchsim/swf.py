@@ -46,7 +46,7 @@ import math
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -650,10 +650,28 @@ def write_swf(trace: SWFTrace, path: str | Path) -> Path:
     lines = [f"; {text}" if text else ";" for text in trace.header_lines]
     if not trace.header_lines:
         lines = [f"; {k}: {v}" for k, v in trace.header.items()]
-    columns = [trace.fields[name] for name in SWF_FIELDS]
-    for i in range(len(trace)):
-        lines.append(" ".join(_format(float(col[i])) for col in columns))
-    text = "\n".join(lines) + "\n"
+    # one % template per block of rows: whole-valued columns as integers, others by _format
+    formats: list[str] = []
+    columns: list[np.ndarray[Any, Any]] = []
+    for name in SWF_FIELDS:
+        col = np.asarray(trace.fields[name], dtype=np.float64)
+        if np.all(np.isfinite(col) & (col == np.trunc(col))):
+            formats.append("%d")
+            columns.append(col.astype(np.int64))
+        else:
+            formats.append("%s")
+            columns.append(np.array([_format(float(v)) for v in col], dtype=object))
+    row = " ".join(formats) + "\n"
+    n, step = len(trace), 1 << 16
+    text = "\n".join(lines) + "\n" if lines or not n else ""
+    blocks = [text]
+    for lo in range(0, n, step):
+        m = min(n, lo + step) - lo
+        block = np.empty((m, len(columns)), dtype=object)
+        for k, col in enumerate(columns):
+            block[:, k] = col[lo : lo + m].tolist()
+        blocks.append((row * m) % tuple(block.ravel().tolist()))
+    text = "".join(blocks)
     if path.suffix == ".gz":
         with gzip.open(path, "wt", encoding="utf-8") as handle:
             handle.write(text)

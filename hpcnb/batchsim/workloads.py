@@ -254,8 +254,6 @@ def rigid_arrays_from_swf(
     )
 
 
-
-
 def make_malleable(jobs: Sequence[Job], num_nodes: int, policy: MalleablePolicy) -> list[Job]:
     """Convert a seeded random share of the multi-node rigid jobs to malleable ones.
 
