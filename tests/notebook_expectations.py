@@ -228,6 +228,8 @@ EXPECTATIONS: dict[str, Expectation] = {
             "batchsim.contention_turnaround_change",
             "batchsim.cli_speedup_vs_elastisim",
             "batchsim.million_job_seconds",
+            "batchsim.scaling_slope",
+            "batchsim.backlog_million_seconds",
             "batchsim.example_mix_jobs_per_second",
             "batchsim.topology_placement_gain",
         ),
