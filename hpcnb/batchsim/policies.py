@@ -305,15 +305,19 @@ class ElastiSimFCFS(Scheduler):
     @staticmethod
     def _walk_queue(view: SchedulerView) -> None:
         for rec in view.queue:  # lazily: the walk ends at the first job that cannot start
-            job = rec.job
-            if job.type is JobType.RIGID:
-                size = job.num_nodes if job.num_nodes <= view.free_nodes else None
-            else:
-                size = min(view.free_nodes, job.num_nodes_max)
-                size = size if size >= job.num_nodes_min else None
+            size = ElastiSimFCFS._walk_size(view, rec)
             if size is None:
                 return
             view.start(rec, size)
+
+    @staticmethod
+    def _walk_size(view: SchedulerView, rec: JobRecord) -> int | None:
+        """The size the walk starts a waiting job with, or ``None`` (the walk stops)."""
+        job = rec.job
+        if job.type is JobType.RIGID:
+            return job.num_nodes if job.num_nodes <= view.free_nodes else None
+        size = min(view.free_nodes, job.num_nodes_max)
+        return size if size >= job.num_nodes_min else None
 
     def act(self, view: SchedulerView) -> None:
         """Grant evolving requests, then walk the jobs in submission order."""
@@ -337,11 +341,7 @@ class ElastiSimFCFS(Scheduler):
                 if grow > 0:
                     view.expand(rec, rec.target + grow)
                 continue
-            if job.type is JobType.RIGID:
-                size = job.num_nodes if job.num_nodes <= view.free_nodes else None
-            else:
-                size = min(view.free_nodes, job.num_nodes_max)
-                size = size if size >= job.num_nodes_min else None
+            size = self._walk_size(view, rec)
             if size is None:
                 return
             view.start(rec, size)
