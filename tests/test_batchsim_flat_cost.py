@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcnb.batchsim import FixedWork, Job, JobType, Platform, check_invariants, simulate
-from hpcnb.batchsim.index import FitIndex
-from hpcnb.batchsim.rigid import _shadow
+from hpcnb.batchsim.index import FitIndex, profile_shadow
 from hpcnb.batchsim.scheduler import FCFS, SJF, EasyBackfilling, shadow_time
 from hpcnb.batchsim.simulation import _write_csv, simulate_rigid
 from hpcnb.batchsim.swf import trace_from_arrays
@@ -101,7 +100,7 @@ def test_profile_gives_the_earliest_start_for_k_nodes(running, now, free, need):
     size = np.array([r[2] for r in running] + [1], dtype=np.int64)
     idx = np.arange(len(running), dtype=np.int64)
     scratch_e, scratch_s = np.empty(len(running) + 1), np.empty(len(running) + 1, np.int64)
-    shadow, extra = _shadow(
+    shadow, extra = profile_shadow(
         now, free, need, start, estimate, size, idx, len(idx), scratch_e, scratch_s
     )
     ends = sorted({max(now, s + e) for s, e, _ in running})

@@ -43,7 +43,7 @@ from typing import ClassVar, Protocol, cast, overload
 
 import numpy as np
 
-from hpcnb.batchsim.index import FitIndex
+from hpcnb.batchsim.index import FitIndex, profile_shadow
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext
 from hpcnb.batchsim.network import FlowNetwork
 from hpcnb.batchsim.nodes import ALLOCATION_POLICIES, NodePool, group_traffic
@@ -326,6 +326,16 @@ class SchedulerView:
         self.free_nodes = sim.platform.num_nodes
         self.allocations = 0
         self._moving_ends = 0  # running jobs whose expected end moves with the clock
+        # the availability profile of the running jobs of fixed end, as arrays for
+        # profile_shadow: job seq -> (base, length) with end = base + length, its nodes
+        n = len(sim.records)
+        self._fix_base = np.zeros(n)
+        self._fix_length = np.zeros(n)
+        self._fix_nodes = np.zeros(n, dtype=np.int64)
+        self._fix_seqs = np.zeros(n, dtype=np.int64)  # running seqs, [:_fix_len]
+        self._fix_pos: dict[int, int] = {}
+        self._fix_len = 0
+        self._fix_scratch = (np.empty(n), np.empty(n, dtype=np.int64))
         self.ctx = RunContext(sim.platform)
         self._requested: dict[int, float] = {}
 
@@ -465,6 +475,56 @@ class SchedulerView:
         """
         job = rec.job
         return job.type is JobType.RIGID and (job.walltime is not None or job.work.num_units == 1)
+
+    def reservation(self, need: int) -> tuple[float, int]:
+        """Return EASY's shadow time and extra nodes for a job that needs ``need`` nodes.
+
+        The earliest time at which ``need`` nodes are free by the running jobs'
+        :meth:`expected_end` (all jobs ending at one time counted together), and the nodes
+        left over then; ``(now, free - need)`` if they are free now, ``(inf, 0)`` if never.
+        When every running job has a fixed end (:attr:`fixed_ends`) the profile is scanned
+        by the compiled :func:`~hpcnb.batchsim.index.profile_shadow`, else in Python.
+        """
+        from hpcnb.batchsim.scheduler import shadow_time
+
+        if self.free_nodes >= need:
+            return self.time, self.free_nodes - need
+        if self._moving_ends:
+            releases = [(self.expected_end(r), r.nodes) for r in self.running]
+            return shadow_time(self.time, self.free_nodes, need, releases)
+        shadow, extra = profile_shadow(
+            self.time,
+            self.free_nodes,
+            need,
+            self._fix_base,
+            self._fix_length,
+            self._fix_nodes,
+            self._fix_seqs,
+            self._fix_len,
+            *self._fix_scratch,
+        )
+        return float(shadow), int(extra)
+
+    def _add_fixed(self, rec: JobRecord) -> None:
+        """Enter a started job of fixed end into the profile."""
+        seq, job = rec.seq, rec.job
+        if job.walltime is not None:
+            self._fix_base[seq], self._fix_length[seq] = rec.start_time, job.walltime
+        else:  # one unit: it ends at unit_end (+ 0.0 keeps the value bit for bit)
+            self._fix_base[seq], self._fix_length[seq] = rec.unit_end, 0.0
+        self._fix_nodes[seq] = rec.nodes
+        self._fix_pos[seq] = self._fix_len
+        self._fix_seqs[self._fix_len] = seq
+        self._fix_len += 1
+
+    def _drop_fixed(self, rec: JobRecord) -> None:
+        """Take an ended job out of the profile (the last entry fills its place)."""
+        pos = self._fix_pos.pop(rec.seq)
+        self._fix_len -= 1
+        last = int(self._fix_seqs[self._fix_len])
+        if last != rec.seq:
+            self._fix_seqs[pos] = last
+            self._fix_pos[last] = pos
 
     @property
     def fixed_ends(self) -> bool:
@@ -647,7 +707,8 @@ class Simulator:
         view = self._view
         view.queue._remove(rec)
         view.running.append(rec)
-        view._moving_ends += not view.fixed_end(rec)
+        fixed = view.fixed_end(rec)
+        view._moving_ends += not fixed
         rec.status = JobStatus.RUNNING
         rec.start_time = view.time
         rec.target = rec.active = n
@@ -658,10 +719,14 @@ class Simulator:
             rec.at_point = False
             rec.unit_end = view.time + work.runtime
             self._push(rec.unit_end, _SegmentEnd(rec, rec.epoch))
+            if fixed:
+                view._add_fixed(rec)
             return
         self._pfs_users += work.uses_pfs
         ctx = self._ctx()
         self._schedule_unit(rec, rec.job.work.init_segments(n, ctx), ctx)
+        if fixed:
+            view._add_fixed(rec)
 
     def _schedule_unit(self, rec: JobRecord, extra: list[Segment], ctx: RunContext) -> None:
         rec.at_point = False
@@ -805,7 +870,10 @@ class Simulator:
             rec.start_time = view.time
         else:
             view.running.remove(rec)
-            view._moving_ends -= not view.fixed_end(rec)
+            if view.fixed_end(rec):
+                view._drop_fixed(rec)
+            else:
+                view._moving_ends -= 1
             self._set_size(rec, 0)
             self._pfs_users -= rec.job.work.uses_pfs
         if rec.link:

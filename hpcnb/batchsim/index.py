@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["NOT_WAITING", "FitIndex", "first_fit", "tree_set"]
+__all__ = ["NOT_WAITING", "FitIndex", "first_fit", "profile_shadow", "tree_set"]
 
 #: Leaf value of a position that holds no waiting job.
 NOT_WAITING = np.iinfo(np.int64).max
@@ -92,6 +92,43 @@ def first_fit(
         top += 1
         stack[top, 0], stack[top, 1], stack[top, 2] = 2 * k, first, half
     return -1
+
+
+@numba.njit(cache=True)
+def profile_shadow(
+    now: float,
+    free: int,
+    need: int,
+    start: np.ndarray,
+    estimate: np.ndarray,
+    size: np.ndarray,
+    running: np.ndarray,
+    r_len: int,
+    ends: np.ndarray,
+    sizes: np.ndarray,
+) -> tuple[float, int]:
+    """EASY's shadow time and extra nodes for a head that needs ``need`` nodes.
+
+    The availability profile: the running jobs ``running[:r_len]`` (any order; all jobs
+    ending at one time are counted together) ordered by expected end, scanned until
+    ``need`` nodes are free. ``ends`` and ``sizes`` are scratch arrays of at least
+    ``r_len`` entries.
+    """
+    for m in range(r_len):
+        r = running[m]
+        ends[m] = max(now, start[r] + estimate[r])
+        sizes[m] = size[r]
+    order = np.argsort(ends[:r_len], kind="mergesort")
+    avail = free
+    m = 0
+    while m < r_len:
+        end = ends[order[m]]
+        while m < r_len and ends[order[m]] == end:
+            avail += sizes[order[m]]
+            m += 1
+        if avail >= need:
+            return end, avail - need
+    return np.inf, 0
 
 
 def tree_arrays(n: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

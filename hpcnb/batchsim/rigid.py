@@ -17,7 +17,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from hpcnb.batchsim.index import NOT_WAITING, first_fit, tree_set
+from hpcnb.batchsim.index import NOT_WAITING, first_fit, profile_shadow, tree_set
 from hpcnb.batchsim.swf import MAX_NODES
 from hpcnb.errors import InvalidInputError
 
@@ -105,43 +105,6 @@ def _release(
 
 
 @numba.njit(cache=True)
-def _shadow(
-    now: float,
-    free: int,
-    need: int,
-    start: np.ndarray,
-    estimate: np.ndarray,
-    size: np.ndarray,
-    running: np.ndarray,
-    r_len: int,
-    ends: np.ndarray,
-    sizes: np.ndarray,
-) -> tuple[float, int]:
-    """EASY's shadow time and extra nodes for a head that needs ``need`` nodes.
-
-    The availability profile: the running jobs ``running[:r_len]`` (any order; all jobs
-    ending at one time are counted together) ordered by expected end, scanned until
-    ``need`` nodes are free. ``ends`` and ``sizes`` are scratch arrays of at least
-    ``r_len`` entries.
-    """
-    for m in range(r_len):
-        r = running[m]
-        ends[m] = max(now, start[r] + estimate[r])
-        sizes[m] = size[r]
-    order = np.argsort(ends[:r_len], kind="mergesort")
-    avail = free
-    m = 0
-    while m < r_len:
-        end = ends[order[m]]
-        while m < r_len and ends[order[m]] == end:
-            avail += sizes[order[m]]
-            m += 1
-        if avail >= need:
-            return end, avail - need
-    return np.inf, 0
-
-
-@numba.njit(cache=True)
 def _kernel(
     submit: np.ndarray,
     runtime: np.ndarray,
@@ -224,7 +187,7 @@ def _kernel(
         ):
             continue
         if version != cached_version or head != cached_head or shadow < now:
-            shadow, base_extra = _shadow(
+            shadow, base_extra = profile_shadow(
                 now, free, size[head], start, estimate, size, heap_vals, heap_n, ends, sizes
             )
             cached_version, cached_head = version, head

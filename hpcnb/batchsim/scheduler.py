@@ -242,9 +242,7 @@ class EasyBackfilling(Scheduler):
             and cached[2] >= view.time
         ):
             return cached[2], cached[3]
-        now = view.time
-        releases = [(view.expected_end(r), r.nodes) for r in view.running]
-        shadow, extra = shadow_time(now, view.free_nodes, self.reserve_size(head), releases)
+        shadow, extra = view.reservation(self.reserve_size(head))
         key = (view.allocations, head.seq)
         self._cached = (view, key, shadow, extra) if view.fixed_ends else None
         return shadow, extra
