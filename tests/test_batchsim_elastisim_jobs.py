@@ -2,7 +2,8 @@
 
 The example's adaptive job 0 alone on the example platform (SimGrid ``ptask_L07`` as
 ElastiSim runs it), the evolving-request semantics of ElastiSim's ``Application`` and
-the collective payloads of ``Utility::createMatrix``.
+the collective payloads of ``Utility::createMatrix``, and job arguments as the text
+``Utility::readStringMap`` makes of them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import pytest
 
 from hpcnb.batchsim import read_elastisim
+from hpcnb.batchsim.elastisim import as_argument_text
 from hpcnb.batchsim.engine import Simulator
 from hpcnb.batchsim.platform import Platform
 from hpcnb.batchsim.policies import ElastiSimFCFS
@@ -37,7 +39,9 @@ def _alone(example, job_id, platform):
 
 def _job0_by_hand(platform: Platform) -> float:
     """Job 0 of the example alone: arguments from jobs.json, the arithmetic written out."""
-    flops, alpha = 28010281208643, 0.8527412240709863
+    # jobs.json gives alpha = 0.8527412240709863; ElastiSim substitutes it as the text
+    # std::to_string writes, six decimals (Utility::readStringMap)
+    flops, alpha = 28010281208643, 0.852741
     model, ckpt, comm = 303564911249, 399004473015, 23879643869
     speed, bw, gamma = platform.node_flops, platform.link_bandwidth, platform.tcp_gamma
     node_route = 2 * platform.link_latency  # sender's link + receiver's link
@@ -98,8 +102,8 @@ def test_adaptive_job_alone_without_the_tcp_window():
 def test_adaptive_job_alone_on_the_example_platform():
     example = _example()
     platform = example.platform
-    if not _probe(platform):
-        pytest.skip("the engine does not yet cap PFS flows at Platform.pfs_flow_bandwidth")
+    # a PFS flow runs at the TCP-window bound of its route, below the node's link
+    assert _probe(platform)
     makespan, rec = _alone(example, 0, platform)
     assert len(rec.resizes) == 22
     assert makespan == pytest.approx(_job0_by_hand(platform), rel=1e-9)
@@ -112,6 +116,9 @@ def test_window_bound_of_a_pfs_flow():
     assert dataclasses.replace(p, tcp_gamma=0.0).pfs_flow_bandwidth == p.link_bandwidth
     slow = dataclasses.replace(p, link_bandwidth=1e9)
     assert slow.pfs_flow_bandwidth == 1e9  # the link, when it is the tighter bound
+    # no latency on the route: no window bound (L07Action::calculate_network_bound)
+    instant = dataclasses.replace(p, link_latency=0.0, pfs_latency=0.0)
+    assert instant.pfs_flow_bandwidth == p.link_bandwidth
 
 
 def test_collective_payloads_follow_elastisim():
@@ -171,3 +178,39 @@ def test_empty_pfs_transfer_costs_nothing(tmp_path):
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [job]}))
     data = read_elastisim(tmp_path / "jobs.json", Platform(8))
     assert data.jobs[0].work.unit_segments(0, 2, None) == []
+
+
+def test_fractional_arguments_have_six_decimals():
+    assert as_argument_text(0.7023175709607384) == 0.702318
+    assert as_argument_text(0.8527412240709863) == 0.852741
+    assert as_argument_text(2.5e-7) == 0.0  # "0.000000"
+    assert as_argument_text(6e-7) == 0.000001
+    assert as_argument_text(1.0) == 1.0
+
+
+def _delay_job(tmp_path, arguments: dict) -> object:
+    model = {"phases": [{"iterations": 1, "tasks": [{"type": "idle", "delay": "d * k"}]}]}
+    (tmp_path / "app.json").write_text(json.dumps(model))
+    job = {
+        "type": "rigid",
+        "submit_time": 0,
+        "num_nodes": 1,
+        "application_model": "app.json",
+        "arguments": arguments,
+    }
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [job]}))
+    return read_elastisim(tmp_path / "jobs.json", Platform(1)).jobs[0]
+
+
+def test_job_arguments_enter_expressions_as_elastisim_writes_them(tmp_path):
+    # d = 0.1234567 becomes "0.123457"; the integer k = 123456789012 is written in full
+    job = _delay_job(tmp_path, {"d": 0.1234567, "k": 123456789012})
+    assert job.work.arguments == {"d": 0.123457, "k": 123456789012.0}
+    assert job.work.unit_segments(0, 1, None) == [("time", 0.123457 * 123456789012)]
+    rec = Simulator(Platform(1), ElastiSimFCFS()).run([job]).records[0]
+    assert rec.end_time - rec.start_time == pytest.approx(0.123457 * 123456789012, rel=1e-12)
+
+
+def test_a_fraction_below_the_sixth_decimal_is_zero(tmp_path):
+    job = _delay_job(tmp_path, {"d": 4e-7, "k": 1})
+    assert job.work.unit_segments(0, 1, None) == []  # "0.000000 * 1": no delay

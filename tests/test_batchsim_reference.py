@@ -7,13 +7,16 @@ import json
 import pandas as pd
 import pytest
 
+from hpcnb.batchsim.platform import simgrid_platform_xml
 from hpcnb.batchsim.reference import (
     ElastiSimRunError,
     build_elastisim,
     compare_jobs,
     run_elastisim,
+    self_agreement,
     simgrid_version,
 )
+from hpcnb.errors import InvalidInputError
 
 HEADER = "ID,Type,Submit Time,Start Time,End Time,Wait Time,Makespan,Turnaround Time,Status\n"
 
@@ -121,3 +124,31 @@ def test_simgrid_version_reads_the_header(tmp_path):
     header.write_text("#define SIMGRID_VERSION_MAJOR 3\n#define SIMGRID_VERSION_MINOR 32\n")
     assert simgrid_version([tmp_path]) == (3, 32)
     assert simgrid_version([tmp_path / "none"]) is None
+
+
+def _pfs_project(tmp_path):
+    """Two rigid 2-node jobs on a 2-node machine, each writing 4 GB to a 1 GB/s PFS."""
+    xml = simgrid_platform_xml("0-1", "1Gf", "80Gbps", "0us", "1GBps", "1GBps", "0us")
+    (tmp_path / "platform.xml").write_text(xml)
+    model = {"phases": [{"iterations": 1, "tasks": [{"type": "pfs_write", "bytes": 4e9}]}]}
+    (tmp_path / "app.json").write_text(json.dumps(model))
+    job = {"type": "rigid", "num_nodes": 2, "application_model": "app.json"}
+    jobs = [{**job, "submit_time": 0}, {**job, "submit_time": 1}]
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    config = {"jobs_file": "jobs.json", "platform_file": "platform.xml"}
+    (tmp_path / "configuration.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_self_agreement_of_a_project(tmp_path):
+    project = _pfs_project(tmp_path)
+    same = self_agreement(project, {"pfs_write_bandwidth": 1.0})
+    assert same.shares["overall"] == 1.0 and same.first_start_mismatch is None
+    # twice the PFS: job 0 writes 4 GB in 2 s instead of 4 s, job 1 starts at 2 instead
+    # of 4 (it waits for the machine) and runs 2 s instead of 4
+    fast = self_agreement(project, {"pfs_write_bandwidth": 2.0})
+    assert fast.jobs["makespan"].tolist() == pytest.approx([2.0, 2.0])
+    assert fast.jobs["makespan_ref"].tolist() == pytest.approx([4.0, 4.0])
+    assert fast.shares["overall"] == 0.0 and fast.first_start_mismatch == 1
+    with pytest.raises(InvalidInputError, match="no_such_field"):
+        self_agreement(project, {"no_such_field": 2.0})

@@ -3,9 +3,10 @@
 :func:`read_elastisim` reads a ``jobs.json`` (``{"jobs": [...]}``: each job's ``type``,
 ``submit_time``, ``num_nodes`` or ``num_nodes_min`` / ``num_nodes_max``, optional
 ``walltime`` and ``num_gpus_per_node``, the ``application_model`` file and its numeric
-``arguments``), the application models it names (:mod:`hpcnb.batchsim.application_model`)
-and the platform XML named by ``configuration.json`` beside it
-(:func:`~hpcnb.batchsim.platform.read_platform_xml`).
+``arguments``; one with a fraction is kept with six decimals, as ElastiSim substitutes
+it, :func:`as_argument_text`), the application models it names
+(:mod:`hpcnb.batchsim.application_model`) and the platform XML named by
+``configuration.json`` beside it (:func:`~hpcnb.batchsim.platform.read_platform_xml`).
 
 **Errors, limits and the machine.** Every problem raises
 :class:`~hpcnb.batchsim.inputs.WorkloadError` with the file and the JSON path
@@ -53,6 +54,7 @@ __all__ = [
     "ElastiSimInput",
     "ElastiSimLimits",
     "WorkloadError",
+    "as_argument_text",
     "read_application_model",
     "read_elastisim",
 ]
@@ -163,12 +165,34 @@ def _sizes(item: Mapping[str, Any], file: Path, path: str) -> tuple[int, int, in
     return size, lo, hi
 
 
+def as_argument_text(value: float) -> float:
+    """Return a non-integer job argument as ElastiSim passes it: six decimals.
+
+    ElastiSim keeps a job's arguments as text (``Utility::readStringMap``): a JSON number
+    with a fraction is written with ``std::to_string`` (``printf("%f")``, six decimals,
+    correctly rounded) and substituted into the model's expressions as that text; JSON
+    integers are written in full.
+
+    Args:
+        value: The argument's value (a JSON number with a fraction).
+
+    Example:
+        >>> as_argument_text(0.7023175709607384), as_argument_text(1.25e-7)
+        (0.702318, 0.0)
+    """
+    return float(f"{value:f}")
+
+
 def _arguments(raw: Any, file: Path, path: str) -> dict[str, float]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise WorkloadError(file, path, f"expected an object of numbers, found {describe(raw)}")
-    return {str(k): number(v, file, child_path(path, str(k))) for k, v in raw.items()}
+    out = {}
+    for k, v in raw.items():
+        value = number(v, file, child_path(path, str(k)))
+        out[str(k)] = as_argument_text(value) if isinstance(v, float) else value
+    return out
 
 
 def read_elastisim(

@@ -193,8 +193,12 @@ class Platform:
 
     @property
     def pfs_flow_bandwidth(self) -> float:
-        """Largest rate of one node's PFS transfer (bytes/s): its link and the TCP window."""
-        if self.tcp_gamma <= 0:
+        """Largest rate of one node's PFS transfer (bytes/s): its link and the TCP window.
+
+        A route without latency has no window bound (``ptask_L07`` bounds a task only when
+        the largest ``latency × bytes`` of its transfers is positive).
+        """
+        if self.tcp_gamma <= 0 or self.pfs_route_latency <= 0:
             return self.link_bandwidth
         return min(self.link_bandwidth, self.tcp_gamma / (2.0 * self.pfs_route_latency))
 

@@ -19,6 +19,9 @@ downloading anything:
 * :func:`compare_jobs` compares our job table with ElastiSim's ``job_statistics.csv``:
   per job the start and makespan differences, the share of jobs of each type whose
   makespan is within a tolerance, and the first job whose start time differs.
+* :func:`self_agreement` compares our simulation of a project with itself on a platform
+  changed by one part in 10¹²: how far two faithful simulators that round differently
+  can agree on that workload (the ceiling of :func:`compare_jobs`).
 
 Command line (``python -m hpcnb.batchsim.reference``)::
 
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcnb.errors import HpcnbError
+from hpcnb.errors import HpcnbError, InvalidInputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,6 +60,7 @@ __all__ = [
     "build_elastisim",
     "compare_jobs",
     "run_elastisim",
+    "self_agreement",
 ]
 
 #: Keys of ElastiSim's configuration that name output files.
@@ -451,8 +455,17 @@ def compare_jobs(
     return JobComparison(jobs, shares.astype(float), first, tolerance, start_tolerance)
 
 
-def _simulate_project(project: Path) -> SimulationResult:
-    """Simulate an ElastiSim project here with the ElastiSim example's FCFS policy."""
+def _simulate_project(
+    project: Path, perturb: Mapping[str, float] | None = None
+) -> SimulationResult:
+    """Simulate an ElastiSim project here with the ElastiSim example's FCFS policy.
+
+    Args:
+        project: Folder with ``configuration.json`` (or a ``jobs.json``).
+        perturb: Platform fields to multiply by a factor (``{"node_flops": 1 + 1e-12}``).
+    """
+    import dataclasses
+
     from hpcnb.batchsim.elastisim import read_elastisim
     from hpcnb.batchsim.policies import ElastiSimFCFS
     from hpcnb.batchsim.simulation import simulate
@@ -463,8 +476,46 @@ def _simulate_project(project: Path) -> SimulationResult:
         name = json.loads(config.read_text(encoding="utf-8")).get("jobs_file", "jobs.json")
         jobs = _find(project, str(name), "jobs_file")
     workload = read_elastisim(jobs)
+    platform = workload.platform
+    if perturb:
+        known = {f.name for f in dataclasses.fields(platform)}
+        unknown = sorted(set(perturb) - known)
+        if unknown:
+            raise InvalidInputError(
+                f"perturb: {unknown} are not platform fields (expected some of {sorted(known)})"
+            )
+        changes = {key: getattr(platform, key) * factor for key, factor in perturb.items()}
+        platform = dataclasses.replace(platform, **changes)
     options: dict[str, Any] = dict(workload.simulation_options())
-    return simulate(workload.jobs, workload.platform, ElastiSimFCFS(), **options)
+    return simulate(workload.jobs, platform, ElastiSimFCFS(), **options)
+
+
+def self_agreement(
+    project: str | Path, perturb: Mapping[str, float], *, tolerance: float = 0.05
+) -> JobComparison:
+    """Compare a project's simulation with itself on a platform changed by a hair.
+
+    Shared-PFS workloads are sensitive to the last bits of their inputs: a rate changed
+    by one part in 10¹² moves checkpoints by nanoseconds, the moves grow as jobs share
+    the PFS, and after enough time another job sees different free nodes at a scheduling
+    point. The shares of this comparison are the agreement one can expect between two
+    faithful simulators that round differently (ElastiSim's own runs under such a change
+    agree to the same degree), so they bound what :func:`compare_jobs` can show.
+
+    Args:
+        project: Folder with ``configuration.json`` (or a ``jobs.json``).
+        perturb: Platform fields and the factors to multiply them by
+            (``{"pfs_write_bandwidth": 1 + 1e-12}``).
+        tolerance: Relative makespan tolerance (as in :func:`compare_jobs`).
+
+    Raises:
+        ElastiSimRunError: The project's files are missing.
+        InvalidInputError: A name in ``perturb`` is not a field of the platform.
+    """
+    folder = Path(project)
+    base = _simulate_project(folder)
+    changed = _simulate_project(folder, perturb)
+    return compare_jobs(changed, base, tolerance=tolerance)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
