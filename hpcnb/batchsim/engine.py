@@ -39,11 +39,10 @@ from collections import deque
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import ClassVar, Protocol, cast, overload
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast, overload
 
 import numpy as np
 
-from hpcnb.batchsim.index import FitIndex, profile_shadow
 from hpcnb.batchsim.jobs import FixedWork, Job, JobType, RunContext
 from hpcnb.batchsim.network import FlowNetwork
 from hpcnb.batchsim.nodes import ALLOCATION_POLICIES, NodePool, group_traffic
@@ -54,6 +53,9 @@ from hpcnb.batchsim.platform import (
     nominal_duration,
 )
 from hpcnb.errors import HpcnbError, InvalidInputError, InvalidStateError
+
+if TYPE_CHECKING:  # the index needs Numba: imported where EASY first asks for it
+    from hpcnb.batchsim.index import FitIndex
 
 __all__ = [
     "Event",
@@ -452,6 +454,8 @@ class SchedulerView:
         it up to date as jobs arrive and leave. Its positions are the jobs' ``seq``; each
         leaf holds a job's ``num_nodes_min``, ``num_nodes`` and :meth:`requested_time`.
         """
+        from hpcnb.batchsim.index import FitIndex
+
         queue = self.queue
         if queue._index is None:
             queue._index = FitIndex(len(self._sim.records))
@@ -485,6 +489,7 @@ class SchedulerView:
         When every running job has a fixed end (:attr:`fixed_ends`) the profile is scanned
         by the compiled :func:`~hpcnb.batchsim.index.profile_shadow`, else in Python.
         """
+        from hpcnb.batchsim.index import profile_shadow
         from hpcnb.batchsim.scheduler import shadow_time
 
         if self.free_nodes >= need:
