@@ -36,7 +36,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, ClassVar, Protocol, cast, overload
@@ -67,7 +67,9 @@ __all__ = [
     "SchedulingPolicy",
     "SimulationError",
     "Simulator",
+    "QueueIndexError",
     "WaitingQueue",
+    "shadow_time",
 ]
 
 
@@ -215,6 +217,10 @@ class JobRecord:
         return f"JobRecord(id={self.id}, {self.type}, {self.status}, nodes={self.nodes})"
 
 
+class QueueIndexError(HpcnbError, IndexError):
+    """A position outside the waiting queue."""
+
+
 class WaitingQueue(Sequence[JobRecord]):
     """The waiting jobs in submit order: a read-only sequence for schedulers.
 
@@ -274,7 +280,7 @@ class WaitingQueue(Sequence[JobRecord]):
             return list(self)[k]
         n = len(self._jobs)
         if not -n <= k < n:
-            raise IndexError(f"queue index {k} out of range (length {n})")
+            raise QueueIndexError(f"queue index {k} out of range (length {n})")
         if k < 0:
             k += n
         if k == 0:
@@ -303,6 +309,35 @@ class WaitingQueue(Sequence[JobRecord]):
             self._head = self._dead = 0
         if self._index is not None:
             self._index.remove(rec.seq)
+
+
+def shadow_time(
+    now: float, free: int, need: int, releases: Iterable[tuple[float, int]]
+) -> tuple[float, int]:
+    """Return EASY's shadow time and extra nodes.
+
+    Args:
+        now: Current time.
+        free: Nodes free now.
+        need: Nodes the queue head needs.
+        releases: ``(expected end, nodes)`` of running jobs.
+
+    Returns:
+        ``(shadow, extra)``: the earliest time at which ``need`` nodes are free (all jobs
+        ending at that time counted) and the nodes left over then; ``(inf, 0)`` if never.
+    """
+    if free >= need:
+        return now, free - need
+    ordered = sorted(releases)
+    i = 0
+    while i < len(ordered):
+        end = ordered[i][0]
+        while i < len(ordered) and ordered[i][0] == end:
+            free += ordered[i][1]
+            i += 1
+        if free >= need:
+            return end, free - need
+    return math.inf, 0
 
 
 class SchedulerView:
@@ -490,7 +525,6 @@ class SchedulerView:
         by the compiled :func:`~hpcnb.batchsim.index.profile_shadow`, else in Python.
         """
         from hpcnb.batchsim.index import profile_shadow
-        from hpcnb.batchsim.scheduler import shadow_time
 
         if self.free_nodes >= need:
             return self.time, self.free_nodes - need

@@ -308,6 +308,10 @@ def long_queue_trace(trace: SWFTrace, base_jobs: int, copies: int) -> SWFTrace:
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     """Return the least-squares slope of ``log y`` against ``log x`` (1: linear growth).
 
+    Args:
+        x: Positive abscissae (jobs).
+        y: Positive values (seconds), one per ``x``.
+
     Raises:
         InvalidInputError: Fewer than two points, or a value that is not positive.
     """

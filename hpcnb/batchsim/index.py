@@ -37,9 +37,19 @@ def tree_set(
     size: int,
     est: float,
 ) -> None:
-    """Set leaf ``j`` (smallest size ``fit``, size ``size``, requested time ``est``).
+    """Set leaf ``j`` and update its ancestors' minima.
 
     A job leaves the tree with ``fit = size = NOT_WAITING`` and ``est = inf``.
+
+    Args:
+        min_fit: Minima of the smallest sizes (``2 * leaves`` nodes, root at 1).
+        min_size: Minima of the preferred sizes.
+        min_est: Minima of the requested times.
+        leaves: Leaves of the tree (a power of two).
+        j: The leaf (submission position).
+        fit: The job's smallest size.
+        size: Its preferred size.
+        est: Its requested time (s).
     """
     k = leaves + j
     min_fit[k] = fit
@@ -71,8 +81,19 @@ def first_fit(
 
     A leaf qualifies when its smallest size fits (``fit <= free``) and it either ends by
     the shadow time (``now + est <= shadow``) or the size it starts with,
-    ``min(size, free)``, fits the extra nodes. ``stack`` is scratch of shape
-    ``(2 * depth + 2, 3)``.
+    ``min(size, free)``, fits the extra nodes.
+
+    Args:
+        min_fit: Minima of the smallest sizes (see :func:`tree_set`).
+        min_size: Minima of the preferred sizes.
+        min_est: Minima of the requested times.
+        leaves: Leaves of the tree.
+        lo: First leaf to consider.
+        free: Nodes free now.
+        extra: Nodes left over at the shadow time.
+        now: Current time (s).
+        shadow: The shadow time (s).
+        stack: Scratch of shape ``(2 * depth + 2, 3)``.
     """
     top = 0
     stack[0, 0], stack[0, 1], stack[0, 2] = 1, 0, leaves
@@ -111,8 +132,22 @@ def profile_shadow(
 
     The availability profile: the running jobs ``running[:r_len]`` (any order; all jobs
     ending at one time are counted together) ordered by expected end, scanned until
-    ``need`` nodes are free. ``ends`` and ``sizes`` are scratch arrays of at least
-    ``r_len`` entries.
+    ``need`` nodes are free.
+
+    Args:
+        now: Current time (s); ends already passed count as now.
+        free: Nodes free now (fewer than ``need``).
+        need: Nodes the queue head needs.
+        start: Per job, the base of its expected end.
+        estimate: Per job, the length added to it (expected end = start + estimate).
+        size: Per job, its nodes.
+        running: Job indices of the running jobs in ``[:r_len]``.
+        r_len: Number of running jobs.
+        ends: Scratch of at least ``r_len`` floats.
+        sizes: Scratch of at least ``r_len`` integers.
+
+    Returns:
+        ``(shadow, extra)``; ``(inf, 0)`` if the nodes never suffice.
     """
     for m in range(r_len):
         r = running[m]
@@ -156,13 +191,24 @@ class FitIndex:
         self.leaves, self.min_fit, self.min_size, self.min_est, self._stack = tree_arrays(n)
 
     def add(self, position: int, fit: int, size: int, requested: float) -> None:
-        """Enter a waiting job: smallest size, preferred size, requested time (s)."""
+        """Enter a waiting job.
+
+        Args:
+            position: Its submission position.
+            fit: Its smallest size.
+            size: Its preferred size.
+            requested: Its requested time (s).
+        """
         tree_set(
             self.min_fit, self.min_size, self.min_est, self.leaves, position, fit, size, requested
         )
 
     def remove(self, position: int) -> None:
-        """Take a job out (started or killed)."""
+        """Take a job out (started or killed).
+
+        Args:
+            position: Its submission position.
+        """
         tree_set(
             self.min_fit,
             self.min_size,
@@ -175,7 +221,15 @@ class FitIndex:
         )
 
     def first(self, lo: int, free: int, extra: int, now: float, shadow: float) -> int:
-        """Return the first position ``>= lo`` that may be backfilled (see :func:`first_fit`)."""
+        """Return the first position ``>= lo`` that may be backfilled, or -1.
+
+        Args:
+            lo: First position to consider.
+            free: Nodes free now.
+            extra: Nodes left over at the shadow time.
+            now: Current time (s).
+            shadow: The shadow time (s).
+        """
         return int(
             first_fit(
                 self.min_fit,

@@ -113,15 +113,11 @@ def _kernel(
     total: int,
     policy: int,
 ) -> np.ndarray:
-    """Start times under FCFS (0) or EASY (1); the cost per event does not grow with the queue.
+    """Start times under FCFS (0) or EASY (1) (see the module docstring).
 
-    Jobs enter the queue in index order, so the queue is the set of waiting indices
-    ``>= head`` (below ``nxt``, the next submission): the head only moves forward. Under
-    FCFS nothing starts out of order and the queue is the range ``[head, nxt)``. Under
-    EASY, the waiting jobs' sizes and estimates sit in a tree of minima over job indices,
-    which finds the next backfill candidate (:func:`~hpcnb.batchsim.index.first_fit`);
-    the shadow time is computed only when some waiting job fits the free nodes, and reused
-    while no job started or ended since (only the clock moved).
+    The queue is the set of waiting indices ``>= head`` below ``nxt`` (the next
+    submission); EASY's candidates come from the tree (:func:`~.index.first_fit`), its
+    shadow time is reused while no job started or ended since.
     """
     n = submit.shape[0]
     start = np.full(n, np.nan)

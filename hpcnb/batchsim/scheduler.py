@@ -22,9 +22,8 @@ at the end of :mod:`~hpcnb.batchsim.policies`), or by reference without register
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
-from hpcnb.batchsim.engine import InvocationReason, JobRecord, SchedulerView
+from hpcnb.batchsim.engine import InvocationReason, JobRecord, SchedulerView, shadow_time
 from hpcnb.batchsim.jobs import JobType
 from hpcnb.errors import InvalidStateError
 
@@ -145,35 +144,6 @@ class SJF(Scheduler):
                 view.start(rec, size)
             if view.free_nodes == 0:
                 return
-
-
-def shadow_time(
-    now: float, free: int, need: int, releases: Iterable[tuple[float, int]]
-) -> tuple[float, int]:
-    """Return EASY's shadow time and extra nodes.
-
-    Args:
-        now: Current time.
-        free: Nodes free now.
-        need: Nodes the queue head needs.
-        releases: ``(expected end, nodes)`` of running jobs.
-
-    Returns:
-        ``(shadow, extra)``: the earliest time at which ``need`` nodes are free (all jobs
-        ending at that time counted) and the nodes left over then; ``(inf, 0)`` if never.
-    """
-    if free >= need:
-        return now, free - need
-    ordered = sorted(releases)
-    i = 0
-    while i < len(ordered):
-        end = ordered[i][0]
-        while i < len(ordered) and ordered[i][0] == end:
-            free += ordered[i][1]
-            i += 1
-        if free >= need:
-            return end, free - need
-    return math.inf, 0
 
 
 class EasyBackfilling(Scheduler):

@@ -24,6 +24,7 @@ from torch import nn
 
 from hpcnb.errors import InvalidInputError
 from hpcnb.timing import interleaved, pinned_threads
+from hpcnb.torchcompat import safe_backward
 
 __all__ = [
     "LatencyResult",
@@ -126,7 +127,8 @@ def _run_epochs(
             idx = order[start : start + config.batch_size]
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(xt[idx]), yt[idx])
-            loss.backward()
+            with safe_backward():
+                loss.backward()
             opt.step()
             sched.step()
             total += loss.item() * len(idx)

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from hpcnb.errors import InvalidInputError
+from hpcnb.torchcompat import safe_backward
 
 from .space import SubnetConfig
 
@@ -216,7 +217,8 @@ def local_gradients(
         else:
             use_teacher = teacher if distill and config != big else None
         loss = distill_loss(out, y, use_teacher)
-        loss.backward()
+        with safe_backward():
+            loss.backward()
         binding.push_grad(sums, counts)
         if distill and config == big and teacher_logits is None:
             teacher = out.detach()
@@ -272,7 +274,8 @@ def subnet_gradients(
         else:
             use_teacher = teacher if distill and config != big else None
         loss = distill_loss(module(x), y, use_teacher)
-        loss.backward()
+        with safe_backward():
+            loss.backward()
         sums = torch.zeros(supernet.flat.numel, dtype=torch.float64)
         counts = torch.zeros(supernet.flat.numel, dtype=torch.float64)
         binding.push_grad(sums, counts)

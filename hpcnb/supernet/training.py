@@ -28,6 +28,7 @@ with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to te
 from hpcnb.errors import InvalidInputError
 from hpcnb.models.metrics import top1_accuracy
 from hpcnb.progress import show_progress
+from hpcnb.torchcompat import safe_backward
 
 from .forkjoin import fork_join_step
 from .space import SubnetConfig
@@ -208,7 +209,8 @@ def _adam_epochs(
         for idx in batches(n, batch_size, rng, steps_per_epoch):
             loss = loss_of(idx)
             opt.zero_grad()
-            loss.backward()
+            with safe_backward():
+                loss.backward()
             opt.step()
             sched.step()
             total += float(loss.detach())
