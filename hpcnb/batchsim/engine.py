@@ -373,6 +373,7 @@ class SchedulerView:
         self._fix_pos: dict[int, int] = {}
         self._fix_len = 0
         self._fix_scratch = (np.empty(n), np.empty(n, dtype=np.int64))
+        self._kept_reservation: tuple[tuple[int, int], float, int] | None = None
         self.ctx = RunContext(sim.platform)
         self._requested: dict[int, float] = {}
 
@@ -521,8 +522,14 @@ class SchedulerView:
         The earliest time at which ``need`` nodes are free by the running jobs'
         :meth:`expected_end` (all jobs ending at one time counted together), and the nodes
         left over then; ``(now, free - need)`` if they are free now, ``(inf, 0)`` if never.
-        When every running job has a fixed end (:attr:`fixed_ends`) the profile is scanned
-        by the compiled :func:`~hpcnb.batchsim.index.profile_shadow`, else in Python.
+        When every running job has a fixed end (:meth:`fixed_end`) the profile is scanned
+        by the compiled :func:`~hpcnb.batchsim.index.profile_shadow` and the answer is kept:
+        while no node is allocated or freed (:attr:`allocations` unchanged) it stays valid
+        until the clock passes it (ends already passed count as now, before it either way).
+        Otherwise it is computed in Python from :meth:`expected_end`.
+
+        Args:
+            need: Nodes the job needs.
         """
         from hpcnb.batchsim.index import profile_shadow
 
@@ -531,6 +538,10 @@ class SchedulerView:
         if self._moving_ends:
             releases = [(self.expected_end(r), r.nodes) for r in self.running]
             return shadow_time(self.time, self.free_nodes, need, releases)
+        key = (self.allocations, need)
+        kept = self._kept_reservation
+        if kept is not None and kept[0] == key and kept[1] >= self.time:
+            return kept[1], kept[2]
         shadow, extra = profile_shadow(
             self.time,
             self.free_nodes,
@@ -542,6 +553,7 @@ class SchedulerView:
             self._fix_len,
             *self._fix_scratch,
         )
+        self._kept_reservation = (key, float(shadow), int(extra))
         return float(shadow), int(extra)
 
     def _add_fixed(self, rec: JobRecord) -> None:
@@ -564,11 +576,6 @@ class SchedulerView:
         if last != rec.seq:
             self._fix_seqs[pos] = last
             self._fix_pos[last] = pos
-
-    @property
-    def fixed_ends(self) -> bool:
-        """Whether every running job has a fixed expected end (:meth:`fixed_end`)."""
-        return self._moving_ends == 0
 
     def remaining_time(self, rec: JobRecord) -> float:
         """Return the estimated remaining run time of a job at its current (target) size.

@@ -359,11 +359,12 @@ def backlog_scaling(
 
     cases = []
     for k in copies:
-        rows = rigid_arrays_from_swf(long_queue_trace(trace, base_jobs, k), nodes)
+        long = long_queue_trace(trace, base_jobs, k)
+        rows = rigid_arrays_from_swf(long, nodes)
         cols = (rows.ids, rows.submit, rows.size, rows.runtime, rows.walltime, rows.user)
         jobs: list[Job] = []  # Job objects only where the general engine runs
         if len(rows) <= engine_max_jobs:
-            jobs = jobs_from_swf(long_queue_trace(trace, base_jobs, k), nodes).jobs
+            jobs = jobs_from_swf(long, nodes).jobs
         cases.append((k, cols, jobs))
     platform = Platform(nodes)
     out = []

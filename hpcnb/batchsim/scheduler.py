@@ -156,7 +156,6 @@ class EasyBackfilling(Scheduler):
     """
 
     name = "easy"
-    _cached: tuple[SchedulerView, tuple[int, int], float, int] | None = None
 
     def act(self, view: SchedulerView) -> None:
         """Start in order, reserve for the head, backfill the rest.
@@ -180,7 +179,7 @@ class EasyBackfilling(Scheduler):
         now = view.time
         if index.first(head.seq + 1, view.free_nodes, view.free_nodes, now, math.inf) < 0:
             return
-        shadow, extra = self._reservation(view, head)
+        shadow, extra = view.reservation(self.reserve_size(head))
         lo = head.seq + 1
         while view.free_nodes > 0:
             seq = index.first(lo, view.free_nodes, extra, now, shadow)
@@ -196,26 +195,6 @@ class EasyBackfilling(Scheduler):
             elif size <= extra:
                 view.start(rec, size)
                 extra -= size
-
-    def _reservation(self, view: SchedulerView, head: JobRecord) -> tuple[float, int]:
-        """The head's shadow time and extra nodes, reused while nothing changed but the clock.
-
-        With the same running jobs (``view.allocations`` unchanged), all of fixed expected
-        end, and the same head, a shadow time not yet passed is still the answer (jobs
-        whose expected end passed count as ending now, before the shadow time either way).
-        """
-        cached = self._cached
-        if (
-            cached is not None
-            and cached[0] is view
-            and cached[1] == (view.allocations, head.seq)
-            and cached[2] >= view.time
-        ):
-            return cached[2], cached[3]
-        shadow, extra = view.reservation(self.reserve_size(head))
-        key = (view.allocations, head.seq)
-        self._cached = (view, key, shadow, extra) if view.fixed_ends else None
-        return shadow, extra
 
 
 class ConservativeBackfilling(Scheduler):
