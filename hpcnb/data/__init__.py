@@ -7,7 +7,7 @@ folder, then the cache) or downloaded with :func:`fetch` (``hpcnb data fetch``);
 folders, environment variables and the log of files read are in :mod:`hpcnb.data.registry`.
 """
 
-from hpcnb.data.embedded import DigitsSplit, digits, text_corpus
+from hpcnb.data.embedded import DigitsSplit, digits, digits_folds, kfold_splits, text_corpus
 from hpcnb.data.registry import (
     ChecksumError,
     DataFile,
@@ -27,6 +27,8 @@ __all__ = [
     # embedded data sets (no network)
     "DigitsSplit",
     "digits",
+    "digits_folds",
+    "kfold_splits",
     "text_corpus",
     # the registry of real data: find, fetch, check
     "DataFile",

@@ -15,7 +15,7 @@ import numpy as np
 
 from hpcnb.errors import InvalidInputError
 
-__all__ = ["DigitsSplit", "ImageSplit", "digits", "text_corpus"]
+__all__ = ["DigitsSplit", "ImageSplit", "digits", "digits_folds", "kfold_splits", "text_corpus"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,81 @@ def digits(seed: int = 0, val_fraction: float = 0.15, test_fraction: float = 0.2
         x_test=x[:n_test],
         y_test=y[:n_test],
     )
+
+
+def kfold_splits(
+    x: np.ndarray,
+    y: np.ndarray,
+    k: int = 5,
+    *,
+    seed: int = 0,
+    val_fraction: float = 0.15,
+) -> list[ImageSplit]:
+    """Split a labelled set into ``k`` folds: each item is a test item of exactly one split.
+
+    The items are shuffled once (``seed``) and cut into ``k`` folds of near-equal size.
+    Split ``i`` tests on fold ``i``; the other folds are shuffled again and give its
+    validation items (``val_fraction`` of them) and its training items, so nothing a
+    network of split ``i`` learns from or is selected on is a test item of split ``i``.
+
+    Args:
+        x: Inputs, first axis the items.
+        y: Labels, one per item.
+        k: Number of folds (at least 2).
+        seed: Seed of the shuffles.
+        val_fraction: Fraction of the non-test items held out for validation.
+
+    Returns:
+        ``k`` :class:`ImageSplit`, split ``i`` testing on fold ``i``.
+
+    Raises:
+        InvalidInputError: ``x`` and ``y`` differ in length, ``k`` is below 2 or above the
+            number of items, or ``val_fraction`` leaves no training item.
+
+    Example:
+        >>> import numpy as np
+        >>> folds = kfold_splits(np.arange(10.0), np.arange(10), k=5)
+        >>> sorted(int(v) for f in folds for v in f.y_test) == list(range(10))
+        True
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    if len(x) != len(y):
+        raise InvalidInputError(f"kfold_splits: {len(x)} inputs but {len(y)} labels")
+    if not 2 <= k <= len(y):
+        raise InvalidInputError(f"kfold_splits: k={k}, expected 2 <= k <= {len(y)} items")
+    if not 0 <= val_fraction < 1:
+        raise InvalidInputError(f"kfold_splits: val_fraction={val_fraction}, expected [0, 1)")
+    rng = np.random.default_rng(seed)
+    folds = np.array_split(rng.permutation(len(y)), k)
+    splits = []
+    for i, test in enumerate(folds):
+        rest = rng.permutation(np.concatenate([f for j, f in enumerate(folds) if j != i]))
+        n_val = round(len(rest) * val_fraction)
+        if n_val >= len(rest):
+            raise InvalidInputError(
+                f"kfold_splits: val_fraction={val_fraction} leaves no training item in fold {i}"
+            )
+        val, train = rest[:n_val], rest[n_val:]
+        splits.append(ImageSplit(x[train], y[train], x[val], y[val], x[test], y[test]))
+    return splits
+
+
+def digits_folds(k: int = 5, seed: int = 0, val_fraction: float = 0.15) -> list[ImageSplit]:
+    """The 1,797 digits of scikit-learn as ``k`` cross-validation splits (:func:`kfold_splits`).
+
+    Every digit is a test item of exactly one split, so per-item results pooled over the
+    splits cover the whole data set.
+
+    Args:
+        k: Number of folds.
+        seed: Seed of the shuffles.
+        val_fraction: Fraction of each split's non-test items held out for validation.
+    """
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (bunch.images / 16.0).astype(np.float32)[:, None, :, :]
+    return kfold_splits(x, bunch.target.astype(np.int64), k, seed=seed, val_fraction=val_fraction)
 
 
 _CORPUS_MODULES = (

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch import nn
@@ -23,7 +25,13 @@ from torch import nn
 from hpcnb.errors import HpcnbError
 from hpcnb.stats import Estimate
 
-__all__ = ["MetricError", "paired_gap_interval", "top1_accuracy", "top1_correct"]
+__all__ = [
+    "MetricError",
+    "paired_gap_interval",
+    "pooled_gap_interval",
+    "top1_accuracy",
+    "top1_correct",
+]
 
 
 class MetricError(HpcnbError, ValueError):
@@ -152,3 +160,67 @@ def paired_gap_interval(
     alpha = (1 - confidence) / 2
     low, high = np.quantile(stats, [alpha, 1 - alpha])
     return Estimate(value, float(min(low, value)), float(max(high, value)), int(diff.size))
+
+
+def pooled_gap_interval(
+    a: Sequence[np.ndarray],
+    b: Sequence[np.ndarray],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Estimate:
+    """Mean of ``a - b`` over items pooled from several folds, with a paired bootstrap.
+
+    ``a[f]`` and ``b[f]`` are the per-item scores (1 right, 0 wrong) of two models on the
+    test items of fold ``f`` (cross-validation: every item in one fold, folds of any
+    size). The value is the mean over all items. Each resample draws the folds with
+    replacement and, inside every drawn fold, its items with replacement (the same items
+    for both models: paired), so the interval covers the spread between the folds' runs
+    and the sampling of the items. With one fold only the items are resampled.
+
+    Args:
+        a: Per fold, the first model's per-item scores.
+        b: Per fold, the second model's, the same items in the same order.
+        confidence: Coverage of the interval, in (0, 1).
+        resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        The mean difference with its interval and ``n`` the pooled items.
+
+    Raises:
+        MetricError: The fold counts or a fold's items differ, no items, or a bad confidence.
+
+    Example:
+        >>> import numpy as np
+        >>> a = [np.array([1, 1, 0]), np.array([1, 0])]
+        >>> str(pooled_gap_interval(a, a))
+        '0 [0, 0] (n=5)'
+    """
+    if len(a) != len(b) or not a or not 0 < confidence < 1 or resamples < 1:
+        raise MetricError(
+            f"pooled_gap_interval: {len(a)} and {len(b)} folds, confidence {confidence}: need "
+            "the same number of folds (>= 1) and 0 < confidence < 1"
+        )
+    diffs = []
+    for f, (fa, fb) in enumerate(zip(a, b, strict=True)):
+        da, db = np.asarray(fa, float).ravel(), np.asarray(fb, float).ravel()
+        if da.shape != db.shape or da.size == 0:
+            raise MetricError(
+                f"pooled_gap_interval: fold {f} has {da.size} and {db.size} items; need equal, >= 1"
+            )
+        diffs.append(da - db)
+    sums = np.array([d.sum() for d in diffs])
+    sizes = np.array([d.size for d in diffs])
+    value = float(sums.sum() / sizes.sum())
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    n_folds = len(diffs)
+    for r in range(resamples):
+        rows = rng.integers(0, n_folds, n_folds) if n_folds > 1 else np.zeros(1, np.int64)
+        total = sum(diffs[f][rng.integers(0, sizes[f], sizes[f])].sum() for f in rows)
+        stats[r] = total / sizes[rows].sum()
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return Estimate(value, float(min(low, value)), float(max(high, value)), int(sizes.sum()))
