@@ -31,7 +31,13 @@ import numpy as np
 from gymnasium import spaces
 
 from hpcnb.errors import InvalidInputError
-from hpcnb.pruning.problem import PruningProblem, keep_counts, project_to_budget, snap_counts
+from hpcnb.pruning.problem import (
+    PruningProblem,
+    keep_counts,
+    project_to_budget,
+    snap_counts,
+    snap_counts_preferring,
+)
 
 if TYPE_CHECKING:
     from hpcnb.pruning.latency import LatencyModel
@@ -53,6 +59,8 @@ class EnvConfig:
         failure_reward: Reward when the budget is not met within ``max_steps``.
         project: Shorten the budget-crossing step to land on the budget.
         round_to: Snap kept channel counts to multiples of this (1: no snapping).
+        round_fallback: A smaller multiple used where multiples of ``round_to`` cannot
+            keep the FLOPs budget (0: none; e.g. ``round_to=16, round_fallback=8``).
         latency_weight: Weight of the latency term of the reward (0: accuracy only);
             needs a latency model given to the environment.
     """
@@ -64,6 +72,7 @@ class EnvConfig:
     failure_reward: float = -1.0
     project: bool = True
     round_to: int = 1
+    round_fallback: int = 0
     latency_weight: float = 0.0
 
     def __post_init__(self) -> None:
@@ -79,6 +88,11 @@ class EnvConfig:
             raise InvalidInputError(f"EnvConfig.min_keep={self.min_keep}: expected in (0, 1]")
         if self.round_to < 1:
             raise InvalidInputError(f"EnvConfig.round_to={self.round_to}: expected >= 1")
+        if not 0 <= self.round_fallback < max(self.round_to, 2):
+            raise InvalidInputError(
+                f"EnvConfig.round_fallback={self.round_fallback}: expected 0 (none) or a "
+                f"multiple in [1, round_to={self.round_to})"
+            )
         if not self.latency_weight >= 0:
             raise InvalidInputError(
                 f"EnvConfig.latency_weight={self.latency_weight}: expected >= 0"
@@ -167,6 +181,9 @@ class _PruningEpisode(gym.Env[ObsT, np.ndarray]):
             return counts
         fm = self.problem.flops_model
         budget = self.config.target * fm.total
+        if self.config.round_fallback:
+            multiples = (self.config.round_to, self.config.round_fallback)
+            return snap_counts_preferring(counts, self.sizes, multiples, fm, budget)
         return snap_counts(counts, self.sizes, self.config.round_to, fm, budget)
 
     def flops_ratio(self, keep: np.ndarray) -> float:

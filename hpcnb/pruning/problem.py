@@ -50,6 +50,7 @@ __all__ = [
     "keep_counts",
     "project_to_budget",
     "snap_counts",
+    "snap_counts_preferring",
     "uniform_ratios",
 ]
 
@@ -184,6 +185,51 @@ def snap_counts(
         j = int(np.argmax(excess))
         snapped[j] -= round_to
     return snapped
+
+
+def snap_counts_preferring(
+    counts: np.ndarray,
+    sizes: np.ndarray,
+    multiples: tuple[int, ...],
+    flops_model: FlopsModel,
+    budget: float,
+) -> np.ndarray:
+    """Snap to the first of ``multiples`` whose snapped counts keep the FLOPs budget.
+
+    Each multiple is tried in turn with :func:`snap_counts`; the first result that is all
+    multiples of it (a group no larger than the multiple keeps its count) and within
+    ``budget`` is returned, so ``(16, 8)`` gives multiples of 16 where the budget allows
+    and of 8 as the fallback. If none does, the counts come back unsnapped, so snapping
+    never breaks a budget the counts met.
+
+    Args:
+        counts: ``(G,)`` kept channels per group.
+        sizes: ``(G,)`` group sizes.
+        multiples: Channel multiples in order of preference, each >= 1.
+        flops_model: FLOPs as a function of keep fractions.
+        budget: Largest FLOPs allowed.
+
+    Raises:
+        InvalidInputError: No multiples, or one below 1.
+
+    Example:
+        >>> import numpy as np
+        >>> fm = FlopsModel(0.0, np.array([1.0]), np.array([0]), np.array([-1]), 1)
+        >>> snap_counts_preferring(np.array([20]), np.array([64]), (16, 8), fm, 0.4).tolist()
+        [16]
+        >>> snap_counts_preferring(np.array([12]), np.array([64]), (16, 8), fm, 0.19).tolist()
+        [8]
+    """
+    if not multiples or min(multiples) < 1:
+        raise InvalidInputError(f"snap_counts_preferring: multiples={multiples}, need >= 1 each")
+    counts = np.asarray(counts, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    for m in multiples:
+        snapped = snap_counts(counts, sizes, m, flops_model, budget)
+        aligned = (snapped % m == 0) | (sizes <= m)
+        if aligned.all() and flops_model(snapped / sizes) <= budget:
+            return snapped
+    return counts.copy()
 
 
 @runtime_checkable

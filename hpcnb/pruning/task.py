@@ -8,14 +8,20 @@ convolutions or norms are one unit, found by graph traversal). It derives
   groups' parameter slices (exact for convolutions and linear layers),
 * the channel order of every group by filter norm (L2 as in the paper, or L1),
 * the accuracy oracle: the model evaluated with the pruned channels' parameter slices set
-  to zero (``torch.func.functional_call``, no copy of the model) — the same function as
-  the extracted, physically smaller network, which :meth:`ModelPruningTask.extract`
-  builds with :func:`hpcnb.ir.extract`,
+  to zero (``torch.func.functional_call`` on a private copy of the model) — the same
+  function as the extracted, physically smaller network, which
+  :meth:`ModelPruningTask.extract` builds with :func:`hpcnb.ir.extract`. Given
+  calibration inputs, the oracle first re-estimates every BatchNorm layer's statistics
+  for the pruned network (reset, cumulative average over the calibration batches, as
+  :func:`~hpcnb.pruning.training.recalibrate_batchnorm` does for an extracted network),
+  so the reward sees the network as every method's evaluation does, not one with stale
+  statistics,
 * the :class:`~hpcnb.pruning.hiergraph.HierarchicalGraph` observation.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Literal
 
 import numpy as np
@@ -50,6 +56,11 @@ class ModelPruningTask:
         criterion: Filter ranking, ``"l2"`` (paper) or ``"l1"``.
         bins: ``K``, channel bins per side of each level-1 graph.
         seed: Seed of the random node features.
+        x_calib: Inputs whose batches re-estimate the BatchNorm statistics of every
+            pruned network before its accuracy is taken (training inputs, never the
+            held-out or test ones); ``None`` keeps the statistics inherited from the
+            original network.
+        calibration_batch: Items per calibration batch.
 
     Attributes:
         ir_graph: The traced :class:`hpcnb.ir.Graph`.
@@ -72,6 +83,8 @@ class ModelPruningTask:
         criterion: Literal["l2", "l1"] = "l2",
         bins: int = 4,
         seed: int = 0,
+        x_calib: np.ndarray | torch.Tensor | None = None,
+        calibration_batch: int = 64,
     ) -> None:
         if features not in ("weights", "random"):
             raise InvalidInputError(
@@ -83,12 +96,17 @@ class ModelPruningTask:
             )
         if bins < 1:
             raise InvalidInputError(f"ModelPruningTask: bins={bins}, expected >= 1")
+        if calibration_batch < 1:
+            raise InvalidInputError(
+                f"ModelPruningTask: calibration_batch={calibration_batch}, expected >= 1"
+            )
         self.model = model.eval()
         self.example_input = example_input[:1]
         self.x_val = torch.as_tensor(np.asarray(x_val)).float()
         self.y_val = torch.as_tensor(np.asarray(y_val)).long()
         self.ir_graph = ir.trace(self.model, self.example_input)
         self._state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        self._calibration = self._calibration_setup(x_calib, calibration_batch)
         # A pruning unit needs a producer: some weight whose output axis it slices.
         self.groups = [
             g
@@ -163,12 +181,71 @@ class ModelPruningTask:
                 tensor.index_fill_(m.axis, idx, 0.0)
         return out
 
+    def _calibration_setup(
+        self, x_calib: np.ndarray | torch.Tensor | None, batch: int
+    ) -> tuple[nn.Module, list[torch.Tensor], list[str]] | None:
+        """A private copy of the model, the calibration batches and the BatchNorm names."""
+        if x_calib is None:
+            return None
+        xc = torch.as_tensor(np.asarray(x_calib)).float()
+        if xc.shape[0] == 0 or xc.shape[1:] != self.x_val.shape[1:]:
+            raise InvalidInputError(
+                f"ModelPruningTask: x_calib of shape {tuple(xc.shape)}, expected a non-empty "
+                f"batch of inputs shaped like x_val {tuple(self.x_val.shape[1:])}"
+            )
+        scratch = copy.deepcopy(self.model).eval()
+        norms = [
+            name
+            for name, m in scratch.named_modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        ]
+        for name in norms:
+            scratch.get_submodule(name).momentum = None  # cumulative average
+        return scratch, list(torch.split(xc, batch)), norms
+
+    def calibrated_state(self, counts: np.ndarray) -> dict[str, torch.Tensor]:
+        """Parameters and BatchNorm statistics of the pruned network, after recalibration.
+
+        Without calibration inputs the statistics are the original network's.
+
+        Args:
+            counts: ``(G,)`` kept channels per group.
+        """
+        state = {**self._state, **self.masked_parameters(counts)}
+        if self._calibration is None:
+            return state
+        scratch, batches, norms = self._calibration
+        for name in norms:
+            mean = state[f"{name}.running_mean"]
+            state[f"{name}.running_mean"] = torch.zeros_like(mean)
+            state[f"{name}.running_var"] = torch.ones_like(mean)
+            state[f"{name}.num_batches_tracked"] = torch.zeros((), dtype=torch.long)
+        try:
+            for name in norms:
+                scratch.get_submodule(name).train()
+            with torch.no_grad():
+                for xb in batches:  # updates the fresh statistics in place
+                    functional_call(scratch, state, (xb,), strict=False)
+        finally:
+            scratch.eval()
+        return state
+
     @torch.no_grad()
     def accuracy(self, counts: np.ndarray) -> float:
-        """Held-out accuracy of the model pruned to ``counts`` channels (no fine-tuning)."""
-        logits = functional_call(
-            self.model, self.masked_parameters(counts), (self.x_val,), strict=False
-        )
+        """Held-out accuracy of the model pruned to ``counts`` channels (no fine-tuning).
+
+        With calibration inputs the pruned network's BatchNorm statistics are
+        re-estimated first (:meth:`calibrated_state`).
+
+        Args:
+            counts: ``(G,)`` kept channels per group.
+        """
+        if self._calibration is None:
+            state: dict[str, torch.Tensor] = self.masked_parameters(counts)
+            net = self.model
+        else:
+            state, net = self.calibrated_state(counts), self._calibration[0]
+        logits = functional_call(net, state, (self.x_val,), strict=False)
         return float((logits.argmax(1) == self.y_val).float().mean())
 
     def extract(self, keep: np.ndarray, *, ratios: bool = True) -> nn.Module:
