@@ -194,13 +194,11 @@ class ModelPruningTask:
                 f"batch of inputs shaped like x_val {tuple(self.x_val.shape[1:])}"
             )
         scratch = copy.deepcopy(self.model).eval()
-        norms = [
-            name
-            for name, m in scratch.named_modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
-        ]
-        for name in norms:
-            scratch.get_submodule(name).momentum = None  # cumulative average
+        norms = []
+        for name, m in scratch.named_modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+                m.momentum = None  # cumulative average
+                norms.append(name)
         return scratch, list(torch.split(xc, batch)), norms
 
     def calibrated_state(self, counts: np.ndarray) -> dict[str, torch.Tensor]:
