@@ -288,3 +288,40 @@ def test_finetune_subnet_distills_keeps_architecture_and_does_not_worsen() -> No
 def _acc(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     with torch.no_grad():
         return float((module(x).argmax(-1) == y).float().mean())
+
+
+def test_parameter_coverage_counts_and_leading_slices() -> None:
+    sn = _supernet()
+    configs = [SubnetConfig((16, 8)), SubnetConfig((8, 4)), SubnetConfig((12, 2))]
+    cov = sn.coverage(configs, "3.weight")  # (h2, h1) = (8, 16)
+    assert cov.kept == ((8, 16), (4, 8), (2, 12))
+    assert cov.leading == (True, True, True)
+    assert cov.counts.shape == (8, 16)
+    expected = torch.zeros(8, 16, dtype=torch.long)
+    for rows, cols in cov.kept:
+        expected[:rows, :cols] += 1
+    assert torch.equal(cov.counts, expected)
+    assert int(cov.counts.max()) == 3 and int(cov.counts.min()) == 1  # three different counts
+    assert sn.coverage(configs, "5.bias").kept == ((3,), (3,), (3,))
+    with pytest.raises(ValueError, match="not a trainable parameter"):
+        sn.coverage(configs, "9.weight")
+
+
+def test_plot_coverage_outlines_each_subnets_slice() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hpcnb.supernet.plots import plot_coverage
+
+    sn = _supernet()
+    cov = sn.coverage([SubnetConfig((16, 8)), SubnetConfig((8, 4))], "3.weight")
+    ax = plot_coverage(cov, ["largest", "small"])
+    sizes = sorted((p.get_width(), p.get_height()) for p in ax.patches)
+    assert sizes == [pytest.approx((8 - 0.8, 4 - 0.8)), (16, 8)]  # the second one inset
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["largest: 8 rows x 16 columns", "small: 4 rows x 8 columns"]
+    with pytest.raises(ValueError, match="labels"):
+        plot_coverage(cov, ["one"])
+    plt.close("all")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from hpcnb import models
+from hpcnb.errors import HpcnbError
 from hpcnb.progress import show_progress
 from hpcnb.supernet import SandwichSampler, Supernet
 from hpcnb.supernet.benchmark import compare_models
@@ -20,6 +21,7 @@ from hpcnb.supernet.forkjoin import PHASES, StepPhases, fork_join_step
 from hpcnb.supernet.mpi import (
     ForkJoinBenchmark,
     ForkJoinJob,
+    arm_threads,
     benchmark_fork_join,
     run_forkjoin_mpi,
     run_local,
@@ -123,6 +125,7 @@ def _bench_json() -> dict:
             "2 proc x 1 thr": [[r0, r1]] * 3,
         },
         "max_weight_diff": 1e-7,
+        "threads": {"1 proc x 1 thr": 1, "1 proc x 2 thr": 2, "2 proc x 1 thr": 2},
     }
 
 
@@ -146,6 +149,30 @@ def test_fork_join_benchmark_ratios_and_phase_table() -> None:
     assert summary["speedup vs 1 proc x 2 thr"] == pytest.approx(0.09 / 0.08)
     assert summary["rounds"] == 3
     assert variant_name(2, 1) == "2 proc x 1 thr"
+
+
+def test_same_cores_baseline_has_the_mpi_arms_thread_total() -> None:
+    bench = ForkJoinBenchmark.from_json(_bench_json())
+    base = bench.same_cores_baseline()
+    assert base == "1 proc x 2 thr"
+    assert bench.threads[bench.mpi] == bench.workers * 1 == bench.threads[base]
+    assert bench.speedups_same_cores() == bench.speedups("1 proc x 2 thr")
+    assert arm_threads(2, 1, (1, 2)) == {
+        "1 proc x 1 thr": 1,
+        "1 proc x 2 thr": 2,
+        "2 proc x 1 thr": 2,
+    }
+    assert arm_threads(4, 2, (8,))["4 proc x 2 thr"] == 8
+    with pytest.raises(HpcnbError, match="every count"):
+        arm_threads(2, 0, (1,))
+    unmatched = _bench_json()
+    unmatched["threads"]["1 proc x 2 thr"] = 1  # a baseline that did not get its 2 threads
+    with pytest.raises(HpcnbError, match="2 threads in total"):
+        ForkJoinBenchmark.from_json(unmatched).same_cores_baseline()
+    unrecorded = _bench_json()
+    del unrecorded["threads"]
+    with pytest.raises(HpcnbError, match="no thread totals"):
+        ForkJoinBenchmark.from_json(unrecorded).speedups_same_cores()
 
 
 def test_compare_models_gives_per_round_samples_and_counts() -> None:
@@ -182,6 +209,11 @@ def test_interleaved_benchmark_on_two_ranks(tmp_path: Path) -> None:
     seq = bench.phases["1 proc x 2 thr"][0][0]
     assert seq["allreduce"] == 0.0 and seq["wait"] == 0.0
     assert len(bench.speedups("1 proc x 1 thr")) == 2
+    # The thread totals were read from torch while each configuration trained.
+    assert bench.threads == arm_threads(2, job.threads, (1, 2))
+    base = bench.same_cores_baseline()
+    assert bench.threads[bench.mpi] == bench.workers * job.threads == bench.threads[base]
+    assert len(bench.speedups_same_cores()) == 2
 
 
 @pytest.mark.mpi

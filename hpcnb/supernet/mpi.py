@@ -13,7 +13,11 @@ wheel, first) and accepts a hostfile, so the same job runs on one machine or a c
 :func:`benchmark_fork_join` times the same schedule in one process (1 and 2 torch
 threads) and on the MPI ranks inside a single launch, interleaved round by round
 (:func:`run_benchmark_job`), with every step split into compute, wait, all-reduce and
-update phases (:class:`~hpcnb.supernet.forkjoin.StepPhases`).
+update phases (:class:`~hpcnb.supernet.forkjoin.StepPhases`). Every configuration's
+total torch threads (processes x threads per process, read from torch on every rank
+while it trains) is recorded, so a like-for-like comparison — the MPI ranks against the
+one-process run with as many threads in total
+(:meth:`ForkJoinBenchmark.same_cores_baseline`) — is checked, not assumed.
 
 Run a job by hand with ``mpiexec -n 2 python -m hpcnb.supernet.mpi JOB_DIR`` (add
 ``--bench ROUNDS`` for the interleaved benchmark).
@@ -25,7 +29,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,7 @@ from .forkjoin import StepPhases, fork_join_step
 __all__ = [
     "ForkJoinBenchmark",
     "ForkJoinJob",
+    "arm_threads",
     "benchmark_fork_join",
     "run_benchmark_job",
     "run_forkjoin_mpi",
@@ -178,6 +183,7 @@ class _Trainer:
             self.supernet.bind(self.supernet.max())
         self.init_params = self.supernet.flat.params.clone()
         self.init_buffers = self.supernet.flat.buffers.clone()
+        self.threads_used = torch.get_num_threads()
 
     def run(self, comm: Any, steps: int | None = None) -> tuple[float, list[float], StepPhases]:
         """Train the schedule from the initial weights; return seconds, losses, phases."""
@@ -192,6 +198,7 @@ class _Trainer:
         schedule = self.schedule if steps is None else self.schedule[:steps]
         index = list(batches(len(self.x), job.batch_size, rng, len(schedule)))
         phases = StepPhases()
+        self.threads_used = torch.get_num_threads()  # what this process trains with
         if comm is not None:
             comm.Barrier()
         t0 = time.perf_counter()
@@ -265,6 +272,33 @@ def variant_name(processes: int, threads: int) -> str:
     return f"{processes} proc x {threads} thr"
 
 
+def arm_threads(
+    workers: int, threads_per_rank: int, sequential_threads: Sequence[int]
+) -> dict[str, int]:
+    """Total torch threads of every configuration of the benchmark, by name.
+
+    A one-process baseline with ``t`` threads uses ``t``; the MPI configuration uses
+    ``workers x threads_per_rank``. :func:`run_benchmark_job` records the totals it
+    reads from torch while each configuration trains, which must equal these.
+
+    Args:
+        workers: MPI ranks of the parallel configuration.
+        threads_per_rank: Torch threads of each rank.
+        sequential_threads: Torch threads of each one-process baseline.
+
+    Raises:
+        InvalidInputError: A count below 1.
+    """
+    if workers < 1 or threads_per_rank < 1 or any(t < 1 for t in sequential_threads):
+        raise InvalidInputError(
+            f"arm_threads: workers={workers}, threads_per_rank={threads_per_rank}, "
+            f"sequential_threads={tuple(sequential_threads)}: every count must be >= 1"
+        )
+    totals = {variant_name(1, int(t)): int(t) for t in sequential_threads}
+    totals[variant_name(workers, threads_per_rank)] = workers * threads_per_rank
+    return totals
+
+
 def run_benchmark_job(
     folder: str | Path,
     comm: Any,
@@ -290,7 +324,8 @@ def run_benchmark_job(
     Returns:
         On rank 0: ``{"ranks", "steps", "rounds", "mpi", "seconds": {name: [per round]},
         "phases": {name: [per round: [per rank: {phase: mean s/step}]]},
-        "max_weight_diff"}``, also written to ``bench.json``; ``None`` on other ranks.
+        "max_weight_diff", "threads": {name: torch threads in total over its processes}}``,
+        also written to ``bench.json``; ``None`` on other ranks.
 
     Raises:
         InvalidInputError: ``rounds`` < 1 or no sequential thread count.
@@ -311,17 +346,23 @@ def run_benchmark_job(
             with pinned_threads(job.threads, numba=False, blas=False):
                 seconds, _, phases = trainer.run(comm, steps)
             per_rank = comm.gather(phases.mean_per_step())
-            return seconds, per_rank, trainer.supernet.flat.params.clone()
+            used = comm.gather(trainer.threads_used)
+            total = sum(used) if used is not None else 0
+            return seconds, per_rank, trainer.supernet.flat.params.clone(), total
         out = None
         if rank == 0:
             with pinned_threads(threads, numba=False, blas=False):
                 seconds, _, phases = trainer.run(None, steps)
-            out = seconds, [phases.mean_per_step()], trainer.supernet.flat.params.clone()
+            params = trainer.supernet.flat.params.clone()
+            out = seconds, [phases.mean_per_step()], params, trainer.threads_used
         _idle_until_all_arrive(comm)
         return out
 
-    for _, threads in variants:  # warm-up: one untimed step of each configuration
-        run_variant(threads, steps=1)
+    totals: dict[str, int] = {}
+    for name, threads in variants:  # warm-up: one untimed step of each configuration
+        out = run_variant(threads, steps=1)
+        if rank == 0 and out is not None:
+            totals[name] = int(out[3])  # torch threads in total, read while training
     seconds: dict[str, list[float]] = {name: [] for name, _ in variants}
     phases: dict[str, list[list[dict[str, float]]]] = {name: [] for name, _ in variants}
     max_diff = 0.0
@@ -348,6 +389,7 @@ def run_benchmark_job(
         "seconds": seconds,
         "phases": phases,
         "max_weight_diff": max_diff,
+        "threads": totals,
     }
     (folder / "bench.json").write_text(json.dumps(result), encoding="utf-8")
     return result
@@ -429,6 +471,8 @@ class ForkJoinBenchmark:
             phase (``compute``, ``wait``, ``allreduce``, ``update``).
         max_weight_diff: Largest difference between the final shared weights of the MPI
             run and any sequential run of the same round.
+        threads: Per configuration, the torch threads in total over its processes, as
+            read from torch while it trained (empty when the run did not record them).
     """
 
     workers: int
@@ -437,6 +481,7 @@ class ForkJoinBenchmark:
     seconds: dict[str, tuple[float, ...]]
     phases: dict[str, tuple[tuple[dict[str, float], ...], ...]]
     max_weight_diff: float
+    threads: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ForkJoinBenchmark:
@@ -451,6 +496,7 @@ class ForkJoinBenchmark:
                 for k, rounds in data["phases"].items()
             },
             max_weight_diff=float(data["max_weight_diff"]),
+            threads={k: int(v) for k, v in data.get("threads", {}).items()},
         )
 
     @property
@@ -469,6 +515,35 @@ class ForkJoinBenchmark:
         return tuple(
             b / m for b, m in zip(self.seconds[baseline], self.seconds[self.mpi], strict=True)
         )
+
+    def same_cores_baseline(self) -> str:
+        """The one-process configuration with as many torch threads in total as the MPI one.
+
+        The like-for-like baseline of the fork-join: the same total threads on the same
+        cores, so a speed-up against it is the gain of parallelism over subnets against
+        intra-op parallelism, not of more cores against fewer.
+
+        Raises:
+            InvalidInputError: No thread totals were recorded, or no one-process
+                configuration has the MPI configuration's total.
+        """
+        if self.mpi not in self.threads:
+            raise InvalidInputError(
+                f"no thread totals recorded for {self.mpi!r} (run it with run_benchmark_job)"
+            )
+        total = self.threads[self.mpi]
+        same = [b for b in self.baselines if self.threads.get(b) == total]
+        if not same:
+            raise InvalidInputError(
+                f"no one-process configuration has {total} threads in total like {self.mpi!r}: "
+                f"{ {b: self.threads.get(b) for b in self.baselines} }; add {total} to "
+                "sequential_threads"
+            )
+        return same[0]
+
+    def speedups_same_cores(self) -> tuple[float, ...]:
+        """Per-round speed-ups against :meth:`same_cores_baseline` (samples for a record)."""
+        return self.speedups(self.same_cores_baseline())
 
     def phase_samples(self, name: str, phase: str) -> tuple[float, ...]:
         """Per round, the mean over ranks of a phase's seconds per step.

@@ -10,12 +10,14 @@ elements they were sliced from.
 
 With that map, *fork* is a gather (``subnet = flat[codes]``) and a subnet's gradient
 goes back with ``index_add`` together with a coverage count per supernet element.
+:func:`parameter_coverage` shows, for one supernet parameter, the element counts of
+several subnets and the leading slice each of them keeps.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +25,13 @@ from torch import nn
 
 from hpcnb.errors import InvalidInputError
 
-__all__ = ["FlatParameters", "SubnetBinding", "bind_subnet"]
+__all__ = [
+    "FlatParameters",
+    "ParameterCoverage",
+    "SubnetBinding",
+    "bind_subnet",
+    "parameter_coverage",
+]
 
 
 class FlatParameters:
@@ -210,3 +218,67 @@ def _read_codes(values: torch.Tensor, name: str, lo: int, hi: int) -> torch.Tens
             f"(expected integer codes in [{lo}, {hi})); the extractor must slice, not compute"
         )
     return rounded.long()
+
+
+@dataclass(frozen=True)
+class ParameterCoverage:
+    """How several subnets cover the elements of one supernet parameter.
+
+    Attributes:
+        name: The parameter's name in the supernet.
+        counts: Tensor of the parameter's shape: how many of the subnets use each element.
+        kept: Per subnet, the size in each dimension of the block it uses (from index 0
+            in every dimension), or ``None`` when it uses no element (a skipped block).
+        leading: Per subnet, whether the elements it uses are exactly that leading block.
+    """
+
+    name: str
+    counts: torch.Tensor
+    kept: tuple[tuple[int, ...] | None, ...]
+    leading: tuple[bool, ...]
+
+
+def parameter_coverage(
+    flat: FlatParameters, bindings: Sequence[SubnetBinding], name: str
+) -> ParameterCoverage:
+    """Count which subnets use each element of one supernet parameter, and their slices.
+
+    Args:
+        flat: The supernet's flat storage.
+        bindings: The subnets' bindings (:meth:`~hpcnb.supernet.Supernet.bind`).
+        name: A parameter name of the supernet (one of ``flat.param_names``).
+
+    Raises:
+        InvalidInputError: ``name`` is not a trainable parameter of the supernet.
+    """
+    if name not in flat.param_names:
+        raise InvalidInputError(f"{name!r} is not a trainable parameter of the supernet")
+    i = flat.param_names.index(name)
+    lo, hi = flat.param_offsets[i], flat.param_offsets[i + 1]
+    shape = flat.model.get_parameter(name).shape
+    counts = torch.zeros(hi - lo, dtype=torch.long)
+    kept: list[tuple[int, ...] | None] = []
+    leading: list[bool] = []
+    for binding in bindings:
+        codes = binding.covered()
+        mask = torch.zeros(hi - lo, dtype=torch.bool)
+        mask[codes[(codes >= lo) & (codes < hi)] - lo] = True
+        counts += mask.long()
+        block = mask.view(shape)
+        if not block.any():
+            kept.append(None)
+            leading.append(True)
+            continue
+        sizes = tuple(_extent(block, axis) for axis in range(block.dim()))
+        kept.append(sizes)
+        expected = torch.zeros_like(block)
+        expected[tuple(slice(0, k) for k in sizes)] = True
+        leading.append(bool(torch.equal(block, expected)))
+    return ParameterCoverage(name, counts.view(shape), tuple(kept), tuple(leading))
+
+
+def _extent(block: torch.Tensor, axis: int) -> int:
+    """One past the last index along ``axis`` where ``block`` has a true element."""
+    others = tuple(d for d in range(block.dim()) if d != axis)
+    used = block.any(dim=others) if others else block
+    return int(used.nonzero().max()) + 1

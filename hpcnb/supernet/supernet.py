@@ -24,7 +24,13 @@ from torch import nn
 
 from hpcnb.errors import InvalidInputError
 
-from .sharing import FlatParameters, SubnetBinding, bind_subnet
+from .sharing import (
+    FlatParameters,
+    ParameterCoverage,
+    SubnetBinding,
+    bind_subnet,
+    parameter_coverage,
+)
 from .space import Dimension, SearchSpace, SubnetConfig, width_choices
 
 if TYPE_CHECKING:
@@ -215,6 +221,15 @@ class Supernet:
         for p in module.parameters():
             p.grad = None
         return module.eval()
+
+    def coverage(self, configs: Sequence[SubnetConfig], name: str) -> ParameterCoverage:
+        """Return how the subnets ``configs`` cover the shared parameter ``name``.
+
+        Args:
+            configs: The subnets (e.g. one training step's).
+            name: A parameter name of the supernet model.
+        """
+        return parameter_coverage(self.flat, [self.bind(c) for c in configs], name)
 
     def flops(self, config: SubnetConfig) -> int:
         """Return the FLOPs (multiply-add = 2) of one forward pass of a subnet."""
