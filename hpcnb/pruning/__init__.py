@@ -21,6 +21,7 @@ from hpcnb.pruning.agents import (
     PPOConfig,
     amc_ddpg_search,
     gnnrl_search,
+    policy_score,
     random_search,
     uniform_search,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "DDPGConfig",
     "PolicySearchResult",
     "gnnrl_search",
+    "policy_score",
     "amc_ddpg_search",
     "random_search",
     "uniform_search",

@@ -37,6 +37,7 @@ __all__ = [
     "amc_ddpg_search",
     "gnnrl_search",
     "learning_curve",
+    "policy_score",
     "random_search",
     "uniform_search",
 ]
@@ -116,6 +117,9 @@ class PolicySearchResult:
         val_accuracy: Accuracy on the held-out split before fine-tuning.
         seconds: Wall time of the search.
         episode_rewards: Reward of each training episode (RL methods; empty otherwise).
+        episode_accuracies: Held-out accuracy of each training episode's final policy,
+            ``nan`` where the episode missed the budget (RL methods; empty otherwise).
+        reward: The reward of the returned policy (the search's score of ``counts``).
     """
 
     method: str
@@ -125,6 +129,8 @@ class PolicySearchResult:
     val_accuracy: float
     seconds: float
     episode_rewards: tuple[float, ...] = field(default=(), repr=False)
+    episode_accuracies: tuple[float, ...] = field(default=(), repr=False)
+    reward: float = float("nan")
 
 
 def _result(
@@ -134,18 +140,56 @@ def _result(
     seconds: float,
     rewards: Sequence[float] = (),
     counts: np.ndarray | None = None,
+    *,
+    accuracies: Sequence[float] = (),
+    reward: float | None = None,
 ) -> PolicySearchResult:
     sizes = np.asarray(problem.group_sizes)
     counts = keep_counts(keep, sizes) if counts is None else np.asarray(counts, dtype=np.int64)
+    accuracy = float(problem.accuracy(counts))
     return PolicySearchResult(
         method=method,
         keep=np.asarray(keep, dtype=np.float64),
         counts=counts,
         flops_ratio=problem.flops_model(counts / sizes) / problem.flops_model.total,
-        val_accuracy=float(problem.accuracy(counts)),
+        val_accuracy=accuracy,
         seconds=seconds,
         episode_rewards=tuple(float(r) for r in rewards),
+        episode_accuracies=tuple(float(a) for a in accuracies),
+        reward=accuracy if reward is None else float(reward),
     )
+
+
+def policy_score(
+    problem: PruningProblem,
+    env_config: EnvConfig,
+    keep: np.ndarray,
+    latency: LatencyModel | None = None,
+) -> tuple[float, float]:
+    """``(accuracy, reward)`` a search with ``env_config`` gives to the keep ratios ``keep``.
+
+    Scores any policy (uniform ratios, say) the way the agent's episodes are scored:
+    channel counts snapped as configured, accuracy from the problem's oracle (BatchNorm
+    recalibrated when the task has calibration inputs), minus the weighted latency ratio.
+
+    Args:
+        problem: The pruning problem.
+        env_config: The search's episode settings (``round_to``, ``latency_weight``).
+        keep: Per-group keep ratios.
+        latency: The latency model of a latency-aware reward.
+
+    Raises:
+        InvalidInputError: The snapped policy misses the FLOPs budget.
+    """
+    env = PruningEnv(problem, env_config, latency)
+    keep = np.asarray(keep, dtype=np.float64)
+    ratio = env.flops_ratio(keep)
+    if ratio > env_config.target + 1e-9:
+        raise InvalidInputError(
+            f"policy_score: the policy keeps {ratio:.4f} of the FLOPs, above the budget "
+            f"{env_config.target}"
+        )
+    return env.score_parts(keep)
 
 
 def uniform_search(problem: PruningProblem, target: float) -> PolicySearchResult:
@@ -277,7 +321,17 @@ def _train_agent(
         model.learn(total_timesteps=config.timesteps, callback=log)
         keep = _best_of(problem, env, _rollout(model, env))
     counts = env.counts(keep)
-    return _result(problem, method, keep, time.perf_counter() - start, log.rewards, counts)
+    episodes = env.history[: len(log.rewards)]  # the final rollout is not a training episode
+    return _result(
+        problem,
+        method,
+        keep,
+        time.perf_counter() - start,
+        log.rewards,
+        counts,
+        accuracies=[e.accuracy for e in episodes],
+        reward=env.score(keep),
+    )
 
 
 def gnnrl_search(

@@ -30,7 +30,10 @@ change, the pretrained network stays), :func:`gap_over_seeds` gives the mean acc
 difference of two methods with a two-level bootstrap interval: each resample draws seeds
 with replacement and test items with replacement (the same items for both methods, so the
 comparison is paired), which covers both the spread between seeds and the sampling of the
-test set.
+test set. With cross-validation (:func:`compare_over_folds`: one network pretrained per
+fold, each fold's test items tested once), :func:`gap_over_folds` pools the items of all
+folds, so every item of a data set counts. :func:`best_budget` and :func:`headline_budget`
+pick the budget of a headline comparison from a :func:`sweep_table` by fixed rules.
 """
 
 from __future__ import annotations
@@ -50,7 +53,12 @@ from torch import nn
 import hpcnb.pruning.agents as agents
 from hpcnb import ir
 from hpcnb.errors import InvalidInputError
-from hpcnb.models.metrics import paired_gap_interval, top1_accuracy, top1_correct
+from hpcnb.models.metrics import (
+    paired_gap_interval,
+    pooled_gap_interval,
+    top1_accuracy,
+    top1_correct,
+)
 from hpcnb.plugins import Registry
 from hpcnb.pruning.env import EnvConfig
 from hpcnb.pruning.peers import torch_pruning_at_budget
@@ -65,7 +73,7 @@ from hpcnb.pruning.training import (
     training_batches,
 )
 from hpcnb.records import INCONCLUSIVE, MET, evaluate_target
-from hpcnb.stats import Estimate, difference_interval
+from hpcnb.stats import Estimate, difference_interval, wilson_interval
 
 if TYPE_CHECKING:
     from hpcnb.data.embedded import ImageSplit
@@ -77,6 +85,7 @@ __all__ = [
     "PRUNING_METHODS",
     "Comparison",
     "EvaluationConfig",
+    "GapFunction",
     "MethodOutcome",
     "PrunedNetwork",
     "PruningMethod",
@@ -85,10 +94,13 @@ __all__ = [
     "Stage",
     "accuracy_gap",
     "bar_table",
+    "best_budget",
     "by_method",
     "compare_methods",
+    "compare_over_folds",
     "compare_over_seeds",
     "count_passing",
+    "gap_over_folds",
     "gap_over_seeds",
     "headline_budget",
     "outcomes_table",
@@ -110,6 +122,8 @@ class SearchConfig:
         random_samples: Candidates of the random search.
         latency_weight: Weight of the latency term of ``"gnnrl_latency"``'s reward.
         round_to: Channel multiple of ``"gnnrl_latency"`` (1: no snapping).
+        round_fallback: The smaller multiple ``"gnnrl_latency"`` falls back to where
+            multiples of ``round_to`` cannot keep the budget (0: none).
     """
 
     ppo: agents.PPOConfig = field(default_factory=agents.PPOConfig)
@@ -117,6 +131,7 @@ class SearchConfig:
     random_samples: int = 100
     latency_weight: float = 0.5
     round_to: int = 8
+    round_fallback: int = 0
 
 
 @dataclass(frozen=True)
@@ -224,6 +239,7 @@ def _gnnrl_latency(request: PruningRequest) -> PrunedNetwork:
     aware = dataclasses.replace(
         _env_config(request),
         round_to=request.search.round_to,
+        round_fallback=request.search.round_fallback,
         latency_weight=request.search.latency_weight,
     )
     result = agents.gnnrl_search(
@@ -313,6 +329,7 @@ class MethodOutcome:
         model: The pruned network as extracted (not fine-tuned), for further timing.
         seed: The seed of the searches and the fine-tuning.
         counts: Kept channels per group (empty for the original and the peer).
+        search: The search's result (its learning curve), for a method that searched.
     """
 
     method: str
@@ -335,6 +352,7 @@ class MethodOutcome:
     model: nn.Module | None = field(default=None, repr=False, compare=False)
     seed: int = 0
     counts: tuple[int, ...] = ()
+    search: agents.PolicySearchResult | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -426,6 +444,7 @@ def _outcome(
         correct_after=after,
         keep=() if pruned is None else pruned.keep,
         counts=() if pruned is None else pruned.counts,
+        search=None if pruned is None else pruned.search,
         speedup_samples=samples,
         items_before=items_before,
         items_after=items_after,
@@ -703,23 +722,89 @@ def compare_over_seeds(
     evaluation = evaluation or EvaluationConfig()
     runs = {}
     for seed in seeds:
+        seeded_search, seeded_evaluation = _seeded(search, evaluation, int(seed))
         comparison = compare_methods(
             task,
             split,
             target,
             methods=methods,
-            search=dataclasses.replace(
-                search,
-                ppo=dataclasses.replace(search.ppo, seed=seed),
-                ddpg=dataclasses.replace(search.ddpg, seed=seed),
-            ),
-            evaluation=dataclasses.replace(
-                evaluation, finetune=dataclasses.replace(evaluation.finetune, seed=seed)
-            ),
+            search=seeded_search,
+            evaluation=seeded_evaluation,
             latency_model=latency_model,
             seed=seed,
         )
         runs[int(seed)] = comparison.outcomes
+    return runs
+
+
+def _seeded(
+    search: SearchConfig, evaluation: EvaluationConfig, seed: int
+) -> tuple[SearchConfig, EvaluationConfig]:
+    """The settings with the agents' and the fine-tuning's seeds replaced by ``seed``."""
+    return (
+        dataclasses.replace(
+            search,
+            ppo=dataclasses.replace(search.ppo, seed=seed),
+            ddpg=dataclasses.replace(search.ddpg, seed=seed),
+        ),
+        dataclasses.replace(
+            evaluation, finetune=dataclasses.replace(evaluation.finetune, seed=seed)
+        ),
+    )
+
+
+def compare_over_folds(
+    folds: Sequence[tuple[ModelPruningTask, ImageSplit]],
+    target: float,
+    *,
+    seed: int = 0,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    search: SearchConfig | None = None,
+    evaluation: EvaluationConfig | None = None,
+    latency_model: LatencyModel | None = None,
+) -> dict[int, list[MethodOutcome]]:
+    """Run :func:`compare_methods` once per cross-validation fold.
+
+    Each fold brings its own task (a network pretrained on that fold's training items,
+    its reward scored on that fold's validation items) and its split, whose test items
+    no other fold tests (:func:`hpcnb.data.kfold_splits`); fold ``f`` reseeds the agents,
+    the random search and the fine-tuning with ``seed + f``. Pool the per-item results
+    over the folds with :func:`gap_over_folds`.
+
+    Args:
+        folds: Per fold, ``(task, split)``.
+        target: FLOPs budget fraction.
+        seed: Seed of fold 0 (fold ``f`` uses ``seed + f``).
+        methods: The methods (see :func:`compare_methods`).
+        search: How the searches run (the agents' seeds are replaced).
+        evaluation: How every network is measured (the fine-tuning's seed is replaced).
+        latency_model: The latency model of ``"gnnrl_latency"`` (the folds share the
+            architecture, so one table serves them all).
+
+    Returns:
+        ``{fold: outcomes}``.
+
+    Raises:
+        InvalidInputError: No folds.
+    """
+    if not folds:
+        raise InvalidInputError("compare_over_folds: no folds given")
+    search = search or SearchConfig()
+    evaluation = evaluation or EvaluationConfig()
+    runs = {}
+    for f, (task, split) in enumerate(folds):
+        seeded_search, seeded_evaluation = _seeded(search, evaluation, seed + f)
+        comparison = compare_methods(
+            task,
+            split,
+            target,
+            methods=methods,
+            search=seeded_search,
+            evaluation=seeded_evaluation,
+            latency_model=latency_model,
+            seed=seed + f,
+        )
+        runs[f] = comparison.outcomes
     return runs
 
 
@@ -767,12 +852,67 @@ def gap_over_seeds(
         raise InvalidInputError(
             f"gap_over_seeds: {len(a)} vs {len(b)} outcomes; expected equal, >= 1"
         )
+    sizes = {o.n_test for o in (*a, *b)}
+    if len(sizes) != 1:
+        raise InvalidInputError(
+            f"gap_over_seeds: test sets of {sorted(sizes)} items; seeds share one test set "
+            "(folds with their own test items: gap_over_folds)"
+        )
     return paired_gap_interval(
         np.stack([_items(x, stage_a) for x in a]),
         np.stack([_items(y, stage_b) for y in b]),
         resamples=resamples,
         seed=seed,
     )
+
+
+def gap_over_folds(
+    a: Sequence[MethodOutcome],
+    b: Sequence[MethodOutcome],
+    stage_a: Stage = "after",
+    stage_b: Stage = "after",
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Estimate:
+    """Mean accuracy of ``a`` minus ``b`` over the test items of all folds, paired.
+
+    ``a[f]`` and ``b[f]`` come from fold ``f`` (:func:`compare_over_folds`) and are scored
+    on that fold's test items; folds may differ in size. The value is the mean over all
+    items of ``right_a - right_b``; the interval resamples the folds and, inside each
+    drawn fold, its items, the same items for both methods
+    (:func:`~hpcnb.models.metrics.pooled_gap_interval`).
+
+    Args:
+        a: One outcome per fold of the first method.
+        b: The outcomes of the second method, same folds in the same order.
+        stage_a: ``"before"`` or ``"after"`` fine-tuning for ``a``.
+        stage_b: The same for ``b``.
+        resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        The mean difference with its interval and ``n`` = the pooled test items.
+
+    Raises:
+        InvalidInputError: Different numbers of folds, or no per-item results.
+        MetricError: A fold whose two outcomes differ in test items.
+    """
+    if len(a) != len(b) or not a:
+        raise InvalidInputError(
+            f"gap_over_folds: {len(a)} vs {len(b)} outcomes; expected equal, >= 1"
+        )
+    return pooled_gap_interval(
+        [_items(x, stage_a) for x in a],
+        [_items(y, stage_b) for y in b],
+        resamples=resamples,
+        seed=seed,
+    )
+
+
+GapFunction = Callable[[Sequence[MethodOutcome], Sequence[MethodOutcome], Stage, Stage], Estimate]
+"""How :func:`sweep_table` pairs two methods' outcomes (:func:`gap_over_seeds`,
+:func:`gap_over_folds`)."""
 
 
 def by_method(runs: dict[int, list[MethodOutcome]]) -> dict[str, list[MethodOutcome]]:
@@ -785,19 +925,27 @@ def by_method(runs: dict[int, list[MethodOutcome]]) -> dict[str, list[MethodOutc
 
 
 def sweep_table(
-    sweep: dict[float, dict[int, list[MethodOutcome]]], main: str, stage: Stage = "after"
+    sweep: dict[float, dict[int, list[MethodOutcome]]],
+    main: str,
+    stage: Stage = "after",
+    *,
+    gap: GapFunction = gap_over_seeds,
 ) -> pd.DataFrame:
-    """Summarise a budget sweep over seeds: per budget and method, accuracy and gap to ``main``.
+    """Summarise a budget sweep: per budget and method, accuracy and gap to ``main``.
 
     Args:
-        sweep: ``{budget: {seed: outcomes}}`` (:func:`compare_over_seeds` per budget).
+        sweep: ``{budget: {seed or fold: outcomes}}`` (:func:`compare_over_seeds` or
+            :func:`compare_over_folds` per budget).
         main: The method the others are compared with (``main - other``).
         stage: ``"after"`` or ``"before"`` fine-tuning.
+        gap: How two methods' outcomes are paired: :func:`gap_over_seeds` (one test set,
+            several seeds) or :func:`gap_over_folds` (one test fold per run).
 
     Returns:
         One row per (budget, method other than the original): mean ``flops_ratio``, mean
-        ``accuracy``, and ``gap`` (main minus method) with ``gap_low`` / ``gap_high``
-        (:func:`gap_over_seeds`), ``separated`` when the interval excludes 0.
+        ``accuracy`` with the Wilson interval of all its test items pooled
+        (``accuracy_low`` / ``accuracy_high``), and ``gap`` (main minus method) with
+        ``gap_low`` / ``gap_high`` (``gap``), ``separated`` when the interval excludes 0.
 
     Raises:
         InvalidInputError: A budget without outcomes of ``main``.
@@ -810,15 +958,20 @@ def sweep_table(
         for method, outs in grouped.items():
             if method == "original":
                 continue
-            gap = gap_over_seeds(grouped[main], outs, stage, stage)
-            low, high = gap.bounds
+            diff = gap(grouped[main], outs, stage, stage)
+            low, high = diff.bounds
+            right = sum(_correct(o, stage) for o in outs)
+            total = sum(o.n_test for o in outs)
+            acc_low, acc_high = wilson_interval(right, total).bounds
             rows.append(
                 {
                     "budget": budget,
                     "method": method,
                     "flops_ratio": float(np.mean([o.flops_ratio for o in outs])),
                     "accuracy": float(np.mean([_correct(o, stage) / o.n_test for o in outs])),
-                    "gap": gap.value,
+                    "accuracy_low": acc_low,
+                    "accuracy_high": acc_high,
+                    "gap": diff.value,
                     "gap_low": low,
                     "gap_high": high,
                     "separated": method != main and (low > 0 or high < 0),
@@ -844,3 +997,33 @@ def headline_budget(table: pd.DataFrame, main: str, versus: str = "uniform") -> 
         if (budget, versus) in table.index and bool(table.loc[(budget, versus), "separated"]):
             return float(budget)
     return float(budgets[-1])
+
+
+def best_budget(
+    table: pd.DataFrame, main: str, versus: str = "uniform", *, max_budget: float = 0.3
+) -> float:
+    """The budget of a comparison chosen by a rule fixed before the results.
+
+    Among the budgets of a :func:`sweep_table` at or below ``max_budget``, the one where
+    the lower end of the interval of ``main`` minus ``versus`` is largest (where the
+    sweep gives the strongest evidence for ``main``); ties go to the larger budget.
+
+    Args:
+        table: A :func:`sweep_table`.
+        main: The main method (the table's ``main``).
+        versus: The method whose gap decides.
+        max_budget: The largest budget eligible.
+
+    Raises:
+        InvalidInputError: No budget at or below ``max_budget`` holds ``versus``.
+    """
+    rows = [
+        (float(b), float(table.loc[(b, versus), "gap_low"]))
+        for b in sorted({b for b, _ in table.index}, reverse=True)
+        if b <= max_budget + 1e-12 and (b, versus) in table.index
+    ]
+    if not rows:
+        raise InvalidInputError(
+            f"best_budget: no budget <= {max_budget} with {versus!r} outcomes (main {main!r})"
+        )
+    return max(rows, key=lambda r: r[1])[0]

@@ -101,12 +101,21 @@ class EnvConfig:
 
 @dataclass
 class EpisodeRecord:
-    """Outcome of one finished episode."""
+    """Outcome of one finished episode.
+
+    Attributes:
+        reward: The episode's reward.
+        success: The episode met the FLOPs budget.
+        flops_ratio: FLOPs kept at the episode's end / original.
+        keep: Keep ratios at the episode's end.
+        accuracy: Held-out accuracy of the final policy (``nan`` when the budget was missed).
+    """
 
     reward: float
     success: bool
     flops_ratio: float
     keep: np.ndarray = field(repr=False)
+    accuracy: float = float("nan")
 
 
 class _PruningEpisode(gym.Env[ObsT, np.ndarray]):
@@ -199,13 +208,25 @@ class _PruningEpisode(gym.Env[ObsT, np.ndarray]):
 
     def score(self, keep: np.ndarray) -> float:
         """The reward of a feasible policy: accuracy, minus the weighted latency ratio."""
-        reward = float(self.problem.accuracy(self.counts(keep)))
+        return self.score_parts(keep)[1]
+
+    def score_parts(self, keep: np.ndarray) -> tuple[float, float]:
+        """``(accuracy, reward)`` of a feasible policy (the reward of :meth:`score`)."""
+        accuracy = float(self.problem.accuracy(self.counts(keep)))
+        reward = accuracy
         if self.config.latency_weight > 0:
             reward -= self.config.latency_weight * self.latency_ratio(keep)
-        return reward
+        return accuracy, reward
 
-    def _finish(self, reward: float, success: bool, flops_ratio: float, keep: np.ndarray) -> None:
-        self.history.append(EpisodeRecord(reward, success, flops_ratio, keep.copy()))
+    def _finish(
+        self,
+        reward: float,
+        success: bool,
+        flops_ratio: float,
+        keep: np.ndarray,
+        accuracy: float = float("nan"),
+    ) -> None:
+        self.history.append(EpisodeRecord(reward, success, flops_ratio, keep.copy(), accuracy))
 
     def best(self) -> EpisodeRecord | None:
         """Return the feasible episode with the highest reward seen so far, if any."""
@@ -260,9 +281,9 @@ class PruningEnv(_PruningEpisode[dict[str, Any]]):
         ratio = self.flops_ratio(self.keep)
         info: dict = {"flops_ratio": ratio, "keep": self.keep.copy()}
         if ratio <= self.config.target + 1e-12:
-            reward = self.score(self.keep)
-            info["reward"] = reward
-            self._finish(reward, True, ratio, self.keep)
+            accuracy, reward = self.score_parts(self.keep)
+            info["reward"], info["accuracy"] = reward, accuracy
+            self._finish(reward, True, ratio, self.keep, accuracy)
             return self._obs(), reward, True, False, info
         if self.steps >= self.config.max_steps:
             reward = float(self.config.failure_reward)
@@ -364,6 +385,8 @@ class LayerwiseEnv(_PruningEpisode[np.ndarray]):
             )
         ratio = self.flops_ratio(self.keep)
         success = ratio <= self.config.target + 1e-9
-        reward = self.score(self.keep) if success else float(self.config.failure_reward)
-        self._finish(reward, success, ratio, self.keep)
+        accuracy, reward = (
+            self.score_parts(self.keep) if success else (float("nan"), self.config.failure_reward)
+        )
+        self._finish(float(reward), success, ratio, self.keep, accuracy)
         return self._state(), reward, True, False, {"flops_ratio": ratio, "keep": self.keep.copy()}
