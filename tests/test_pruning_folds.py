@@ -17,6 +17,7 @@ from hpcnb.pruning import (
     PPOConfig,
     TrainConfig,
     gnnrl_search,
+    policy_item_rewards,
     policy_score,
     train_classifier,
     uniform_search,
@@ -175,6 +176,8 @@ def test_search_records_each_episodes_accuracy_and_its_reward(folds) -> None:
     uniform = uniform_search(task, 0.5)
     accuracy, reward = policy_score(task, config, uniform.keep)
     assert accuracy == reward == pytest.approx(uniform.val_accuracy)
+    items = policy_item_rewards(task, config, uniform.keep)
+    assert len(items) == len(task.y_val) and items.mean() == pytest.approx(reward)
     with pytest.raises(HpcnbError, match="above the budget"):
         policy_score(task, config, np.ones(len(task.group_sizes)))
 
@@ -220,3 +223,20 @@ def test_sweep_and_search_figures_draw_intervals_and_no_text_labels() -> None:
     acc_axis = fig.axes[1]
     assert len(acc_axis.lines) == 2 and len(acc_axis.lines[0].get_xdata()) == 2
     plt.close("all")
+
+
+def test_item_rewards_carry_the_latency_term(folds) -> None:
+    class ChannelSum:  # a latency model: time grows with the kept channels
+        def latency(self, counts: np.ndarray) -> float:
+            return float(np.sum(counts))
+
+    task, _ = folds[0]
+    config = EnvConfig(target=0.5, round_to=8, round_fallback=4, latency_weight=0.5)
+    keep = uniform_search(task, 0.5).keep
+    accuracy, reward = policy_score(task, config, keep, ChannelSum())
+    items = policy_item_rewards(task, config, keep, ChannelSum())
+    assert items.mean() == pytest.approx(reward) and reward < accuracy
+    shift = set(np.round(items - np.round(items), 9))  # one constant below each 0 or 1
+    assert len(shift) == 1
+    with pytest.raises(HpcnbError, match="per-item"):
+        policy_item_rewards(object(), config, keep)  # type: ignore[arg-type]

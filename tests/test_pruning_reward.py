@@ -81,13 +81,18 @@ def test_snapping_to_16_keeps_the_budget_and_falls_back_to_8() -> None:
         budget = fm(counts / sizes) * rng.uniform(1.0, 1.1)
         snapped = snap_counts_preferring(counts, sizes, (16, 8), fm, budget)
         assert fm(snapped / sizes) <= budget + 1e-9
-        if ((snapped % 16 == 0) | (sizes <= 16)).all():
-            used.add(16)
+        wide = sizes > 16
+        if (snapped[wide] % 16 == 0).all() and (snapped[~wide] % 8 == 0).all():
+            used.add(16)  # the 16-channel group cannot take 16 below its size: it takes 8
         elif (snapped % 8 == 0).all():
             used.add(8)
         else:
             assert (snapped == counts).all()  # neither multiple keeps the budget: unsnapped
     assert used == {16, 8}
+    # A narrow group is snapped to the fallback, a wide one to 16, in the same policy.
+    counts = np.array([11, 22, 45, 45])
+    snapped = snap_counts_preferring(counts, sizes, (16, 8), fm, 2 * fm(counts / sizes))
+    assert snapped.tolist() == [8, 16, 48, 48]
 
 
 def test_env_config_checks_the_fallback() -> None:

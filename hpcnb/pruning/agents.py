@@ -37,6 +37,7 @@ __all__ = [
     "amc_ddpg_search",
     "gnnrl_search",
     "learning_curve",
+    "policy_item_rewards",
     "policy_score",
     "random_search",
     "uniform_search",
@@ -190,6 +191,42 @@ def policy_score(
             f"{env_config.target}"
         )
     return env.score_parts(keep)
+
+
+def policy_item_rewards(
+    problem: PruningProblem,
+    env_config: EnvConfig,
+    keep: np.ndarray,
+    latency: LatencyModel | None = None,
+) -> np.ndarray:
+    """Per held-out item, the reward :func:`policy_score` averages over the items.
+
+    Item ``i`` scores 1 where the pruned network is right and 0 where it is wrong, minus
+    the weighted latency ratio (the same for every item), so the mean is the policy's
+    reward and two policies' items can be compared pairwise
+    (:func:`~hpcnb.models.metrics.pooled_gap_interval`).
+
+    Args:
+        problem: The pruning problem; it must score items one by one (``correct``, as
+            :class:`~hpcnb.pruning.task.ModelPruningTask` does).
+        env_config: The search's episode settings (``round_to``, ``latency_weight``).
+        keep: Per-group keep ratios.
+        latency: The latency model of a latency-aware reward.
+
+    Raises:
+        InvalidInputError: The problem gives no per-item results, or the snapped policy
+            misses the FLOPs budget.
+    """
+    correct = getattr(problem, "correct", None)
+    if not callable(correct):
+        raise InvalidInputError(
+            f"policy_item_rewards: {type(problem).__name__} gives no per-item results "
+            "(a correct(counts) method)"
+        )
+    accuracy, reward = policy_score(problem, env_config, keep, latency)
+    env = PruningEnv(problem, env_config, latency)
+    items = np.asarray(correct(env.counts(np.asarray(keep, dtype=np.float64))), dtype=np.float64)
+    return items - (accuracy - reward)
 
 
 def uniform_search(problem: PruningProblem, target: float) -> PolicySearchResult:

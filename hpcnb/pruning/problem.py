@@ -127,7 +127,7 @@ def keep_counts(ratios: np.ndarray, sizes: np.ndarray, min_keep: int = 1) -> np.
 def snap_counts(
     counts: np.ndarray,
     sizes: np.ndarray,
-    round_to: int,
+    round_to: int | np.ndarray,
     flops_model: FlopsModel | None = None,
     budget: float | None = None,
 ) -> np.ndarray:
@@ -145,7 +145,7 @@ def snap_counts(
     Args:
         counts: ``(G,)`` kept channels per group.
         sizes: ``(G,)`` group sizes.
-        round_to: The multiple (1 returns ``counts`` unchanged).
+        round_to: The multiple (1 returns ``counts`` unchanged), or one per group.
         flops_model: FLOPs as a function of keep fractions (with ``budget``).
         budget: Largest FLOPs allowed.
 
@@ -157,14 +157,16 @@ def snap_counts(
         >>> snap_counts(np.array([5, 13, 30]), np.array([16, 32, 64]), 8).tolist()
         [8, 16, 32]
     """
-    if round_to < 1:
-        raise InvalidInputError(f"snap_counts: round_to={round_to}, expected >= 1")
     counts = np.asarray(counts, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
     if counts.shape != sizes.shape:
         raise InvalidInputError(f"snap_counts: counts {counts.shape} vs sizes {sizes.shape}")
-    if round_to == 1:
+    multiple = np.broadcast_to(np.asarray(round_to, dtype=np.int64), counts.shape)
+    if multiple.size and multiple.min() < 1:
+        raise InvalidInputError(f"snap_counts: round_to={round_to}, expected >= 1")
+    if (multiple == 1).all():
         return counts.copy()
+    round_to = multiple
     snapped = np.round(counts / round_to).astype(np.int64) * round_to
     snapped = np.clip(snapped, round_to, sizes)
     snapped = np.where(sizes <= round_to, counts, snapped)
@@ -183,7 +185,7 @@ def snap_counts(
             return counts.copy()  # multiples of round_to cannot meet this budget: unsnapped
         excess = np.where(lowerable, snapped - counts, -np.inf)
         j = int(np.argmax(excess))
-        snapped[j] -= round_to
+        snapped[j] -= round_to[j]
     return snapped
 
 
@@ -194,13 +196,15 @@ def snap_counts_preferring(
     flops_model: FlopsModel,
     budget: float,
 ) -> np.ndarray:
-    """Snap to the first of ``multiples`` whose snapped counts keep the FLOPs budget.
+    """Snap to the first of ``multiples`` that keeps the FLOPs budget, group by group.
 
-    Each multiple is tried in turn with :func:`snap_counts`; the first result that is all
-    multiples of it (a group no larger than the multiple keeps its count) and within
-    ``budget`` is returned, so ``(16, 8)`` gives multiples of 16 where the budget allows
-    and of 8 as the fallback. If none does, the counts come back unsnapped, so snapping
-    never breaks a budget the counts met.
+    Attempt ``k`` gives every group the first of ``multiples[k:]`` that is smaller than
+    the group (a group of 16 channels cannot be cut to a multiple of 16, so it takes 8),
+    snaps with :func:`snap_counts` and is returned when every group is a multiple of its
+    own multiple (a group no larger than all of them keeps its count) and the FLOPs stay
+    within ``budget``. So ``(16, 8)`` gives multiples of 16 where the budget allows, and
+    multiples of 8 in narrow groups and as the fallback. If no attempt does, the counts
+    come back unsnapped, so snapping never breaks a budget the counts met.
 
     Args:
         counts: ``(G,)`` kept channels per group.
@@ -219,14 +223,22 @@ def snap_counts_preferring(
         [16]
         >>> snap_counts_preferring(np.array([12]), np.array([64]), (16, 8), fm, 0.19).tolist()
         [8]
+        >>> fm2 = FlopsModel(0.0, np.array([1.0, 1.0]), np.array([0, 1]), np.array([-1, -1]), 2)
+        >>> sizes = np.array([16, 64])
+        >>> snap_counts_preferring(np.array([11, 22]), sizes, (16, 8), fm2, 1.1).tolist()
+        [8, 16]
     """
     if not multiples or min(multiples) < 1:
         raise InvalidInputError(f"snap_counts_preferring: multiples={multiples}, need >= 1 each")
     counts = np.asarray(counts, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
-    for m in multiples:
-        snapped = snap_counts(counts, sizes, m, flops_model, budget)
-        aligned = (snapped % m == 0) | (sizes <= m)
+    for k in range(len(multiples)):
+        per_group = np.array(
+            [next((m for m in multiples[k:] if m < size), multiples[-1]) for size in sizes],
+            dtype=np.int64,
+        )
+        snapped = snap_counts(counts, sizes, per_group, flops_model, budget)
+        aligned = (snapped % per_group == 0) | (sizes <= per_group)
         if aligned.all() and flops_model(snapped / sizes) <= budget:
             return snapped
     return counts.copy()

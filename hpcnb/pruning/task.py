@@ -228,12 +228,20 @@ class ModelPruningTask:
             scratch.eval()
         return state
 
-    @torch.no_grad()
     def accuracy(self, counts: np.ndarray) -> float:
         """Held-out accuracy of the model pruned to ``counts`` channels (no fine-tuning).
 
         With calibration inputs the pruned network's BatchNorm statistics are
         re-estimated first (:meth:`calibrated_state`).
+
+        Args:
+            counts: ``(G,)`` kept channels per group.
+        """
+        return float(self.correct(counts).mean())
+
+    @torch.no_grad()
+    def correct(self, counts: np.ndarray) -> np.ndarray:
+        """Per held-out item, whether the pruned model (see :meth:`accuracy`) is right.
 
         Args:
             counts: ``(G,)`` kept channels per group.
@@ -244,7 +252,7 @@ class ModelPruningTask:
         else:
             state, net = self.calibrated_state(counts), self._calibration[0]
         logits = functional_call(net, state, (self.x_val,), strict=False)
-        return float((logits.argmax(1) == self.y_val).float().mean())
+        return (logits.argmax(1) == self.y_val).numpy()
 
     def extract(self, keep: np.ndarray, *, ratios: bool = True) -> nn.Module:
         """Return the physically smaller network (``hpcnb.ir.extract``).
