@@ -316,13 +316,7 @@ class CrossValidation:
             resamples: Bootstrap resamples (folds, and items inside each drawn fold).
             seed: Seed of the resampling.
         """
-        return pooled_gap_interval(
-            [f.full_correct for f in self.folds],
-            [f.subnet_items for f in self.folds],
-            confidence=confidence,
-            resamples=resamples,
-            seed=seed,
-        )
+        return self._gap([f.subnet_items for f in self.folds], confidence, resamples, seed)
 
     def drop_before_finetune(
         self, *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
@@ -334,9 +328,15 @@ class CrossValidation:
             resamples: Bootstrap resamples (folds, and items inside each drawn fold).
             seed: Seed of the resampling.
         """
+        return self._gap([f.untuned_correct for f in self.folds], confidence, resamples, seed)
+
+    def _gap(
+        self, subnet: list[np.ndarray], confidence: float, resamples: int, seed: int
+    ) -> Estimate:
+        """Full model minus ``subnet`` (per fold, per test item), pooled and paired."""
         return pooled_gap_interval(
             [f.full_correct for f in self.folds],
-            [f.untuned_correct for f in self.folds],
+            subnet,
             confidence=confidence,
             resamples=resamples,
             seed=seed,
