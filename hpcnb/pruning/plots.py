@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import matplotlib.pyplot as plt
 import networkx as nx
@@ -157,8 +158,9 @@ def plot_flops_vs_latency(table: pd.DataFrame, title: str = "", ax: Axes | None 
     ax.set_ylabel("measured speed-up (original / pruned latency)")
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    ax.figure.tight_layout()
-    return ax.figure
+    fig = cast(Figure, ax.figure)  # an Axes made by plt.subplots sits on a Figure
+    fig.tight_layout()
+    return fig
 
 
 def plot_budget_sweep(table: pd.DataFrame, title: str = "", main: str | None = None) -> Figure:

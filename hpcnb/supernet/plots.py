@@ -9,6 +9,7 @@ that make the join divide each element's gradient sum by its own count.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
@@ -60,7 +61,11 @@ def plot_coverage(
     )
     drawn = 0  # outlines drawn so far: each one is inset a little more
     for i, (label, kept) in enumerate(zip(labels, coverage.kept, strict=True)):
-        style = {"color": _COLOURS[i % len(_COLOURS)], "ls": _STYLES[i % len(_STYLES)], "lw": 2}
+        style: dict[str, Any] = {
+            "color": _COLOURS[i % len(_COLOURS)],
+            "ls": _STYLES[i % len(_STYLES)],
+            "lw": 2,
+        }
         if kept is None:
             ax.plot([], [], **style, label=f"{label}: no element (block skipped)")
             continue
