@@ -17,11 +17,10 @@ from hpcnb.pruning import (
     PPOConfig,
     TrainConfig,
     gnnrl_search,
-    policy_item_rewards,
-    policy_score,
     train_classifier,
     uniform_search,
 )
+from hpcnb.pruning.agents import policy_item_rewards, policy_score
 from hpcnb.pruning.compare import (
     EvaluationConfig,
     MethodOutcome,

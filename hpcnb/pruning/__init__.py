@@ -21,8 +21,6 @@ from hpcnb.pruning.agents import (
     PPOConfig,
     amc_ddpg_search,
     gnnrl_search,
-    policy_item_rewards,
-    policy_score,
     random_search,
     uniform_search,
 )
@@ -47,8 +45,6 @@ __all__ = [
     "DDPGConfig",
     "PolicySearchResult",
     "gnnrl_search",
-    "policy_score",
-    "policy_item_rewards",
     "amc_ddpg_search",
     "random_search",
     "uniform_search",
