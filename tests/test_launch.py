@@ -34,10 +34,14 @@ def _program(tmp_path: Path, action: str) -> list[str]:
 
 
 def _pids(tmp_path: Path, n: int) -> list[int]:
-    deadline = time.monotonic() + 10
-    while len(list(tmp_path.glob("pid_*"))) < n and time.monotonic() < deadline:
+    """The pids the ranks wrote, once ``n`` files hold one (a file can exist still empty)."""
+    deadline = time.monotonic() + 30
+    while True:
+        texts = [p.read_text().strip() for p in tmp_path.glob("pid_*")]
+        pids = [int(t) for t in texts if t.isdigit()]
+        if len(pids) >= n or time.monotonic() > deadline:
+            return pids
         time.sleep(0.1)
-    return [int(p.read_text()) for p in tmp_path.glob("pid_*")]
 
 
 def _alive(pid: int) -> bool:
