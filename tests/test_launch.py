@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import signal
 import sys
 import threading
 import time
@@ -104,9 +105,15 @@ def test_interrupt_stops_every_rank(tmp_path: Path) -> None:
         time.sleep(0.5)
         _thread.interrupt_main()
 
-    threading.Thread(target=interrupt_when_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_mpi(_program(tmp_path, "hang"), 2, timeout_s=300)
+    # interrupt_main does nothing where SIGINT is ignored (as a test worker may have it):
+    # Python's own Ctrl-C handler for the test, whatever ran before it in this process.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_when_started, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_mpi(_program(tmp_path, "hang"), 2, timeout_s=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     pids = _pids(tmp_path, 2)
     assert len(pids) == 2
     assert not any(_alive(pid) for pid in pids)
