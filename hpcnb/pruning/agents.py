@@ -182,15 +182,27 @@ def policy_score(
     Raises:
         InvalidInputError: The snapped policy misses the FLOPs budget.
     """
+    env, keep = _feasible(problem, env_config, keep, latency, "policy_score")
+    return env.score_parts(keep)
+
+
+def _feasible(
+    problem: PruningProblem,
+    env_config: EnvConfig,
+    keep: np.ndarray,
+    latency: LatencyModel | None,
+    caller: str,
+) -> tuple[PruningEnv, np.ndarray]:
+    """The episode that scores ``keep``, once the snapped policy is checked to fit the budget."""
     env = PruningEnv(problem, env_config, latency)
     keep = np.asarray(keep, dtype=np.float64)
     ratio = env.flops_ratio(keep)
     if ratio > env_config.target + 1e-9:
         raise InvalidInputError(
-            f"policy_score: the policy keeps {ratio:.4f} of the FLOPs, above the budget "
+            f"{caller}: the policy keeps {ratio:.4f} of the FLOPs, above the budget "
             f"{env_config.target}"
         )
-    return env.score_parts(keep)
+    return env, keep
 
 
 def policy_item_rewards(
@@ -223,10 +235,11 @@ def policy_item_rewards(
             f"policy_item_rewards: {type(problem).__name__} gives no per-item results "
             "(a correct(counts) method)"
         )
-    accuracy, reward = policy_score(problem, env_config, keep, latency)
-    env = PruningEnv(problem, env_config, latency)
-    items = np.asarray(correct(env.counts(np.asarray(keep, dtype=np.float64))), dtype=np.float64)
-    return items - (accuracy - reward)
+    env, keep = _feasible(problem, env_config, keep, latency, "policy_item_rewards")
+    items = np.asarray(correct(env.counts(keep)), dtype=np.float64)  # one evaluation
+    if env_config.latency_weight > 0:
+        items -= env_config.latency_weight * env.latency_ratio(keep)
+    return items
 
 
 def uniform_search(problem: PruningProblem, target: float) -> PolicySearchResult:
