@@ -56,6 +56,7 @@ __all__ = [
     "measure_until_quiet",
     "noise_floor",
     "preference",
+    "steady_allocator",
     "thread_settings",
 ]
 
@@ -87,6 +88,48 @@ def dispersion(samples: Sequence[float]) -> float:
         raise PerfmodelError(f"dispersion: median {median} of the samples is not positive")
     q1, q3 = np.percentile(values, [25, 75])
     return float((q3 - q1) / median)
+
+
+_ALLOCATOR: dict[str, Any] = {}
+
+
+def steady_allocator(threshold_bytes: int = 1 << 30) -> dict[str, Any]:
+    """Keep freed memory in the process heap (glibc), so timings do not measure page faults.
+
+    glibc's ``malloc`` serves large blocks by ``mmap`` and returns freed memory at the top
+    of the heap to the system; a network that frees and allocates activations of several
+    megabytes at every layer then pays a page fault per 4 KiB page, every pass, which a
+    kernel timed alone (reusing one block) never sees. Raising ``M_MMAP_THRESHOLD`` and
+    ``M_TRIM_THRESHOLD`` (``mallopt``) keeps the blocks in the heap, as the jemalloc or
+    TCMalloc that PyTorch's CPU tuning guide recommends do. The setting is process-wide and
+    stays (glibc has no way to read it back); calling again changes nothing.
+
+    Args:
+        threshold_bytes: The two thresholds.
+
+    Returns:
+        ``{"allocator": "glibc", "mmap_threshold": ..., "trim_threshold": ...}`` when
+        applied, ``{"allocator": "default"}`` where glibc's ``mallopt`` is not available.
+    """
+    if _ALLOCATOR:
+        return dict(_ALLOCATOR)
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        _ALLOCATOR["allocator"] = "default"
+        return dict(_ALLOCATOR)
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    if mallopt(m_trim_threshold, threshold_bytes) and mallopt(m_mmap_threshold, threshold_bytes):
+        _ALLOCATOR.update(
+            allocator="glibc", mmap_threshold=threshold_bytes, trim_threshold=threshold_bytes
+        )
+    else:
+        _ALLOCATOR["allocator"] = "default"
+    return dict(_ALLOCATOR)
 
 
 def load_average() -> tuple[float, float, float]:

@@ -52,7 +52,15 @@ from dataclasses import dataclass, field
 
 from hpcnb.perfmodel.protocol import PerfmodelError, load_average
 
-__all__ = ["RoundRecord", "RoundRobinPolicy", "RoundRobinResult", "measure_round_robin"]
+__all__ = [
+    "RoundRecord",
+    "RoundRobinPolicy",
+    "RoundRobinResult",
+    "measure_round_robin",
+    "reference_kernel",
+]
+
+REFERENCE = "conv 3x3 (16 -> 16 channels, 8 x 16 x 16) + batch norm + ReLU, and a 128^2 matmul"
 
 
 @dataclass(frozen=True)
@@ -234,3 +242,30 @@ def measure_round_robin(
     kept = [r for r in rounds if not r.slow]
     seconds = {name: min(r.medians[name] for r in kept) for name in kernels}
     return RoundRobinResult(seconds, repeats, tuple(rounds), reruns, policy)
+
+
+def reference_kernel(seed: int = 0) -> Callable[[], object]:
+    """The fixed reference of every round: a small convolution block and a matrix product.
+
+    A matrix product alone is compute-bound and barely notices a neighbour that contends
+    for the caches and memory; a small convolution block with its batch norm and
+    activation feels that contention as networks do. :data:`REFERENCE` describes it.
+
+    Args:
+        seed: Seed of its weights and inputs.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 16, 16, 16, generator=gen)
+    w = torch.randn(16, 16, 3, 3, generator=gen)
+    a, b = torch.randn(128, 128, generator=gen), torch.randn(128, 128, generator=gen)
+    mean, var = torch.zeros(16), torch.ones(16)
+
+    def run() -> object:
+        with torch.no_grad():
+            y = torch.nn.functional.conv2d(x, w, padding=1)
+            y = torch.relu(torch.nn.functional.batch_norm(y, mean, var))
+            return y, a @ b
+
+    return run

@@ -46,6 +46,7 @@ __all__ = [
     "peak_flops",
     "time_inference",
     "time_training",
+    "training_step",
 ]
 
 
@@ -125,6 +126,17 @@ def time_training(
         y: Integer class labels, one per sample.
         config: Timing settings.
     """
+    return config.measure(training_step(model, x, y))
+
+
+def training_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """One training step of ``model`` as a callable: zero_grad, forward, loss, backward, SGD.
+
+    Args:
+        model: The network (put in train mode; its weights change at every call).
+        x: Input batch.
+        y: Integer class labels, one per sample.
+    """
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -134,7 +146,7 @@ def time_training(
         loss_fn(model(x), y).backward()
         opt.step()
 
-    return config.measure(step)
+    return step
 
 
 def peak_flops(config: TimingConfig, n: int = 768) -> float:
