@@ -14,9 +14,15 @@ The core model is importable from here; the pieces behind it from their modules:
   :func:`hpcnb.stats.mape_interval`).
 * :mod:`~hpcnb.perfmodel.opmodel`: :class:`OpCostModel`, per-op-kind terms on IR features,
   and the gradient-boosted reference.
+* :mod:`~hpcnb.perfmodel.aten`, :mod:`~hpcnb.perfmodel.kernelset`,
+  :mod:`~hpcnb.perfmodel.kernelmodel`: nn-Meter's recipe on this CPU: the ATen kernels a
+  network runs, kernel configurations sampled from ranges of their own and timed
+  round-robin (:mod:`~hpcnb.perfmodel.roundrobin`), one forest per operator
+  (:mod:`~hpcnb.perfmodel.kernels`), a network as the sum of its kernels.
+* :mod:`~hpcnb.perfmodel.netset`: the zoo timed round-robin, and the noise ceiling.
 * :mod:`~hpcnb.perfmodel.evaluation`: share within ±10 % / ±20 %, random split, per family.
 * :mod:`~hpcnb.perfmodel.predict`: :func:`predict_latency` with an interval, for other
-  notebooks.
+  notebooks (the kernel-level model by default).
 * :mod:`~hpcnb.perfmodel.allreduce`, :mod:`~hpcnb.perfmodel.scaling`,
   :mod:`~hpcnb.perfmodel.distributed`, :mod:`~hpcnb.perfmodel.multinode`: α–β all-reduce,
   the multi-node step model validated on Pollux measurements, the gloo micro-benchmark
@@ -39,7 +45,8 @@ from hpcnb.perfmodel.evaluation import within_share
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
 from hpcnb.perfmodel.multinode import Cluster, runtime_vs_nodes
 from hpcnb.perfmodel.opmodel import OpCostModel
-from hpcnb.perfmodel.predict import LatencyPredictor, predict_latency
+from hpcnb.perfmodel.kernelmodel import KernelModel
+from hpcnb.perfmodel.predict import KernelLatencyPredictor, LatencyPredictor, predict_latency
 from hpcnb.perfmodel.protocol import NoisePolicy
 from hpcnb.perfmodel.scaling import ScalingModel
 from hpcnb.perfmodel.timing import TimingConfig
@@ -57,10 +64,12 @@ __all__ = [
     # Runtime estimators (scikit-learn style) and their evaluation
     "ConvMeter",
     "OpCostModel",
+    "KernelModel",
     "leave_one_family_out",
     "mape",
     "within_share",
     # Latency with an interval, for other notebooks
+    "KernelLatencyPredictor",
     "LatencyPredictor",
     "predict_latency",
     # Communication and scaling beyond one machine

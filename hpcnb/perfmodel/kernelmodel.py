@@ -49,7 +49,14 @@ from hpcnb.perfmodel.kernelset import (
 )
 from hpcnb.perfmodel.protocol import PerfmodelError
 
-__all__ = ["KernelModel", "NetworkKernelPredictor", "derived_features", "fit_kernel_model"]
+__all__ = [
+    "AdaptiveProfile",
+    "KernelModel",
+    "NetworkKernelPredictor",
+    "derived_features",
+    "fit_kernel_model",
+    "held_out_dispatch",
+]
 
 _MIN_SAMPLES = 8
 _SLACK = np.log(1.25)
@@ -341,3 +348,40 @@ class NetworkKernelPredictor:
         sums = [self.kernel_sum(c) for c in networks]
         self.dispatch = fit_dispatch(sums, [len(c) for c in networks], measured)
         return self
+
+
+def held_out_dispatch(
+    predictor: NetworkKernelPredictor,
+    networks: Sequence[Sequence[KernelCall]],
+    measured: Sequence[float],
+    families: Sequence[str],
+) -> np.ndarray:
+    """Each network's prediction with the dispatch constant fitted without its family.
+
+    The kernel forests never see a network; the one constant fitted on networks is the
+    dispatch cost, so it is the only thing held out.
+
+    Args:
+        predictor: Holds the fitted kernel model (its ``dispatch`` is left unchanged).
+        networks: Each network's calls.
+        measured: Each network's measured seconds.
+        families: Each network's family.
+
+    Raises:
+        PerfmodelError: Lengths differ, or fewer than two families.
+    """
+    if not len(networks) == len(measured) == len(families) or len(set(families)) < 2:
+        raise PerfmodelError(
+            f"held_out_dispatch: {len(networks)} networks, {len(measured)} times, "
+            f"{len(families)} families ({len(set(families))} distinct, need >= 2)"
+        )
+    sums = np.array([predictor.kernel_sum(c) for c in networks])
+    counts = np.array([len(c) for c in networks], dtype=np.float64)
+    y = np.asarray(measured, dtype=np.float64)
+    fam = np.asarray(families)
+    out = np.empty(len(y))
+    for f in set(families):
+        rest = fam != f
+        d = fit_dispatch(sums[rest], counts[rest], y[rest])
+        out[~rest] = sums[~rest] + d * counts[~rest]
+    return out

@@ -1,5 +1,8 @@
-"""Latency of a network predicted from its IR, with an interval: for other notebooks.
+"""Latency of a network predicted with an interval: for other notebooks.
 
+:class:`KernelLatencyPredictor` (the default) sums the network's ATen kernels priced by the
+per-operator forests of :mod:`hpcnb.perfmodel.kernelmodel`, plus a dispatch cost per call;
+its interval comes from networks of families the dispatch constant was fitted without.
 :class:`LatencyPredictor` wraps a fitted :class:`~hpcnb.perfmodel.opmodel.OpCostModel` with
 a *prediction interval* taken from held-out errors: the model is fitted once per held-out
 family on the others (:func:`~hpcnb.perfmodel.estimator.leave_one_family_out`), and the
@@ -13,9 +16,9 @@ latency-aware reward)::
     estimate = predict_latency(net, (3, 32, 32), batch=8, threads=1)
     estimate.seconds, estimate.low, estimate.high
 
-Without an explicit ``predictor`` it fits one on this machine's cached timing data set for
-that thread count (:func:`default_predictor`; measured by notebook 03 or, the first time,
-here — minutes), once per process.
+Without an explicit ``predictor`` it fits the kernel-level one on this machine's cached
+kernel samples and network timings for that thread count (:func:`default_predictor`;
+measured by notebook 03 or, the first time, here — minutes), once per process.
 
 Example:
     >>> from hpcnb.perfmodel.estimator import Measurement
@@ -40,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -47,14 +51,29 @@ from typing import NamedTuple
 import numpy as np
 from torch import nn
 
-from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
+from hpcnb.perfmodel.aten import network_kernels
+from hpcnb.perfmodel.dataset import GridConfig
 from hpcnb.perfmodel.estimator import Measurement, leave_one_family_out, measured_seconds
 from hpcnb.perfmodel.features import NetworkFeatures, cache_bytes_per_core, network_features
+from hpcnb.perfmodel.kernelmodel import (
+    KernelModel,
+    NetworkKernelPredictor,
+    fit_kernel_model,
+    held_out_dispatch,
+)
+from hpcnb.perfmodel.kernelset import SamplingRanges, sample_primitives
+from hpcnb.perfmodel.netset import NetworkSet, collect_networks
 from hpcnb.perfmodel.opmodel import OpCostModel, op_design_matrix
 from hpcnb.perfmodel.protocol import PerfmodelError
-from hpcnb.perfmodel.timing import TimingConfig, peak_flops
+from hpcnb.perfmodel.timing import TimingConfig
 
-__all__ = ["LatencyEstimate", "LatencyPredictor", "default_predictor", "predict_latency"]
+__all__ = [
+    "KernelLatencyPredictor",
+    "LatencyEstimate",
+    "LatencyPredictor",
+    "default_predictor",
+    "predict_latency",
+]
 
 
 class LatencyEstimate(NamedTuple):
@@ -181,29 +200,122 @@ class LatencyPredictor:
         return self.predict_features(features, batch)
 
 
-_DEFAULTS: dict[tuple[int, str, GridConfig], LatencyPredictor] = {}
+@dataclass
+class KernelLatencyPredictor:
+    """The kernel-level model (:mod:`hpcnb.perfmodel.kernelmodel`) with a held-out interval.
+
+    A network is captured into its ATen calls, each call priced by its operator's forest
+    (or the FLOP/byte fallback), and the sum plus a dispatch cost per call is the estimate.
+    The interval is the empirical ``measured / predicted`` quantiles over networks whose
+    family the dispatch constant was fitted without.
+
+    Attributes:
+        network: The kernel model and its dispatch constant (fitted on every network).
+        mode: ``"inference"`` or ``"training"``.
+        threads: Thread count of the timings.
+        ratio_low: Lower quantile of held-out ``measured / predicted``.
+        ratio_high: Upper quantile.
+        confidence: Coverage between the two quantiles.
+        rows: Networks the dispatch constant was fitted on.
+    """
+
+    network: NetworkKernelPredictor
+    mode: str
+    threads: int
+    ratio_low: float
+    ratio_high: float
+    confidence: float
+    rows: int
+
+    @classmethod
+    def fit(
+        cls,
+        model: KernelModel,
+        networks: NetworkSet,
+        *,
+        mode: str = "inference",
+        threads: int = 1,
+        confidence: float = 0.9,
+    ) -> KernelLatencyPredictor:
+        """Fit the dispatch constant on ``networks`` and the interval on held-out families.
+
+        Args:
+            model: A fitted kernel model.
+            networks: Timed networks (:func:`~hpcnb.perfmodel.netset.collect_networks`).
+            mode: ``"inference"`` or ``"training"``.
+            threads: Thread count of the timings.
+            confidence: Coverage of the interval, in (0, 1).
+
+        Raises:
+            PerfmodelError: A bad confidence, or fewer than two families.
+        """
+        if not 0 < confidence < 1:
+            raise PerfmodelError(f"KernelLatencyPredictor.fit: confidence={confidence}")
+        calls = [networks.calls(i, mode) for i in range(len(networks.rows))]
+        y = measured_seconds(networks.rows, mode)
+        families = [r.family for r in networks.rows]
+        net = NetworkKernelPredictor(model)
+        held = held_out_dispatch(net, calls, y, families)
+        alpha = (1 - confidence) / 2
+        low, high = np.quantile(y / np.maximum(held, 1e-12), [alpha, 1 - alpha])
+        net.fit_dispatch(calls, y)
+        return cls(
+            net,
+            mode,
+            int(threads),
+            float(min(low, 1.0)),
+            float(max(high, 1.0)),
+            float(confidence),
+            len(y),
+        )
+
+    def predict(self, model: nn.Module, input_shape: Sequence[int], batch: int) -> LatencyEstimate:
+        """Predicted latency of ``model`` on samples of ``input_shape`` at ``batch``.
+
+        The network is captured on a copy (a training step changes weights), so ``model``
+        keeps its weights and mode.
+
+        Args:
+            model: The network.
+            input_shape: One sample's shape, e.g. ``(3, 32, 32)``.
+            batch: Batch size (a positive integer).
+
+        Raises:
+            PerfmodelError: A batch below 1.
+        """
+        if isinstance(batch, bool) or int(batch) != batch or batch < 1:
+            raise PerfmodelError(f"batch={batch!r}: expected a positive integer")
+        calls = network_kernels(
+            copy.deepcopy(model), tuple(int(s) for s in input_shape), int(batch), self.mode
+        )
+        seconds = max(self.network.seconds(calls), 1e-9)
+        return LatencyEstimate(
+            seconds, seconds * self.ratio_low, seconds * self.ratio_high, self.confidence
+        )
+
+
+_DEFAULTS: dict[tuple[int, str, GridConfig, int], KernelLatencyPredictor] = {}
 
 
 def default_predictor(
-    threads: int = 1, mode: str = "inference", grid: GridConfig | None = None
-) -> LatencyPredictor:
-    """The predictor fitted on this machine's cached data set for ``threads`` (memoised).
+    threads: int = 1,
+    mode: str = "inference",
+    grid: GridConfig | None = None,
+    primitives: int = 400,
+) -> KernelLatencyPredictor:
+    """The kernel-level predictor of this machine for ``threads`` (memoised).
 
-    The data set is notebook 03's default grid (:class:`~hpcnb.perfmodel.dataset.GridConfig`)
-    timed with ``threads`` threads (the CPU clock for one thread, else the wall clock); what
-    is missing from the cache is measured now (about 9 minutes the first time on a busy
-    2-core machine). The dense-FLOP floor is this machine's matrix-product rate, measured
-    now (about a second).
-
-    A caller with a tight time budget (a notebook's SMOKE run on a fresh machine) passes a
-    smaller ``grid``, e.g. ``GridConfig(widths=(0.25,), resolutions=(16,), batches=(2, 8),
-    timing=TimingConfig(warmup=1, repeats=2))`` (ten configurations, well under a minute);
-    its ``timing.threads`` must equal ``threads``.
+    Kernel samples (``primitives`` sampled configurations,
+    :func:`~hpcnb.perfmodel.kernelmodel.fit_kernel_model`) and the network timings of
+    ``grid`` (notebook 03's default grid, :func:`~hpcnb.perfmodel.netset.collect_networks`)
+    come from this machine's cache; what is missing is measured now (several minutes the
+    first time). A caller with a tight budget passes a smaller grid and fewer primitives.
 
     Args:
         threads: Thread count of the timings.
         mode: ``"inference"`` or ``"training"``.
-        grid: The data set to fit on (default: notebook 03's full grid).
+        grid: The networks the dispatch constant is fitted on (default: notebook 03's).
+        primitives: Sampled kernel configurations.
 
     Raises:
         PerfmodelError: ``grid.timing.threads`` differs from ``threads``.
@@ -215,16 +327,12 @@ def default_predictor(
         raise PerfmodelError(
             f"default_predictor: threads={threads} but grid.timing.threads={grid.timing.threads}"
         )
-    key = (int(threads), mode, grid)
+    key = (int(threads), mode, grid, int(primitives))
     if key not in _DEFAULTS:
-        timing = grid.timing
-        rows = collect_dataset(grid, remeasure="none")
-        peak = peak_flops(
-            TimingConfig(threads=int(threads), warmup=1, repeats=5, clock=timing.clock)
-        )
-        _DEFAULTS[key] = LatencyPredictor.fit(
-            rows, threads=int(threads), mode=mode, peak_flops=peak
-        )
+        nets = collect_networks(grid)
+        prims = sample_primitives(np.random.default_rng(grid.seed), primitives, SamplingRanges())
+        fit = fit_kernel_model(prims, (mode,), threads=int(threads), seed=grid.seed)
+        _DEFAULTS[key] = KernelLatencyPredictor.fit(fit.model, nets, mode=mode, threads=threads)
     return _DEFAULTS[key]
 
 
@@ -235,7 +343,7 @@ def predict_latency(
     threads: int,
     *,
     mode: str = "inference",
-    predictor: LatencyPredictor | None = None,
+    predictor: LatencyPredictor | KernelLatencyPredictor | None = None,
 ) -> LatencyEstimate:
     """Predicted seconds of one forward pass (or training step) of ``model``, with interval.
 
@@ -245,7 +353,8 @@ def predict_latency(
         batch: Batch size.
         threads: Threads the latency is wanted for (must match the predictor's timings).
         mode: ``"inference"`` or ``"training"`` (used when no predictor is given).
-        predictor: A fitted :class:`LatencyPredictor` (default: :func:`default_predictor`).
+        predictor: A fitted :class:`KernelLatencyPredictor` or :class:`LatencyPredictor`
+            (default: :func:`default_predictor`, the kernel-level model).
 
     Returns:
         :class:`LatencyEstimate` ``(seconds, low, high, confidence)``.
