@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from torch import nn
 
 from hpcnb.perfmodel.aten import kernel_features, network_kernels, replay
