@@ -286,10 +286,11 @@ def test_default_predictor_fits_on_a_given_small_grid(
         batches=(2, 4),
         timing=TimingConfig(warmup=0, repeats=5),
     )
-    predictor = default_predictor(1, "inference", grid)
+    predictor = default_predictor(1, "inference", grid, primitives=30)
     assert predictor.rows == 4 and predictor.threads == 1
-    assert default_predictor(1, "inference", grid) is predictor  # memoised
-    assert list((tmp_path / "perfmodel").glob("timings-*.json"))  # under the shared cache root
+    assert default_predictor(1, "inference", grid, primitives=30) is predictor  # memoised
+    folder = tmp_path / "perfmodel"  # under the shared cache root
+    assert list(folder.glob("networks-*.json")) and list(folder.glob("kernels-*.json"))
     with pytest.raises(PerfmodelError, match="threads"):
         default_predictor(2, "inference", grid)
 

@@ -43,7 +43,6 @@ from hpcnb.perfmodel.dataset import GridConfig, collect_dataset
 from hpcnb.perfmodel.estimator import ConvMeter, Measurement, leave_one_family_out, mape
 from hpcnb.perfmodel.evaluation import within_share
 from hpcnb.perfmodel.features import NetworkFeatures, network_features
-from hpcnb.perfmodel.kernelmodel import KernelModel
 from hpcnb.perfmodel.multinode import Cluster, runtime_vs_nodes
 from hpcnb.perfmodel.opmodel import OpCostModel
 from hpcnb.perfmodel.predict import KernelLatencyPredictor, LatencyPredictor, predict_latency
@@ -64,7 +63,6 @@ __all__ = [
     # Runtime estimators (scikit-learn style) and their evaluation
     "ConvMeter",
     "OpCostModel",
-    "KernelModel",
     "leave_one_family_out",
     "mape",
     "within_share",

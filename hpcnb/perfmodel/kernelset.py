@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcnb.cachefile import best_effort, read_json, update_json
+from hpcnb.cachefile import CorruptCacheError, best_effort, read_json, update_json
 from hpcnb.paths import cache_dir, machine_key
 from hpcnb.perfmodel.aten import KernelCall, capture, kernel_features, replay
 from hpcnb.perfmodel.protocol import PerfmodelError, load_average
@@ -390,10 +390,10 @@ def _protocol(policy: RoundRobinPolicy, threads: int, clock: str) -> dict[str, A
 
 def _validate(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("version") != KERNEL_CACHE_VERSION:
-        raise ValueError("not a kernel cache of this version")
+        raise CorruptCacheError("not a kernel cache of this version")
     for key, e in data["entries"].items():
         if not (isinstance(e["seconds"], float) and e["seconds"] > 0 and isinstance(e["op"], str)):
-            raise ValueError(f"entry {key}: bad seconds or operator")
+            raise CorruptCacheError(f"entry {key}: bad seconds or operator")
         e["features"] = [float(v) for v in e["features"]]
     return data
 

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcnb.cachefile import best_effort, read_json, update_json
+from hpcnb.cachefile import CorruptCacheError, best_effort, read_json, update_json
 from hpcnb.paths import cache_dir, machine_key
 from hpcnb.perfmodel.aten import KernelCall, network_kernels
 from hpcnb.perfmodel.dataset import GridConfig, build_network
@@ -144,11 +144,11 @@ def _digest(data: Any) -> str:
 
 def _validate(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("version") != NETWORK_CACHE_VERSION:
-        raise ValueError("not a network timing cache of this version")
+        raise CorruptCacheError("not a network timing cache of this version")
     for key, e in data["entries"].items():
         rounds = [float(v) for v in e["rounds"]]
         if len(rounds) < 1 or min(rounds) <= 0:
-            raise ValueError(f"entry {key}: bad round medians")
+            raise CorruptCacheError(f"entry {key}: bad round medians")
     return data
 
 
