@@ -53,7 +53,9 @@ __all__ = [
     "AdaptiveProfile",
     "KernelModel",
     "NetworkKernelPredictor",
+    "DispatchFit",
     "derived_features",
+    "dispatch_matrix",
     "fit_kernel_model",
     "held_out_dispatch",
 ]
@@ -350,6 +352,53 @@ class NetworkKernelPredictor:
         return self
 
 
+class DispatchFit:
+    """The one constant fitted on networks, as an estimator: ``X = [[kernel_sum, calls]]``.
+
+    ``fit`` finds the dispatch cost per call (:func:`~hpcnb.perfmodel.kernels.fit_dispatch`),
+    ``predict`` returns ``kernel_sum + dispatch * calls``, so the kernel-level model goes
+    through the same held-out-family and random-split evaluations as the other estimators.
+
+    Attributes:
+        dispatch: The fitted seconds per call.
+    """
+
+    def __init__(self) -> None:
+        self.dispatch = 0.0
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> DispatchFit:
+        """Fit the dispatch constant.
+
+        Args:
+            X: ``(n, 2)``: each network's kernel sum and call count.
+            y: ``(n,)`` measured seconds.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        self.dispatch = fit_dispatch(X[:, 0], X[:, 1], y)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """``kernel_sum + dispatch * calls`` per row.
+
+        Args:
+            X: ``(n, 2)`` as for :meth:`fit`.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        return X[:, 0] + self.dispatch * X[:, 1]
+
+
+def dispatch_matrix(
+    predictor: NetworkKernelPredictor, networks: Sequence[Sequence[KernelCall]]
+) -> np.ndarray:
+    """``(n, 2)``: each network's predicted kernel sum and its number of calls.
+
+    Args:
+        predictor: Holds the fitted kernel model.
+        networks: Each network's calls.
+    """
+    return np.array([[predictor.kernel_sum(c), len(c)] for c in networks], dtype=np.float64)
+
+
 def held_out_dispatch(
     predictor: NetworkKernelPredictor,
     networks: Sequence[Sequence[KernelCall]],
@@ -370,18 +419,12 @@ def held_out_dispatch(
     Raises:
         PerfmodelError: Lengths differ, or fewer than two families.
     """
-    if not len(networks) == len(measured) == len(families) or len(set(families)) < 2:
+    from hpcnb.perfmodel.estimator import leave_one_family_out
+
+    if not len(networks) == len(measured) == len(families):
         raise PerfmodelError(
             f"held_out_dispatch: {len(networks)} networks, {len(measured)} times, "
-            f"{len(families)} families ({len(set(families))} distinct, need >= 2)"
+            f"{len(families)} families"
         )
-    sums = np.array([predictor.kernel_sum(c) for c in networks])
-    counts = np.array([len(c) for c in networks], dtype=np.float64)
-    y = np.asarray(measured, dtype=np.float64)
-    fam = np.asarray(families)
-    out = np.empty(len(y))
-    for f in set(families):
-        rest = fam != f
-        d = fit_dispatch(sums[rest], counts[rest], y[rest])
-        out[~rest] = sums[~rest] + d * counts[~rest]
-    return out
+    X = dispatch_matrix(predictor, networks)
+    return leave_one_family_out(DispatchFit, X, measured, families).predicted

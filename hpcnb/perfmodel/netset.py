@@ -27,13 +27,14 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from hpcnb.cachefile import CorruptCacheError, best_effort, read_json, update_json
 from hpcnb.paths import cache_dir, machine_key
@@ -45,12 +46,13 @@ from hpcnb.perfmodel.protocol import PerfmodelError, ProtocolTiming, dispersion,
 from hpcnb.perfmodel.roundrobin import (
     REFERENCE,
     RoundRobinPolicy,
+    RoundRobinResult,
     measure_round_robin,
     reference_kernel,
 )
 from hpcnb.timing import pinned_threads
 
-__all__ = ["NETWORK_POLICY", "NetworkSet", "collect_networks", "noise_ceiling"]
+__all__ = ["NETWORK_POLICY", "NetworkSet", "collect_networks", "noise_ceiling", "time_models"]
 
 #: The protocol of network timings: 3 rounds of 3 samples of at least 50 ms each; a round
 #: whose reference is 15 % slower than the fastest is timed again (up to 6 times).
@@ -283,3 +285,40 @@ def _save(path: Path, protocol: dict[str, Any], new: dict[str, Any]) -> None:
 
     with best_effort(path, "perfmodel network cache"):
         update_json(path, merge, validate=_validate, allow_nan=True)
+
+
+def time_models(
+    models: Mapping[str, nn.Module],
+    input_shape: Sequence[int],
+    batch: int,
+    *,
+    policy: RoundRobinPolicy = NETWORK_POLICY,
+    threads: int = 1,
+    seed: int = 0,
+) -> RoundRobinResult:
+    """Time one ``no_grad`` forward pass of each model round-robin (not cached).
+
+    For networks outside the grid (pruned ones, say), under the same protocol.
+
+    Args:
+        models: Name -> network (put in eval mode).
+        input_shape: One sample's shape.
+        batch: Batch size.
+        policy: Round-robin settings.
+        threads: Threads of torch and BLAS (1: the process CPU clock).
+        seed: Seed of the input.
+    """
+    steady_allocator()
+    x = torch.randn(batch, *input_shape, generator=torch.Generator().manual_seed(seed))
+    runs = {}
+    for name, net in models.items():
+        net.eval()
+
+        def run(net: nn.Module = net) -> object:
+            with torch.no_grad():
+                return net(x)
+
+        runs[name] = run
+    clock = time.process_time if threads == 1 else time.perf_counter
+    with pinned_threads(threads, numba=False):
+        return measure_round_robin(runs, reference_kernel(seed), policy, clock=clock)
