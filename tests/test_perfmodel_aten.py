@@ -9,6 +9,7 @@ from torch import nn
 from hpcnb.perfmodel.aten import kernel_features, network_kernels, replay
 from hpcnb.perfmodel.dataset import GridConfig
 from hpcnb.perfmodel.kernelmodel import (
+    DispatchFit,
     KernelModel,
     NetworkKernelPredictor,
     fit_kernel_model,
@@ -24,7 +25,7 @@ from hpcnb.perfmodel.kernelset import (
     profile_kernels,
     sample_primitives,
 )
-from hpcnb.perfmodel.netset import collect_networks, noise_ceiling
+from hpcnb.perfmodel.netset import collect_networks, noise_ceiling, time_models
 from hpcnb.perfmodel.predict import KernelLatencyPredictor, predict_latency
 from hpcnb.perfmodel.protocol import PerfmodelError, steady_allocator
 from hpcnb.perfmodel.roundrobin import RoundRobinPolicy
@@ -90,6 +91,15 @@ def test_sampled_primitives_stay_in_their_ranges() -> None:
     assert near and all(q.kind == "conv" and q.kernel == conv.kernel for q in near)
 
 
+def test_batch_norm_in_training_and_eval_mode_are_told_apart() -> None:
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten())
+    (train,) = [c for c in network_kernels(net, (3, 8, 8), 4, "training") if "batch_norm." in c.op]
+    (infer,) = [c for c in network_kernels(net, (3, 8, 8), 4) if "batch_norm." in c.op]
+    (_, t), (_, i) = kernel_features(train), kernel_features(infer)
+    assert (t[0], t[2], t[3]) == (i[0], i[2], i[3])  # the same input, channels and window
+    assert t[4] != i[4]  # but the training flag differs
+
+
 def test_training_primitive_runs_backward_and_the_optimizer() -> None:
     p = Primitive("conv", 2, 4, 8, 6, kernel=3)
     ops = [c.op for c in kernel_calls(p, "training")]
@@ -129,7 +139,9 @@ def _synthetic_profile(rng: np.random.Generator, n: int = 200) -> KernelProfile:
         samples.append(KernelSample("aten.convolution.default", "conv", feats, t, (t,), 0))
     for n_el in rng.integers(1_000, 1_000_000, 60):
         samples.append(
-            KernelSample("aten.relu.default", "generic", (n_el, n_el, 9.0, 1.0), 1e-9 * n_el, (), 0)
+            KernelSample(
+                "aten.relu.default", "generic", (n_el, n_el, 9.0, 1.0, 1.0), 1e-9 * n_el, (), 0
+            )
         )
     return KernelProfile("inference", samples, [], {})
 
@@ -203,3 +215,21 @@ def test_networks_and_kernels_end_to_end(tmp_path, monkeypatch) -> None:
     assert est.low <= est.seconds <= est.high and net.training  # the caller's mode is kept
     with pytest.raises(PerfmodelError, match="thread"):
         predict_latency(net, (3, 8, 8), 2, 2, predictor=predictor)
+
+
+def test_dispatch_fit_recovers_a_per_call_cost() -> None:
+    X = np.array([[1e-3, 100], [2e-3, 50], [5e-4, 300], [4e-3, 20]], dtype=float)
+    y = X[:, 0] + 7e-6 * X[:, 1]
+    fit = DispatchFit().fit(X, y)
+    assert fit.dispatch == pytest.approx(7e-6, rel=1e-9)
+    assert fit.predict(X) == pytest.approx(y)
+
+
+def test_time_models_keeps_the_minimum_of_round_medians() -> None:
+    models = {"small": nn.Conv2d(3, 4, 3), "large": nn.Conv2d(3, 64, 3)}
+    result = time_models(models, (3, 16, 16), 2, policy=FAST)
+    assert set(result.seconds) == {"small", "large"}
+    for name in models:
+        assert result.seconds[name] == min(result.round_medians(name))
+        assert len(result.round_medians(name)) == 3
+    assert steady_allocator() == steady_allocator()  # applied once, then unchanged

@@ -9,7 +9,8 @@ the data. From a call:
 * :func:`kernel_features` reads the features its predictor needs: a convolution's batch,
   channels, image size, kernel, stride and groups (forward and backward alike); a matrix
   product's three sizes; for every other operator the elements it reads and writes, the
-  channel count of a 4-d input and the product of its window (pooling) arguments;
+  channel count of a 4-d input, the product of its window (pooling) arguments and its boolean
+  arguments as bits (a batch norm in training mode computes statistics, in eval mode not);
 * :func:`replay` builds random tensors of the recorded layouts and returns a callable that
   runs the operator alone on them, so that each kernel can be timed by itself.
 
@@ -69,7 +70,7 @@ CONV_FEATURES = (
 #: Features of a matrix product ``(m, k) @ (k, n)``.
 GEMM_FEATURES = ("m", "k", "n")
 #: Features of every other kernel (each plus one, so that they are positive).
-GENERIC_FEATURES = ("elements_in", "elements_out", "channels", "window")
+GENERIC_FEATURES = ("elements_in", "elements_out", "channels", "window", "flags")
 
 _CONV_OPS = ("aten.convolution.default", "aten.convolution_backward.default")
 _GEMM_OPS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
@@ -289,11 +290,13 @@ def kernel_features(call: KernelCall) -> tuple[str, tuple[float, ...]]:
         if isinstance(v, (list, tuple)) and v and all(isinstance(i, int) for i in v)
     ]
     window = math.prod(ints[0]) if ints and call.op.split(".")[1].find("pool") >= 0 else 1
+    flags = sum(1 << i for i, v in enumerate(a for a in call.args if isinstance(a, bool)) if v)
     return "generic", (
         1.0 + sum(t.numel for t in tensors),
         1.0 + sum(t.numel for t in call.outputs),
         1.0 + (first4.shape[1] if first4 is not None else 0),
         float(max(window, 1)),
+        1.0 + flags,
     )
 
 

@@ -19,8 +19,9 @@ Example:
     >>> import numpy as np
     >>> from hpcnb.perfmodel.kernelset import KernelProfile, KernelSample
     >>> rng = np.random.default_rng(0)
-    >>> samples = [KernelSample("aten.relu.default", "generic", (n, n, 9.0, 1.0), 1e-9 * n, (), 0)
-    ...            for n in rng.integers(1_000, 100_000, 40).astype(float)]
+    >>> sizes = rng.integers(1_000, 100_000, 40).astype(float)
+    >>> samples = [KernelSample("aten.relu.default", "generic", (n, n, 9.0, 1.0, 1.0),
+    ...                         1e-9 * n, (), 0) for n in sizes]
     >>> model = KernelModel(trees=20).fit([KernelProfile("inference", samples, [], {})])
     >>> from hpcnb.perfmodel.aten import network_kernels
     >>> from torch import nn
@@ -158,7 +159,7 @@ class KernelModel:
         if coef is None:
             raise PerfmodelError(f"KernelModel: no fallback for kernel family {family!r}")
         if family not in self.fallback:
-            family, x = "generic", np.ones((len(x), 4))
+            family, x = "generic", np.ones((len(x), 5))
         return np.maximum(_cost_columns(family, x) @ coef, 1e-9)
 
     def predict_calls(self, calls: Sequence[KernelCall]) -> np.ndarray:

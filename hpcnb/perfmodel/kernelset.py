@@ -66,7 +66,7 @@ __all__ = [
 
 PRIMITIVE_KINDS = ("conv", "pool", "linear", "add", "cat", "shuffle")
 _KIND_WEIGHTS = (0.62, 0.1, 0.08, 0.08, 0.06, 0.06)
-KERNEL_CACHE_VERSION = 1
+KERNEL_CACHE_VERSION = 2
 #: The protocol of kernel timings: 3 rounds of 1 sample of at least 5 ms; a round whose
 #: reference is 15 % slower than the fastest is timed again (up to 6 times per chunk).
 KERNEL_POLICY = RoundRobinPolicy(
