@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import nnls
 
 from hpcnb.perfmodel.aten import KernelCall, kernel_features
@@ -340,7 +341,7 @@ class NetworkKernelPredictor:
         return self.kernel_sum(calls) + self.dispatch * len(calls)
 
     def fit_dispatch(
-        self, networks: Sequence[Sequence[KernelCall]], measured: Sequence[float]
+        self, networks: Sequence[Sequence[KernelCall]], measured: ArrayLike
     ) -> NetworkKernelPredictor:
         """Fit the dispatch constant on measured networks (relative least squares, >= 0).
 
@@ -403,7 +404,7 @@ def dispatch_matrix(
 def held_out_dispatch(
     predictor: NetworkKernelPredictor,
     networks: Sequence[Sequence[KernelCall]],
-    measured: Sequence[float],
+    measured: ArrayLike,
     families: Sequence[str],
 ) -> np.ndarray:
     """Each network's prediction with the dispatch constant fitted without its family.
@@ -422,10 +423,10 @@ def held_out_dispatch(
     """
     from hpcnb.perfmodel.estimator import leave_one_family_out
 
-    if not len(networks) == len(measured) == len(families):
+    y = np.asarray(measured, dtype=np.float64)
+    if not len(networks) == len(y) == len(families):
         raise PerfmodelError(
-            f"held_out_dispatch: {len(networks)} networks, {len(measured)} times, "
-            f"{len(families)} families"
+            f"held_out_dispatch: {len(networks)} networks, {len(y)} times, {len(families)} families"
         )
     X = dispatch_matrix(predictor, networks)
-    return leave_one_family_out(DispatchFit, X, measured, families).predicted
+    return leave_one_family_out(DispatchFit, X, y, families).predicted

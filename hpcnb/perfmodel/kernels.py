@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.ensemble import RandomForestRegressor
 
 from hpcnb.perfmodel.protocol import PerfmodelError
@@ -285,9 +286,7 @@ def network_seconds(kernel_seconds: Sequence[float], dispatch: float = 0.0) -> f
     return float(np.sum(kernel_seconds)) + dispatch * len(kernel_seconds)
 
 
-def fit_dispatch(
-    kernel_sums: Sequence[float], kernel_counts: Sequence[int], measured: Sequence[float]
-) -> float:
+def fit_dispatch(kernel_sums: ArrayLike, kernel_counts: ArrayLike, measured: ArrayLike) -> float:
     """The per-kernel dispatch constant that best closes the gap to measured network times.
 
     Minimises the squared *relative* error of ``sum + c * count`` against the measured

@@ -456,7 +456,9 @@ def profile_kernels(
     stored = (read_json(path, _validate, what="perfmodel kernel cache") if path else None) or {}
     entries: dict[str, Any] = dict(stored.get("entries", {}))
     chosen, _ = _select(primitives, mode, cap_per_op, seed)
-    todo, failed, calls = [], {}, {}
+    todo: list[str] = []
+    failed: dict[str, int] = {}
+    calls: dict[str, tuple[int, KernelCall]] = {}
     for i, call in chosen:
         key = _digest(call.key)
         calls[key] = (i, call)

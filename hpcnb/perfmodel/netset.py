@@ -72,14 +72,14 @@ def noise_ceiling(rounds: Sequence[Sequence[float]]) -> np.ndarray:
         PerfmodelError: A median that is not positive.
     """
     out = []
-    for r in rounds:
-        r = np.asarray(r, dtype=np.float64)
+    for medians in rounds:
+        r = np.asarray(medians, dtype=np.float64)
         if (r <= 0).any():
             raise PerfmodelError(f"noise_ceiling: round medians {r} must be positive")
         if r.size < 2:
             continue
         for i in range(r.size):
-            out.append(abs(np.delete(r, i).min() / r[i] - 1.0))
+            out.append(abs(float(np.delete(r, i).min()) / float(r[i]) - 1.0))
     return np.asarray(out)
 
 
