@@ -58,10 +58,12 @@ __all__ = [
     "KernelProfile",
     "Primitive",
     "SamplingRanges",
+    "cached_entries",
     "kernel_calls",
     "neighbours",
     "profile_kernels",
     "sample_primitives",
+    "save_entries",
 ]
 
 PRIMITIVE_KINDS = ("conv", "pool", "linear", "add", "cat", "shuffle")
@@ -449,12 +451,7 @@ def profile_kernels(
     policy = policy or KERNEL_POLICY
     clock_name = "cpu" if threads == 1 else "wall"
     protocol = _protocol(policy, threads, clock_name)
-    path = None
-    if cache is not False:
-        folder = cache_dir("perfmodel") if cache is True else Path(cache)
-        path = folder / f"kernels-{_digest(protocol)}.json"
-    stored = (read_json(path, _validate, what="perfmodel kernel cache") if path else None) or {}
-    entries: dict[str, Any] = dict(stored.get("entries", {}))
+    path, entries = cached_entries(cache, "kernels", protocol, _validate)
     chosen, _ = _select(primitives, mode, cap_per_op, seed)
     todo: list[str] = []
     failed: dict[str, int] = {}
@@ -496,7 +493,7 @@ def profile_kernels(
     profile.seconds_spent = time.perf_counter() - started
     entries.update(new)
     if path is not None and new:
-        _save(path, protocol, new)
+        save_entries(path, protocol, new, _validate)
     for key, (i, _) in calls.items():
         if key in entries:
             e = entries[key]
@@ -513,16 +510,52 @@ def profile_kernels(
     return profile
 
 
-def _save(path: Path, protocol: dict[str, Any], new: dict[str, Any]) -> None:
+def cached_entries(
+    cache: bool | str | Path,
+    stem: str,
+    protocol: dict[str, Any],
+    validate: Callable[[Any], Any],
+) -> tuple[Path | None, dict[str, Any]]:
+    """The cache file of a protocol and its valid entries (none when absent or corrupt).
+
+    The file is ``<stem>-<digest of the protocol>.json`` in this machine's perfmodel cache
+    folder (``cache=True``), in the folder ``cache``, or nowhere (``cache=False``).
+
+    Args:
+        cache: ``True``, a folder, or ``False``.
+        stem: File name stem (``"kernels"``, ``"networks"``).
+        protocol: Everything that decides the measurements (hashed into the name).
+        validate: Checks the parsed file (:func:`hpcnb.cachefile.read_json`).
+    """
+    if cache is False:
+        return None, {}
+    folder = cache_dir("perfmodel") if cache is True else Path(cache)
+    path = folder / f"{stem}-{_digest(protocol)}.json"
+    stored = read_json(path, validate, what=f"perfmodel {stem} cache") or {}
+    return path, dict(stored.get("entries", {}))
+
+
+def save_entries(
+    path: Path, protocol: dict[str, Any], new: dict[str, Any], validate: Callable[[Any], Any]
+) -> None:
+    """Merge ``new`` entries into the cache file under its lock (a failure warns once).
+
+    Args:
+        path: The cache file.
+        protocol: Stored beside the entries, with its ``version``.
+        new: Key -> entry.
+        validate: Checks the file's current content.
+    """
+
     def merge(current: dict[str, Any] | None) -> dict[str, Any]:
         merged = current if current is not None else {"entries": {}}
         merged["entries"].update(new)
         return {
             **merged,
-            "version": KERNEL_CACHE_VERSION,
+            "version": protocol["version"],
             "protocol": protocol,
             "load": load_average(),
         }
 
-    with best_effort(path, "perfmodel kernel cache"):
-        update_json(path, merge, validate=_validate)
+    with best_effort(path, f"perfmodel cache {path.name}"):
+        update_json(path, merge, validate=validate)

@@ -23,8 +23,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,12 +34,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcnb.cachefile import CorruptCacheError, best_effort, read_json, update_json
-from hpcnb.paths import cache_dir, machine_key
+from hpcnb.cachefile import CorruptCacheError
+from hpcnb.paths import machine_key
 from hpcnb.perfmodel.aten import KernelCall, network_kernels
 from hpcnb.perfmodel.dataset import GridConfig, build_network
 from hpcnb.perfmodel.estimator import Measurement
 from hpcnb.perfmodel.features import network_features
+from hpcnb.perfmodel.kernelset import cached_entries, save_entries
 from hpcnb.perfmodel.protocol import PerfmodelError, ProtocolTiming, dispersion, steady_allocator
 from hpcnb.perfmodel.roundrobin import (
     REFERENCE,
@@ -140,10 +139,6 @@ def _name(family: str, width: float, res: int) -> str:
     return f"{family}_w{width:g}_r{res}"
 
 
-def _digest(data: Any) -> str:
-    return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def _validate(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("version") != NETWORK_CACHE_VERSION:
         raise CorruptCacheError("not a network timing cache of this version")
@@ -207,12 +202,7 @@ def collect_networks(
         "seed": grid.seed,
         "version": NETWORK_CACHE_VERSION,
     }
-    path = None
-    if cache is not False:
-        folder = cache_dir("perfmodel") if cache is True else Path(cache)
-        path = folder / f"networks-{_digest(protocol)}.json"
-    stored = (read_json(path, _validate, what="perfmodel network cache") if path else None) or {}
-    entries: dict[str, Any] = dict(stored.get("entries", {}))
+    path, entries = cached_entries(cache, "networks", protocol, _validate)
     keys = [
         (f, w, r, b, m)
         for f in grid.families
@@ -239,7 +229,7 @@ def collect_networks(
         }
         entries.update(new)
         if path is not None:
-            _save(path, protocol, new)
+            save_entries(path, protocol, new, _validate)
     _rows(grid, entries, out)
     return out
 
@@ -275,16 +265,6 @@ def _rows(grid: GridConfig, entries: dict[str, Any], out: NetworkSet) -> None:
                     out.rows.append(
                         Measurement(feats, b, min(inf.samples), min(train.samples), inf, train)
                     )
-
-
-def _save(path: Path, protocol: dict[str, Any], new: dict[str, Any]) -> None:
-    def merge(current: dict[str, Any] | None) -> dict[str, Any]:
-        merged = current if current is not None else {"entries": {}}
-        merged["entries"].update(new)
-        return {**merged, "version": NETWORK_CACHE_VERSION, "protocol": protocol}
-
-    with best_effort(path, "perfmodel network cache"):
-        update_json(path, merge, validate=_validate, allow_nan=True)
 
 
 def time_models(
