@@ -449,8 +449,9 @@ class PredictedLatency:
 
     Each query extracts the pruned network (``task.extract``) and asks the performance
     model (its ``seconds``, where it answers with an estimate and an interval); answers
-    are memoised per count vector. Its first use fits ConvMeter on this machine's cached
-    timing data set, which notebook 03 measures (minutes when the cache is empty).
+    are memoised per count vector. Its first use fits the kernel-level model on this
+    machine's cached kernel samples and network timings, which notebook 03 measures
+    (minutes when the cache is empty).
 
     Args:
         task: The pruning task.
