@@ -19,7 +19,7 @@ file records how it was measured.
 Example:
     >>> import numpy as np
     >>> p = sample_primitives(np.random.default_rng(0), 3, SamplingRanges())
-    >>> sorted({q.kind for q in p}) <= sorted(PRIMITIVE_KINDS)
+    >>> {q.kind for q in p} <= set(PRIMITIVE_KINDS)
     True
 """
 

@@ -17,7 +17,7 @@ matches. Its share within ±10 % and its MAPE bound the accuracy figures from ab
 Example:
     >>> ape = noise_ceiling([(1.0, 1.02, 1.3), (2.0, 2.1, 2.05)])
     >>> [round(float(v), 3) for v in ape]
-    [0.0, 0.02, 0.3, 0.0, 0.05, 0.025]
+    [0.02, 0.02, 0.231, 0.025, 0.048, 0.024]
 """
 
 from __future__ import annotations
