@@ -178,8 +178,7 @@ class KernelModel:
             x = np.array([described[i][2] for i in idx], dtype=np.float64)
             pred = self._fallback(family, x)
             if op in self.predictors:
-                low, high = self.boxes[op]
-                inside = ((np.log(x) >= low) & (np.log(x) <= high)).all(axis=1)
+                inside = self._inside(op, x)
                 if inside.any():
                     pred[inside] = self.predictors[op].predict(x[inside])
             out[idx] = pred
@@ -196,11 +195,13 @@ class KernelModel:
         hits = 0
         for c in calls:
             _, x = kernel_features(c)
-            if c.op in self.predictors:
-                low, high = self.boxes[c.op]
-                lx = np.log(np.asarray(x))
-                hits += bool(((lx >= low) & (lx <= high)).all())
+            hits += c.op in self.predictors and bool(self._inside(c.op, np.array([x]))[0])
         return hits / len(calls)
+
+    def _inside(self, op: str, x: np.ndarray) -> np.ndarray:
+        """Per row of ``x``, whether it lies in the box ``op``'s samples span."""
+        low, high = self.boxes[op]
+        return ((np.log(x) >= low) & (np.log(x) <= high)).all(axis=1)
 
     def leave_out_errors(self) -> dict[str, np.ndarray]:
         """Operator -> out-of-bag relative error of each of its samples."""

@@ -49,6 +49,7 @@ from hpcnb.perfmodel.roundrobin import (
     measure_round_robin,
     reference_kernel,
 )
+from hpcnb.perfmodel.timing import training_step
 from hpcnb.timing import pinned_threads
 
 __all__ = ["NETWORK_POLICY", "NetworkSet", "collect_networks", "noise_ceiling", "time_models"]
@@ -104,7 +105,6 @@ class NetworkSet:
     reruns: int = 0
     loads: list[float] = field(default_factory=list)
     kernels: dict[tuple[int, str], list[KernelCall]] = field(default_factory=dict, repr=False)
-    _nets: dict[tuple[str, float], Any] = field(default_factory=dict, repr=False)
 
     def calls(self, index: int, mode: str) -> list[KernelCall]:
         """The ATen calls of row ``index`` in ``mode`` (captured once, then kept).
@@ -152,8 +152,6 @@ def _validate(data: Any) -> dict[str, Any]:
 def _callables(
     grid: GridConfig, keys: Sequence[tuple[str, float, int, int, str]]
 ) -> dict[str, Callable[[], object]]:
-    from hpcnb.perfmodel.timing import training_step
-
     out: dict[str, Callable[[], object]] = {}
     for family, width, res, batch, mode in keys:
         torch.manual_seed(grid.seed)
