@@ -112,6 +112,59 @@ def test_every_strategy_and_draft_lossless_adaptive_and_acceptance_as_in_process
     assert all(r.accepted <= 1 for r in never)
 
 
+def test_feature_draft_lossless_over_two_ranks_and_acceptance_as_in_process(
+    tmp_path: Path,
+) -> None:
+    """The feature draft reads hidden states the last rank sends back: every strategy
+    stays lossless, and fixed-k speculation accepts what the offline replay accepts."""
+    from hpcnb.speculative.drafts import measure_acceptance
+    from hpcnb.speculative.feature import (
+        FeatureDraft,
+        FeatureDraftSettings,
+        FeatureDraftSpec,
+        save_feature_draft,
+        target_features,
+        train_feature_draft,
+    )
+
+    target = model_from_spec(MODEL)
+    ref = target.greedy(PROMPT, N_NEW)
+    seqs = [PROMPT + ref, [4, 8, 15, 16, 23, *target.greedy([4, 8, 15, 16, 23], 24)]]
+    trained = train_feature_draft(target, seqs, FeatureDraftSettings(vocab=96, steps=30, lr=3e-3))
+    path = str(save_feature_draft(tmp_path / "feature.safetensors", trained))
+    drafts = {
+        "feature": FeatureDraftSpec(path),
+        "cascade": FeatureDraftSpec(path, ngram_first=True),
+        "never": FeatureDraftSpec(path, shift=1),
+    }
+    base = GenerationSpec("pipeline", PROMPT, N_NEW, k=3, max_inflight=3)
+    runs = []
+    for draft in drafts.values():
+        for strategy in ("speculative", "pipeinfer"):
+            for adaptive in (False, True):
+                runs.append(
+                    replace(
+                        base, strategy=strategy, draft=draft, adaptive=adaptive, plain_drafts=True
+                    )
+                )
+    results = run_pipeline_mpi(JobSpec(MODEL, runs, timeout_s=20), n_ranks=2, timeout_s=120)
+    for gen, r in zip(runs, results, strict=True):
+        assert list(r.tokens) == ref, (gen.strategy, gen.draft, gen.adaptive)
+    offline = measure_acceptance(
+        FeatureDraft.from_target(trained.head, target),
+        PROMPT,
+        ref,
+        3,
+        features=target_features(target, PROMPT + ref),
+    )
+    fixed = results[0]  # feature draft, fixed-k standard speculation
+    assert fixed.drafted > 0
+    assert (fixed.accepted, fixed.drafted) == (offline["accepted"], offline["drafted"])
+    assert all(
+        r.accepted <= 1 for g, r in zip(runs, results, strict=True) if g.draft == drafts["never"]
+    )
+
+
 @pytest.mark.parametrize("kind", ["kill", "hang"])
 def test_failed_rank_ends_the_job(kind: str) -> None:
     job = JobSpec(

@@ -122,11 +122,12 @@ def _draft_class_problem(obj: Any) -> str | None:
 
 
 DRAFTS: Registry[type[DraftSpec]] = Registry(
-    "draft", check=_draft_class_problem, builtins="hpcnb.speculative.drafts"
+    "draft", check=_draft_class_problem, builtins="hpcnb.speculative.feature"
 )
 """Registered draft kinds: ``kind`` -> its :class:`DraftSpec` subclass. The built-in kinds
-register when :mod:`hpcnb.speculative.drafts` is imported, which the registry does the first
-time it is read; ``DRAFTS.get("package.module:MyDraftSpec")`` imports a user's module."""
+register when :mod:`hpcnb.speculative.drafts` and :mod:`hpcnb.speculative.feature` (which
+imports the former) are imported, which the registry does the first time it is read;
+``DRAFTS.get("package.module:MyDraftSpec")`` imports a user's module."""
 
 _D = TypeVar("_D", bound="type[DraftSpec]")
 
@@ -185,6 +186,15 @@ class DraftSpec:
     def head_layers(self) -> int:
         """Layers of the target the head must load for this draft (0: none)."""
         return 0
+
+    def needs_features(self) -> bool:
+        """Whether the draft reads the target's final hidden states.
+
+        When ``True``, the pipeline's last rank sends each run's final hidden states back
+        with its tokens, and the head passes those of verified positions to the draft's
+        ``observe(tokens, start, feats)``.
+        """
+        return False
 
     def json_kind(self) -> str:
         """The ``kind`` written to JSON: a name every process of a job resolves.

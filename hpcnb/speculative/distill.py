@@ -62,6 +62,7 @@ __all__ = [
     "DistillSettings",
     "TrainedDraft",
     "batched_greedy",
+    "corpus_chats",
     "corpus_prompts",
     "distill_draft",
     "draft_cache_path",
@@ -219,6 +220,37 @@ def corpus_prompts(text: str, n: int, *, held_out: bool = False, seed: int = 0) 
     return out
 
 
+def corpus_chats(text: str, n: int, *, seed: int = 0) -> list[tuple[str, str]]:
+    """Return ``n`` (user message, reply) pairs made of training passages of the corpus.
+
+    The user message is a prompt of :func:`corpus_prompts`'s kind built from one passage;
+    the reply is two other passages. Only the passages :func:`corpus_prompts` uses for
+    training appear (never the held-out ones). Text for teacher-forced passes of the target
+    (features and soft labels), which need no generation.
+
+    Args:
+        text: The corpus.
+        n: Number of pairs (at most a third of the training passages).
+        seed: Seed of the choice.
+
+    Raises:
+        DistillError: The corpus has too few passages.
+    """
+    passages = [p for i, p in enumerate(_passages(text)) if i % 5 != 4]
+    if 3 * n > len(passages):
+        raise DistillError(
+            f"the corpus has {len(passages)} training passages; {n} conversations need {3 * n}"
+        )
+    rng = random.Random(seed + 2)
+    chosen = rng.sample(passages, 3 * n)
+    out = []
+    for i in range(n):
+        asked, a, b = chosen[3 * i : 3 * i + 3]
+        user = rng.choice(_TEMPLATES).format(text=asked, topic=_topic(asked, rng))
+        out.append((user, f"{a} {b}"))
+    return out
+
+
 # -- batched forward (training and batched generation) --------------------------------------
 
 
@@ -258,15 +290,11 @@ def _hidden(
     c = model.config
     if model.embedding is None:
         raise DistillError("the batched forward needs a complete model (embeddings)")
-    B, T = ids.shape
-    hd, rep = c.head_dim, c.n_heads // c.n_kv_heads
+    _B, _T = ids.shape
+    rep = c.n_heads // c.n_kv_heads
     h = model.embedding[ids]
     for j, (_, L) in enumerate(model.layers.items()):
-        x = _rms(h, L.attn_norm, c.norm_eps)
-        q = (x @ L.wq.T).view(B, T, c.n_heads, hd).transpose(1, 2)
-        k = (x @ L.wk.T).view(B, T, c.n_kv_heads, hd).transpose(1, 2)
-        v = (x @ L.wv.T).view(B, T, c.n_kv_heads, hd).transpose(1, 2)
-        q, k = _rope(q, pos, c.rope_base), _rope(k, pos, c.rope_base)
+        q, k, v = block_qkv(c, L, h, pos)
         if cache is not None:
             if j < len(cache):
                 k = torch.cat([cache[j][0], k], dim=2)
@@ -279,10 +307,47 @@ def _hidden(
             att = F.scaled_dot_product_attention(q, kk, vv, is_causal=True)
         else:
             att = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask[:, None])
-        h = h + att.transpose(1, 2).reshape(B, T, c.dim) @ L.wo.T
-        x = _rms(h, L.ffn_norm, c.norm_eps)
-        h = h + (F.silu(x @ L.w_gate.T) * (x @ L.w_up.T)) @ L.w_down.T
+        h = block_rest(c, L, h, att)
     return h
+
+
+def block_qkv(
+    c: LlamaConfig, L: LayerWeights, h: torch.Tensor, pos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, keys and values of one block over a batch, RoPE applied (differentiable).
+
+    Args:
+        c: The model's shape.
+        L: The block's weights.
+        h: ``(B, T, dim)`` hidden states entering the block.
+        pos: ``(B, T)`` positions.
+
+    Returns:
+        ``q`` of shape ``(B, n_heads, T, head_dim)``; ``k`` and ``v`` of shape
+        ``(B, n_kv_heads, T, head_dim)``.
+    """
+    B, T, _ = h.shape
+    hd = c.head_dim
+    x = _rms(h, L.attn_norm, c.norm_eps)
+    q = (x @ L.wq.T).view(B, T, c.n_heads, hd).transpose(1, 2)
+    k = (x @ L.wk.T).view(B, T, c.n_kv_heads, hd).transpose(1, 2)
+    v = (x @ L.wv.T).view(B, T, c.n_kv_heads, hd).transpose(1, 2)
+    return _rope(q, pos, c.rope_base), _rope(k, pos, c.rope_base), v
+
+
+def block_rest(c: LlamaConfig, L: LayerWeights, h: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    """The rest of a block after attention: output projection, residual, SwiGLU, residual.
+
+    Args:
+        c: The model's shape.
+        L: The block's weights.
+        h: ``(B, T, dim)`` hidden states that entered the block.
+        att: ``(B, n_heads, T, head_dim)`` attention output.
+    """
+    B, T, _ = h.shape
+    h = h + att.transpose(1, 2).reshape(B, T, c.dim) @ L.wo.T
+    x = _rms(h, L.ffn_norm, c.norm_eps)
+    return h + (F.silu(x @ L.w_gate.T) * (x @ L.w_up.T)) @ L.w_down.T
 
 
 def _final(model: LlamaModel) -> tuple[torch.Tensor, torch.Tensor]:

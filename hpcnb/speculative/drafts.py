@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -276,31 +277,58 @@ class DistilledDraftSpec(DraftSpec):
 
 
 def measure_acceptance(
-    draft: ModelDraft | NgramDraft, prompt: Sequence[int], greedy: Sequence[int], k: int = 4
+    draft: Any,
+    prompt: Sequence[int],
+    greedy: Sequence[int],
+    k: int = 4,
+    *,
+    features: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Replay standard speculative decoding against a known greedy continuation.
 
+    A draft that reads the target's features (one with ``observe``) is given, before each
+    proposal, the features of every position the target has computed and verified by
+    then, as in the pipeline: none before the first pass (the prompt's), and after a pass
+    that leaves ``n`` tokens committed, positions ``0 .. n - 2``.
+
     Args:
-        draft: The draft.
+        draft: The draft (``propose(context, k)``; optionally ``observe`` and
+            ``last_source``).
         prompt: Prompt tokens.
         greedy: The target's greedy continuation of ``prompt``.
         k: Draft tokens per verification.
+        features: ``(len(prompt) + len(greedy), dim)`` the target's final hidden states
+            over prompt and continuation (:func:`hpcnb.speculative.feature.target_features`),
+            for drafts that read them.
 
     Returns:
         ``acceptance_rate`` (accepted / drafted), ``token_acceptance`` (accepted / judged
         tokens: a draft's tokens after its first rejection are never judged; the chance
         that a token is right given the ones before it were), ``tokens_per_pass``
         (committed tokens per target pass), ``accepted``, ``drafted``, ``rejected`` and
-        ``passes`` (counts, as floats).
+        ``passes`` (counts, as floats); for a draft with ``last_source`` (a cascade),
+        also ``"{source}.accepted"``, ``"{source}.drafted"`` and ``"{source}.rejected"``
+        per source.
     """
     full = list(prompt) + list(greedy)
     pos, drafted, accepted, rejected, passes = len(prompt), 0, 0, 0, 0
+    observe = getattr(draft, "observe", None) if features is not None else None
+    seen = 0
+    by_source: dict[str, float] = {}
     while pos < len(full):
+        if observe is not None and features is not None and passes and pos - 1 > seen:
+            observe(full, seen, features[seen : pos - 1])
+            seen = pos - 1
         d = draft.propose(full[:pos], min(k, len(full) - pos))
         drafted += len(d)
         a = lcp(d, full[pos : pos + len(d)])
         accepted += a
         rejected += int(a < len(d))
+        source = getattr(draft, "last_source", None)
+        if source and d:
+            for name, n in (("accepted", a), ("drafted", len(d)), ("rejected", int(a < len(d)))):
+                key = f"{source}.{name}"
+                by_source[key] = by_source.get(key, 0.0) + n
         pos += a + 1
         passes += 1
     return {
@@ -311,4 +339,5 @@ def measure_acceptance(
         "drafted": float(drafted),
         "rejected": float(rejected),
         "passes": float(passes),
+        **by_source,
     }

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -341,27 +341,48 @@ class HeadPolicy:
     # -- results --------------------------------------------------------------------------
 
     def on_result(
-        self, run_id: int, outputs: Sequence[int] | None, now: float = 0.0
+        self,
+        run_id: int,
+        outputs: Sequence[int] | None,
+        now: float = 0.0,
+        *,
+        features: Any = None,
+        start: int | None = None,
     ) -> tuple[list[Edit], list[int]]:
         """Verify a run's outputs; return cache edits and newly cancelled run ids.
+
+        When the result carries the target's final hidden states (``features``), those of
+        positions whose assumed tokens are now committed go to the draft's ``observe``.
 
         Args:
             run_id: The run whose result arrived (results arrive in launch order).
             outputs: The target's argmax after each of the run's tokens, or ``None`` for a
                 cancelled run's placeholder.
             now: Time stamp of the commit (for inter-token latency).
+            features: ``(len(tokens), dim)`` final hidden states of the run's positions,
+                or ``None``.
+            start: Position of the first of them (must be the run's first position).
 
         Raises:
             UnknownNameError: ``run_id`` is not in flight.
             InvalidInputError: An older run is still in flight (results out of launch
-                order), or the outputs do not match the run's tokens.
+                order), the outputs do not match the run's tokens, or the features do not
+                match the run's positions.
         """
         if run_id not in self.inflight:
             raise UnknownNameError(f"result for unknown run {run_id}")
         oldest = next(iter(self.inflight))
         if run_id != oldest:  # verification needs results in launch order (MPI non-overtaking)
             raise InvalidInputError(f"result for run {run_id} arrived before that of run {oldest}")
-        run = self.inflight.pop(run_id)
+        run = self.inflight[run_id]
+        if features is not None:
+            shape = tuple(getattr(features, "shape", ()))
+            if len(shape) != 2 or shape[0] != len(run.tokens) or start != run.parent_len:
+                raise InvalidInputError(
+                    f"run {run_id}: features of shape {shape} from position {start}; expected "
+                    f"({len(run.tokens)}, dim) from position {run.parent_len}"
+                )
+        del self.inflight[run_id]
         edits: list[Edit] = []
         if outputs is not None and not run.cancelled:
             if len(outputs) != len(run.tokens):
@@ -401,6 +422,12 @@ class HeadPolicy:
         dead = {run.run_id, *cancels}  # their guesses beyond the committed tokens are void
         n = len(self.committed)
         self._guess = {q: g for q, g in self._guess.items() if q >= n and g[1] not in dead}
+        observe = getattr(self.draft, "observe", None)
+        if features is not None and outputs is not None and not run.cancelled and observe:
+            # features of positions whose assumed prefix is committed hold for the committed text
+            m = min(len(run.tokens), lcp(run.assumed, self.committed) - run.parent_len)
+            if m > 0:
+                observe(list(self.committed), run.parent_len, features[:m])
         return edits, cancels
 
     def _judge(self, accepted: bool) -> None:

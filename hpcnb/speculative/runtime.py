@@ -13,7 +13,10 @@ back to the head. Messages:
   header and hidden states — or, for a run cancelled at this stage, a placeholder so that
   message order is kept; ``STOP`` at the end. MPI keeps messages between two ranks in
   order, so every rank applies runs and cache edits in the same order.
-* result (tag ``RESULT``, last rank → head): the run's argmax tokens or ``None``.
+* result (tag ``RESULT``, last rank → head): the run's argmax tokens or ``None``, its
+  first position, and — when the generation's draft reads the target's features
+  (:meth:`~hpcnb.speculative.contracts.DraftSpec.needs_features`) — the run's final hidden
+  states, which the head checks against the run's positions and hands to the draft.
 * cancel (tag ``CANCEL``): run ids the head has invalidated, sent to the last rank and
   passed backwards rank by rank; a rank drops cancelled runs when they reach it.
 * stats (tag ``STATS``): each rank's event log and counters, to the head at the end.
@@ -152,7 +155,7 @@ def _stage_compute(
     return model.run_layers(h, hdr.seq, cache)
 
 
-def _worker(st: _Rank, model: LlamaModel) -> None:
+def _worker(st: _Rank, model: LlamaModel, send_features: bool = False) -> None:
     cache = model.new_cache()
     last = st.rank == st.size - 1
     while True:
@@ -170,6 +173,7 @@ def _worker(st: _Rank, model: LlamaModel) -> None:
         rid, n = hdr.run_id, len(hdr.tokens)
         t0 = st.now()
         out: Any = None
+        feats: Any = None
         if msg["h"] is None or rid in st.cancelled:
             st.skipped += n
             st.event(rid, "skip", t0, n, hdr.speculative)
@@ -181,10 +185,12 @@ def _worker(st: _Rank, model: LlamaModel) -> None:
                 h = _stage_compute(model, cache, hdr, torch.from_numpy(msg["h"]))
                 if last:
                     out = torch.argmax(model.logits(h), -1).tolist()
+                    feats = h.numpy() if send_features else None
             st.computed += n
             st.event(rid, "compute", t0, n, hdr.speculative)
         if last:
-            st.isend({"run_id": rid, "outputs": out}, 0, RESULT)
+            result = {"run_id": rid, "outputs": out, "features": feats, "start": hdr.parent_len}
+            st.isend(result, 0, RESULT)
         else:
             payload = None if h is None else h.numpy()
             st.isend(
@@ -215,7 +221,13 @@ def _head(
     t_start = st.now()
 
     def handle(msg: dict) -> None:
-        edits, cancels = policy.on_result(msg["run_id"], msg["outputs"], st.now())
+        edits, cancels = policy.on_result(
+            msg["run_id"],
+            msg["outputs"],
+            st.now(),
+            features=msg.get("features"),
+            start=msg.get("start"),
+        )
         _apply_edits(cache, edits)
         pending.extend(edits)
         if cancels:
@@ -289,7 +301,7 @@ def _run_rank(comm: Any, job: JobSpec, out_path: Path) -> None:
             results.append(_head(st, model, draft, gen, first_run_id=g * 1_000_000))
         else:
             st.t0 = time.perf_counter()
-            _worker(st, model)
+            _worker(st, model, gen.draft is not None and gen.draft.needs_features())
             st.isend(_rank_stats(st), 0, STATS)
     st.finish()
     if st.rank == 0:

@@ -156,3 +156,12 @@ class BPETokenizer:
     def chat_prompt(self, user: str) -> list[int]:
         """Return ids of a one-turn chat prompt in the ChatML format of SmolLM2-Instruct."""
         return self.encode(f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+
+    def chat(self, user: str, assistant: str) -> list[int]:
+        """Return ids of a whole one-turn conversation: the chat prompt, the reply, its end.
+
+        Args:
+            user: The user's message.
+            assistant: The assistant's reply.
+        """
+        return self.chat_prompt(user) + self.encode(f"{assistant}<|im_end|>")
