@@ -21,6 +21,7 @@ from hpcnb.speculative.feature import (
     FeatureHead,
     extract_features,
     feature_draft_cache_path,
+    greedy_features,
     load_feature_draft,
     load_or_train_feature_draft,
     save_feature_draft,
@@ -76,6 +77,20 @@ def test_extraction_equals_the_targets_own_hidden_states(target: LlamaModel) -> 
         assert torch.allclose(target_features(target, seq), own)
     with pytest.raises(DistillError, match="at least one token"):
         extract_features(target, [[1, 2], []])
+
+
+def test_greedy_features_equal_a_teacher_forced_pass(target: LlamaModel) -> None:
+    prompts = [[1, 2, 3], [7, 8, 9, 10, 11], [5]]
+    got = greedy_features(target, prompts, 6, top_k=3, batch=2)
+    for p, x in zip(prompts, got, strict=True):
+        cont = target.greedy(p, 6)
+        assert x.tokens.tolist() == p + cont[:-1]
+        assert x.top_ids[len(p) - 1 :, 0].tolist() == cont  # labels: the generated tokens
+        again = extract_features(target, [x.tokens.tolist()], top_k=3)[0]
+        assert torch.allclose(x.features, again.features, atol=1e-4, rtol=1e-4)
+        assert torch.allclose(x.top_p, again.top_p, atol=1e-5)
+    with pytest.raises(DistillError, match="n_new"):
+        greedy_features(target, prompts, 0)
 
 
 def test_training_beats_an_untrained_head(target: LlamaModel, data, trained) -> None:

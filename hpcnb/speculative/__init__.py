@@ -4,7 +4,8 @@ The core model is exported here; the simulator (:mod:`hpcnb.speculative.simulati
 measurements and figures (:mod:`hpcnb.speculative.analysis`), stage building
 (:mod:`hpcnb.speculative.stages`) and the draft registry
 (:data:`~hpcnb.speculative.contracts.DRAFTS`, with the built-in kinds in
-:mod:`hpcnb.speculative.drafts`) are imported from their modules.
+:mod:`hpcnb.speculative.drafts` and the feature-level draft head in
+:mod:`hpcnb.speculative.feature`) are imported from their modules.
 """
 
 from hpcnb.speculative.contracts import GenerationSpec, JobSpec, RunResult, TransformerSpec
@@ -15,6 +16,7 @@ from hpcnb.speculative.drafts import (
     early_exit_draft,
     measure_acceptance,
 )
+from hpcnb.speculative.feature import FeatureDraftSpec
 from hpcnb.speculative.gguf_loader import GGUFFormatError, load_gguf
 from hpcnb.speculative.head import STRATEGIES, HeadPolicy
 from hpcnb.speculative.model import KVCache, LlamaConfig, LlamaModel
@@ -41,6 +43,7 @@ __all__ = [
     "GenerationSpec",
     "NgramDraftSpec",
     "EarlyExitDraftSpec",
+    "FeatureDraftSpec",
     "JobSpec",
     "RunResult",
     "run_pipeline_mpi",

@@ -386,11 +386,16 @@ def _greedy(
     n_new: int,
     batch: int,
     prompt_labels: bool,
+    *,
+    hidden: list[torch.Tensor] | None = None,
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The continuations of :func:`batched_greedy`, and the labels of the prompts.
 
     With ``prompt_labels`` the second list holds, per prompt, the argmax after each of its
     prefixes (``len(prompt)`` labels; the last is the first generated token); else it is empty.
+    A list given as ``hidden`` receives, per prompt, the final hidden states (before the
+    final norm) of the positions ``prompt + continuation[:-1]``: every position the
+    generation ran through the model.
     """
     if any(len(p) == 0 for p in prompts):
         raise DistillError("batched_greedy: every prompt must hold at least one token")
@@ -416,13 +421,18 @@ def _greedy(
                 labels.append(torch.argmax(_rms(hr, norm, eps) @ head.T, -1).tolist())
         nxt = torch.argmax(_rms(h[:, -1], norm, eps) @ head.T, -1)
         gen = [nxt]
+        steps_h = [h]
         last_pos = pos[:, -1]
         for step in range(1, n_new):
             real = torch.cat([real, torch.ones(B, 1, dtype=torch.bool)], dim=1)
             h = _hidden(model, nxt[:, None], (last_pos + step)[:, None], real[:, None, :], cache)
             nxt = torch.argmax(_rms(h[:, -1], norm, eps) @ head.T, -1)
             gen.append(nxt)
+            steps_h.append(h)
         outs.extend(torch.stack(gen, 1).tolist())
+        if hidden is not None:
+            every = torch.cat(steps_h, dim=1)  # (B, T + n_new - 1, dim)
+            hidden.extend(every[r, T - len(p) :].clone() for r, p in enumerate(group))
     return outs, labels
 
 

@@ -65,6 +65,7 @@ from hpcnb.speculative.contracts import DraftSpec, SpecError, register_draft
 from hpcnb.speculative.distill import (
     DistillError,
     _final,
+    _greedy,
     _hidden,
     _rms,
     block_qkv,
@@ -84,6 +85,7 @@ __all__ = [
     "TrainedFeatureDraft",
     "extract_features",
     "feature_draft_cache_path",
+    "greedy_features",
     "initial_head",
     "load_feature_draft",
     "load_or_train_feature_draft",
@@ -116,6 +118,8 @@ class FeatureDraftSettings:
         max_len: Longest training sequence (longer ones are cut).
         bf16: Run the training's matrix products in bfloat16 (autocast; weights, losses
             and the optimiser stay float32), about 3x faster on CPUs with bfloat16 units.
+        train_block: Train the block's projections (``False``: only the input projection
+            and the block's norms learn; the block stays the target's last layer).
         seed: Seed of the initial weights, the noise and the batch order.
     """
 
@@ -131,6 +135,7 @@ class FeatureDraftSettings:
     top_k: int = 8
     max_len: int = 384
     bf16: bool = True
+    train_block: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -171,6 +176,55 @@ class SequenceFeatures:
     features: torch.Tensor
     top_p: torch.Tensor
     top_ids: torch.Tensor
+
+
+def _with_labels(
+    target: LlamaModel, tokens: torch.Tensor, h: torch.Tensor, top_k: int
+) -> SequenceFeatures:
+    """Features ``h`` of ``tokens`` with the target's top-``k`` next-token probabilities."""
+    norm, head = _final(target)
+    logits = _rms(h, norm, target.config.norm_eps) @ head.T
+    top, top_ids = logits.topk(top_k, dim=-1)
+    top_p = (top - logits.logsumexp(-1, keepdim=True)).exp()
+    return SequenceFeatures(tokens, h, top_p, top_ids)
+
+
+@torch.no_grad()
+def greedy_features(
+    target: LlamaModel,
+    prompts: Sequence[Sequence[int]],
+    n_new: int,
+    *,
+    top_k: int = 8,
+    batch: int = 64,
+) -> list[SequenceFeatures]:
+    """The target's greedy continuations of ``prompts`` with their features, in one go.
+
+    Generation runs every position through the target anyway; its final hidden states are
+    kept, so the target's own text needs no second, teacher-forced pass. Each sequence is
+    the prompt and the first ``n_new - 1`` generated tokens (the last generated token was
+    never run through the model); its labels (``top_ids[:, 0]``) on the continuation are
+    the generated tokens themselves.
+
+    Args:
+        target: The complete target model.
+        prompts: Prompt token lists (each non-empty).
+        n_new: Tokens generated per prompt (at least 1).
+        top_k: Probabilities kept per position.
+        batch: Prompts per batched generation.
+
+    Raises:
+        DistillError: An empty prompt or ``n_new`` below 1.
+    """
+    if n_new < 1:
+        raise DistillError(f"greedy_features: n_new must be >= 1, got {n_new}")
+    hidden: list[torch.Tensor] = []
+    conts, _ = _greedy(target, prompts, n_new, batch, False, hidden=hidden)
+    out = []
+    for p, cont, h in zip(prompts, conts, hidden, strict=True):
+        tokens = torch.tensor([*map(int, p), *cont[:-1]])
+        out.append(_with_labels(target, tokens, h, top_k))
+    return out
 
 
 def target_features(target: LlamaModel, tokens: Sequence[int]) -> torch.Tensor:
@@ -214,8 +268,6 @@ def extract_features(
     """
     if any(len(s) == 0 for s in seqs):
         raise DistillError("extract_features: every sequence must hold at least one token")
-    norm, head = _final(target)
-    eps = target.config.norm_eps
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     out: list[SequenceFeatures | None] = [None] * len(seqs)
     i = done = 0
@@ -229,14 +281,9 @@ def extract_features(
         ids = torch.tensor([list(map(int, seqs[g])) + [0] * (T - len(seqs[g])) for g in group])
         pos = torch.arange(T)[None, :].expand(len(group), T)
         h = _hidden(target, ids, pos, None)
-        logits = _rms(h, norm, eps) @ head.T
-        top, top_ids = logits.topk(top_k, dim=-1)
-        top_p = (top - logits.logsumexp(-1, keepdim=True)).exp()
         for r, g in enumerate(group):
             n = len(seqs[g])
-            out[g] = SequenceFeatures(
-                ids[r, :n].clone(), h[r, :n].clone(), top_p[r, :n].clone(), top_ids[r, :n].clone()
-            )
+            out[g] = _with_labels(target, ids[r, :n].clone(), h[r, :n].clone(), top_k)
         done += len(group)
         if progress is not None:
             progress(done)
@@ -445,9 +492,105 @@ def _losses(
     return feat_loss, ce_loss, agree
 
 
+def _row_index(vocab: Sequence[int], size: int) -> torch.Tensor:
+    """Output row of every token id (-1 for tokens outside the draft vocabulary)."""
+    index = torch.full((size,), -1, dtype=torch.long)
+    index[torch.as_tensor(list(vocab))] = torch.arange(len(vocab))
+    return index
+
+
+_BLOCK_PROJECTIONS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+def _step_loss(
+    head: FeatureHead,
+    s: FeatureDraftSettings,
+    embedding: torch.Tensor,
+    norm: torch.Tensor,
+    out_rows: torch.Tensor,
+    index: torch.Tensor,
+    b: dict[str, torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss of one batch over ``s.unroll`` passes, and the first pass's top-1 agreement.
+
+    Pass ``i`` reads, at row ``t``, the prediction of row ``t - 1`` of pass ``i - 1`` (row
+    0 keeps its true feature) and attends to the first pass's rows before it and to itself.
+    """
+    B, T = b["nxt"].shape
+    pos = torch.arange(T)[None, :].expand(B, T)
+    feats = b["feats"]
+    loss = torch.zeros(())
+    past = None
+    agree = torch.zeros(())
+    for i in range(s.unroll):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.bf16):
+            out, kv = head.forward(embedding, feats, b["nxt"], pos, past)
+            out = out.float()
+            fl, ce, ag = _losses(head, norm, out_rows, index, out, b)
+        loss = loss + s.unroll_decay**i * (s.feature_weight * fl + s.ce_weight * ce)
+        if i == 0:
+            agree, past = ag, kv
+        feats = torch.cat([feats[:, :1], out[:, :-1]], dim=1)
+    return loss, agree
+
+
+def _optimise(
+    head: FeatureHead,
+    data: Sequence[SequenceFeatures],
+    s: FeatureDraftSettings,
+    frozen_parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    progress: Callable[[int, float], None] | None,
+    monitor: Callable[[FeatureHead], float] | None,
+    monitor_every: int,
+) -> tuple[list[float], list[float], list[list[float]]]:
+    """Train ``head`` in place; return loss and agreement per step and the monitor's values.
+
+    ``frozen_parts`` are the target's embeddings, final norm, output rows of the draft
+    vocabulary and the row of every token id.
+    """
+    embedding, norm, out_rows, index = frozen_parts
+    scale = head.scale
+    frozen = set() if s.train_block else {f"layer.{w}" for w in _BLOCK_PROJECTIONS}
+    params = [t for name, t in head.tensors().items() if name not in frozen]
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    warm = max(1, s.steps // 20)
+    gen = torch.Generator().manual_seed(s.seed)
+    rng = random.Random(s.seed)
+    batches: list[list[int]] = []
+    losses, agreement, monitored = [], [], []
+    for step in range(s.steps):
+        lr = s.lr * min(1.0, (step + 1) / warm)
+        lr *= 0.5 * (1 + math.cos(math.pi * max(0, step - warm) / max(1, s.steps - warm)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        if not batches:
+            batches = _epoch(data, s.batch, rng)
+        b = _rows(data, batches.pop(), s.max_len)
+        if s.noise:
+            noise = torch.rand(b["feats"].shape, generator=gen) - 0.5
+            b["feats"] = b["feats"] + noise * (s.noise * scale)
+        loss, agree = _step_loss(head, s, embedding, norm, out_rows, index, b)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        agreement.append(float(agree.detach()))
+        if progress is not None:
+            progress(step, losses[-1])
+        if monitor is not None and ((step + 1) % monitor_every == 0 or step + 1 == s.steps):
+            with torch.no_grad():
+                monitored.append([step + 1, float(monitor(head))])
+    for p in params:
+        p.requires_grad_(False)
+    return losses, agreement, monitored
+
+
 def train_feature_draft(
     target: LlamaModel,
-    seqs: Sequence[Sequence[int]],
+    seqs: Sequence[Sequence[int] | SequenceFeatures],
     settings: FeatureDraftSettings = FeatureDraftSettings(),
     *,
     data: Sequence[SequenceFeatures] | None = None,
@@ -464,7 +607,9 @@ def train_feature_draft(
         target: The complete target model (its embeddings, final norm and output rows are
             used frozen).
         seqs: Training token sequences (each at least 2 tokens): chat-formatted text, the
-            target's own greedy continuations, or both.
+            target's own greedy continuations, or both; items that are
+            :class:`SequenceFeatures` already (e.g. from :func:`greedy_features`) are used
+            as they are, the others run through :func:`extract_features`.
         settings: Training settings.
         data: Features of ``seqs`` already extracted (:func:`extract_features`); ``None``:
             extracted here.
@@ -481,85 +626,43 @@ def train_feature_draft(
     Raises:
         DistillError: No sequence, or one shorter than 2 tokens.
     """
-    if not seqs or any(len(q) < 2 for q in seqs):
+    lengths = [len(q.tokens) if isinstance(q, SequenceFeatures) else len(q) for q in seqs]
+    if not seqs or min(lengths) < 2:
         raise DistillError("train_feature_draft needs sequences of at least 2 tokens")
     s = settings
     t0 = time.perf_counter()
     if data is None:
-        data = extract_features(target, seqs, top_k=s.top_k)
+        ready = [q for q in seqs if isinstance(q, SequenceFeatures)]
+        tokens = [q for q in seqs if not isinstance(q, SequenceFeatures)]
+        data = ready + extract_features(target, tokens, top_k=s.top_k)
     extract_s = time.perf_counter() - t0
-    if target.embedding is None:
-        raise DistillError("the target holds no token embeddings")
     embedding = target.embedding
+    if embedding is None:
+        raise DistillError("the target holds no token embeddings")
     norm, out_full = _final(target)
     vocab = _draft_vocab(data, s.vocab)
-    index = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
-    index[torch.as_tensor(vocab)] = torch.arange(len(vocab))
+    index = _row_index(vocab, target.config.vocab_size)
     out_rows = out_full[torch.as_tensor(vocab)]
     scale = float(torch.cat([x.features for x in data]).pow(2).mean().sqrt())
     head = initial_head(target, vocab, scale, s.seed)
-    params = list(head.tensors().values())
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warm = max(1, s.steps // 20)
-    gen = torch.Generator().manual_seed(s.seed)
-    rng = random.Random(s.seed)
-    batches: list[list[int]] = []
-    losses, agreement, monitored = [], [], []
     t1 = time.perf_counter()
-    for step in range(s.steps):
-        lr = s.lr * min(1.0, (step + 1) / warm)
-        lr *= 0.5 * (1 + math.cos(math.pi * max(0, step - warm) / max(1, s.steps - warm)))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        if not batches:
-            batches = _epoch(data, s.batch, rng)
-        b = _rows(data, batches.pop(), s.max_len)
-        feats = b["feats"]
-        if s.noise:
-            feats = feats + (torch.rand(feats.shape, generator=gen) - 0.5) * (s.noise * scale)
-        B, T = b["nxt"].shape
-        pos = torch.arange(T)[None, :].expand(B, T)
-        loss = torch.zeros(())
-        past = None
-        agree = torch.zeros(())
-        for i in range(s.unroll):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.bf16):
-                out, kv = head.forward(embedding, feats, b["nxt"], pos, past)
-                out = out.float()
-                fl, ce, ag = _losses(head, norm, out_rows, index, out, b)
-            loss = loss + s.unroll_decay**i * (s.feature_weight * fl + s.ce_weight * ce)
-            if i == 0:
-                agree, past = ag, kv
-            # the next pass reads this pass's predictions: row t gets the prediction of row t-1
-            feats = torch.cat([feats[:, :1], out[:, :-1]], dim=1)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-        agreement.append(float(agree.detach()))
-        if progress is not None:
-            progress(step, losses[-1])
-        if monitor is not None and ((step + 1) % monitor_every == 0 or step + 1 == s.steps):
-            with torch.no_grad():
-                monitored.append([step + 1, float(monitor(head))])
-    for p in params:
-        p.requires_grad_(False)
+    losses, agreement, monitored = _optimise(
+        head, data, s, (embedding, norm, out_rows, index), progress, monitor, monitor_every
+    )
     labels = torch.cat([x.top_ids[:, 0] for x in data])
-    covered = float((index[labels] >= 0).float().mean())
-    meta = {
-        "loss": losses,
-        "agreement": agreement,
-        "monitor": monitored,
-        "extract_s": extract_s,
-        "train_s": time.perf_counter() - t1,
-        "tokens": int(labels.numel()),
-        "sequences": len(data),
-        "vocab_coverage": covered,
-    }
-    return TrainedFeatureDraft(head, meta)
+    return TrainedFeatureDraft(
+        head,
+        {
+            "loss": losses,
+            "agreement": agreement,
+            "monitor": monitored,
+            "extract_s": extract_s,
+            "train_s": time.perf_counter() - t1,
+            "tokens": int(labels.numel()),
+            "sequences": len(data),
+            "vocab_coverage": float((index[labels] >= 0).float().mean()),
+        },
+    )
 
 
 @torch.no_grad()
@@ -711,7 +814,8 @@ def load_feature_draft(path: str | Path, expect_key: str | None = None) -> Train
 def load_or_train_feature_draft(
     target: LlamaModel,
     target_hash: str,
-    seqs: Sequence[Sequence[int]] | Callable[[], Sequence[Sequence[int]]],
+    seqs: Sequence[Sequence[int] | SequenceFeatures]
+    | Callable[[], Sequence[Sequence[int] | SequenceFeatures]],
     settings: FeatureDraftSettings = FeatureDraftSettings(),
     *,
     data_key: str = "",
@@ -970,7 +1074,13 @@ class CascadeDraft:
         self.last_source = ""
 
     def observe(self, tokens: Sequence[int], start: int, feats: torch.Tensor) -> None:
-        """Pass the target's features on to the second draft (when it takes them)."""
+        """Pass the target's features on to the second draft (when it takes them).
+
+        Args:
+            tokens: The tokens the target computed them under.
+            start: Position of the first feature.
+            feats: ``(m, dim)`` final hidden states.
+        """
         if hasattr(self.second, "observe"):
             self.second.observe(tokens, start, feats)
 
