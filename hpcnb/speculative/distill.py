@@ -399,10 +399,31 @@ def _greedy(
     """
     if any(len(p) == 0 for p in prompts):
         raise DistillError("batched_greedy: every prompt must hold at least one token")
+    # prompts of similar length share a batch (less padding); results in the order given
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    outs, labels, states = _greedy_ordered(
+        model, [prompts[i] for i in order], n_new, batch, prompt_labels, hidden is not None
+    )
+    back = sorted(range(len(order)), key=lambda j: order[j])
+    if hidden is not None:
+        hidden.extend(states[j] for j in back)
+    return [outs[j] for j in back], [labels[j] for j in back] if prompt_labels else []
+
+
+def _greedy_ordered(
+    model: LlamaModel,
+    prompts: Sequence[Sequence[int]],
+    n_new: int,
+    batch: int,
+    prompt_labels: bool,
+    keep_hidden: bool,
+) -> tuple[list[list[int]], list[list[int]], list[torch.Tensor]]:
+    """:func:`_greedy` on prompts in the order given, ``batch`` consecutive ones at a time."""
     norm, head = _final(model)
     eps = model.config.norm_eps
     outs: list[list[int]] = []
     labels: list[list[int]] = []
+    hidden: list[torch.Tensor] = []
     for b0 in range(0, len(prompts), batch):
         group = [list(map(int, p)) for p in prompts[b0 : b0 + batch]]
         B, T = len(group), max(len(p) for p in group)
@@ -428,12 +449,13 @@ def _greedy(
             h = _hidden(model, nxt[:, None], (last_pos + step)[:, None], real[:, None, :], cache)
             nxt = torch.argmax(_rms(h[:, -1], norm, eps) @ head.T, -1)
             gen.append(nxt)
-            steps_h.append(h)
+            if keep_hidden:
+                steps_h.append(h)
         outs.extend(torch.stack(gen, 1).tolist())
-        if hidden is not None:
+        if keep_hidden:
             every = torch.cat(steps_h, dim=1)  # (B, T + n_new - 1, dim)
             hidden.extend(every[r, T - len(p) :].clone() for r, p in enumerate(group))
-    return outs, labels
+    return outs, labels, hidden
 
 
 # -- the draft: initialisation, training ----------------------------------------------------
