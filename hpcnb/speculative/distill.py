@@ -69,6 +69,7 @@ __all__ = [
     "file_sha256",
     "load_draft",
     "load_or_distill",
+    "read_draft_file",
     "save_draft",
     "training_data",
 ]
@@ -755,6 +756,43 @@ def save_draft(path: str | Path, draft: TrainedDraft) -> Path:
     return write_private_atomic(path, save(tensors, metadata=header))
 
 
+def read_draft_file(
+    path: Path, fmt: str, expect_key: str | None = None
+) -> tuple[dict[str, str], dict[str, torch.Tensor], dict[str, Any]]:
+    """Read a draft's safetensors file: its header, tensors and ``meta`` (checked).
+
+    Args:
+        path: The file.
+        fmt: The ``format`` its header must name.
+        expect_key: When given, the ``key`` stored in ``meta`` must equal it.
+
+    Raises:
+        MissingFileError: No such file.
+        DistillError: Not readable, another format, a damaged ``meta``, or another key.
+    """
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise MissingFileError(f"draft file {path} does not exist")
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            header = fh.metadata() or {}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    except Exception as err:  # safetensors raises several types on damaged files
+        raise DistillError(f"{path}: not a readable safetensors file ({err})") from err
+    if header.get("format") != fmt:
+        raise DistillError(f"{path}: format {header.get('format')!r}, expected {fmt!r}")
+    try:
+        meta = json.loads(header.get("meta", "{}"))
+    except ValueError as err:
+        raise DistillError(f"{path}: damaged draft file (meta is not JSON: {err})") from err
+    if not isinstance(meta, dict):
+        raise DistillError(f"{path}: damaged draft file (meta is not an object)")
+    if expect_key is not None and meta.get("key") != expect_key:
+        raise DistillError(f"{path}: trained for key {meta.get('key')!r}, not {expect_key!r}")
+    return header, tensors, meta
+
+
 def load_draft(path: str | Path, expect_key: str | None = None) -> TrainedDraft:
     """Read a draft written by :func:`save_draft`.
 
@@ -766,27 +804,8 @@ def load_draft(path: str | Path, expect_key: str | None = None) -> TrainedDraft:
         MissingFileError: No such file.
         DistillError: Not a draft file, damaged, or its key differs from ``expect_key``.
     """
-    from safetensors import safe_open
-
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"draft file {path} does not exist")
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            header = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
-    except Exception as err:  # safetensors raises several types on damaged files
-        raise DistillError(f"{path}: not a readable safetensors file ({err})") from err
-    if header.get("format") != FORMAT:
-        raise DistillError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
-    try:
-        meta = json.loads(header.get("meta", "{}"))
-    except ValueError as err:
-        raise DistillError(f"{path}: damaged draft file (meta is not JSON: {err})") from err
-    if not isinstance(meta, dict):
-        raise DistillError(f"{path}: damaged draft file (meta is not an object)")
-    if expect_key is not None and meta.get("key") != expect_key:
-        raise DistillError(f"{path}: trained for key {meta.get('key')!r}, not {expect_key!r}")
+    header, tensors, meta = read_draft_file(path, FORMAT, expect_key)
     try:
         cfg = LlamaConfig(**json.loads(header["config"]))
         fields = [f.name for f in dataclasses.fields(LayerWeights)]

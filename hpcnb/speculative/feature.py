@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from hpcnb.cachefile import CacheWarning, best_effort, write_private_atomic
-from hpcnb.errors import InvalidInputError, MissingFileError
+from hpcnb.errors import InvalidInputError
 from hpcnb.paths import cache_root
 from hpcnb.speculative.contracts import DraftSpec, SpecError, register_draft
 from hpcnb.speculative.distill import (
@@ -70,6 +70,7 @@ from hpcnb.speculative.distill import (
     _rms,
     block_qkv,
     block_rest,
+    read_draft_file,
 )
 from hpcnb.speculative.drafts import NgramDraft
 from hpcnb.speculative.head import lcp
@@ -772,21 +773,9 @@ def load_feature_draft(path: str | Path, expect_key: str | None = None) -> Train
         MissingFileError: No such file.
         DistillError: Not a feature-draft file, damaged, or trained for another key.
     """
-    from safetensors import safe_open
-
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"feature draft file {path} does not exist")
+    header, tensors, meta = read_draft_file(path, FORMAT, expect_key)
     try:
-        with safe_open(str(path), framework="pt") as fh:
-            header = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
-    except Exception as err:  # safetensors raises several types on damaged files
-        raise DistillError(f"{path}: not a readable safetensors file ({err})") from err
-    if header.get("format") != FORMAT:
-        raise DistillError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
-    try:
-        meta = json.loads(header.get("meta", "{}"))
         cfg = LlamaConfig(**json.loads(header["config"]))
         fields = [f.name for f in dataclasses.fields(LayerWeights)]
         layer = LayerWeights(**{f: tensors[f"layer.{f}"] for f in fields})
@@ -800,10 +789,6 @@ def load_feature_draft(path: str | Path, expect_key: str | None = None) -> Train
         )
     except (KeyError, TypeError, ValueError) as err:
         raise DistillError(f"{path}: damaged feature draft ({type(err).__name__}: {err})") from err
-    if not isinstance(meta, dict):
-        raise DistillError(f"{path}: damaged feature draft (meta is not an object)")
-    if expect_key is not None and meta.get("key") != expect_key:
-        raise DistillError(f"{path}: trained for key {meta.get('key')!r}, not {expect_key!r}")
     if head.fc.shape != (cfg.dim, 2 * cfg.dim):
         raise DistillError(
             f"{path}: projection of shape {tuple(head.fc.shape)} for width {cfg.dim}"
