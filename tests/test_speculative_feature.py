@@ -14,21 +14,19 @@ from hpcnb.speculative.contracts import DraftSpec
 from hpcnb.speculative.distill import DistillError, _final, _rms
 from hpcnb.speculative.drafts import measure_acceptance
 from hpcnb.speculative.feature import (
-    CascadeDraft,
-    FeatureDraft,
     FeatureDraftSettings,
-    FeatureDraftSpec,
     FeatureHead,
-    extract_features,
-    feature_draft_cache_path,
-    greedy_features,
-    load_feature_draft,
-    load_or_train_feature_draft,
-    save_feature_draft,
-    target_features,
     teacher_forced_accuracy,
     train_feature_draft,
 )
+from hpcnb.speculative.feature_cache import (
+    feature_draft_cache_path,
+    load_feature_draft,
+    load_or_train_feature_draft,
+    save_feature_draft,
+)
+from hpcnb.speculative.feature_draft import CascadeDraft, FeatureDraft, FeatureDraftSpec
+from hpcnb.speculative.features import extract_features, greedy_features, target_features
 from hpcnb.speculative.head import HeadPolicy
 from hpcnb.speculative.model import LlamaModel, tiny_config
 

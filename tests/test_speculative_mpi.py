@@ -118,14 +118,10 @@ def test_feature_draft_lossless_over_two_ranks_and_acceptance_as_in_process(
     """The feature draft reads hidden states the last rank sends back: every strategy
     stays lossless, and fixed-k speculation accepts what the offline replay accepts."""
     from hpcnb.speculative.drafts import measure_acceptance
-    from hpcnb.speculative.feature import (
-        FeatureDraft,
-        FeatureDraftSettings,
-        FeatureDraftSpec,
-        save_feature_draft,
-        target_features,
-        train_feature_draft,
-    )
+    from hpcnb.speculative.feature import FeatureDraftSettings, train_feature_draft
+    from hpcnb.speculative.feature_cache import save_feature_draft
+    from hpcnb.speculative.feature_draft import FeatureDraft, FeatureDraftSpec
+    from hpcnb.speculative.features import target_features
 
     target = model_from_spec(MODEL)
     ref = target.greedy(PROMPT, N_NEW)

@@ -4,8 +4,8 @@ The core model is exported here; the simulator (:mod:`hpcnb.speculative.simulati
 measurements and figures (:mod:`hpcnb.speculative.analysis`), stage building
 (:mod:`hpcnb.speculative.stages`) and the draft registry
 (:data:`~hpcnb.speculative.contracts.DRAFTS`, with the built-in kinds in
-:mod:`hpcnb.speculative.drafts` and the feature-level draft head in
-:mod:`hpcnb.speculative.feature`) are imported from their modules.
+:mod:`hpcnb.speculative.drafts`, the feature-level draft head in
+:mod:`hpcnb.speculative.feature_draft`) are imported from their modules.
 """
 
 from hpcnb.speculative.contracts import GenerationSpec, JobSpec, RunResult, TransformerSpec
@@ -16,7 +16,7 @@ from hpcnb.speculative.drafts import (
     early_exit_draft,
     measure_acceptance,
 )
-from hpcnb.speculative.feature import FeatureDraftSpec
+from hpcnb.speculative.feature_draft import FeatureDraftSpec
 from hpcnb.speculative.gguf_loader import GGUFFormatError, load_gguf
 from hpcnb.speculative.head import STRATEGIES, HeadPolicy
 from hpcnb.speculative.model import KVCache, LlamaConfig, LlamaModel

@@ -122,11 +122,11 @@ def _draft_class_problem(obj: Any) -> str | None:
 
 
 DRAFTS: Registry[type[DraftSpec]] = Registry(
-    "draft", check=_draft_class_problem, builtins="hpcnb.speculative.feature"
+    "draft", check=_draft_class_problem, builtins="hpcnb.speculative.feature_draft"
 )
 """Registered draft kinds: ``kind`` -> its :class:`DraftSpec` subclass. The built-in kinds
-register when :mod:`hpcnb.speculative.drafts` and :mod:`hpcnb.speculative.feature` (which
-imports the former) are imported, which the registry does the first time it is read;
+register when :mod:`hpcnb.speculative.drafts` and :mod:`hpcnb.speculative.feature_draft`
+(which imports the former) are imported, which the registry does the first time it is read;
 ``DRAFTS.get("package.module:MyDraftSpec")`` imports a user's module."""
 
 _D = TypeVar("_D", bound="type[DraftSpec]")

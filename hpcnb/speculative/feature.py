@@ -1,4 +1,4 @@
-"""A feature-level draft head: drafts from the target's own last hidden state.
+"""A feature-level draft head: a draft that reads the target's own last hidden state.
 
 Our design, after EAGLE (Li et al., ICML 2024) and its "training-time test" (EAGLE-3,
 2025): instead of a separate small language model, the draft is one Llama block at the
@@ -6,97 +6,62 @@ target's width that reads the target's final hidden state (its *feature*, before
 norm) at position ``t`` together with the embedding of token ``t + 1`` and predicts the
 feature at ``t + 1``; the target's own final norm and (frozen, tied) output rows, restricted
 to a draft vocabulary of the tokens the target chooses most often, turn that prediction into
-token ``t + 2``. Chained drafts feed the head's predicted features back in.
+token ``t + 2``. Chained drafts feed the head's predicted features back in. This module
+trains and stores the head; :mod:`hpcnb.speculative.feature_draft` drafts with it, and
+:mod:`hpcnb.speculative.features` extracts what it learns from.
 
-* :func:`extract_features` — one teacher-forced pass of the target over many sequences (no
-  generation): features and the target's top-``k`` next-token probabilities per position.
-* :func:`train_feature_draft` — train the head on those: smooth-L1 loss on the next feature
-  (scaled by the features' RMS) plus a soft cross-entropy against the target's distribution,
-  uniform noise on the input features, and ``unroll`` steps in which the head reads its own
-  predicted features (each unrolled row attends to the true-feature rows before it and to
-  itself, as at drafting time).
+* :func:`train_feature_draft` — train the head on teacher-forced target features: smooth-L1
+  loss on the next feature (scaled by the features' RMS) plus a soft cross-entropy against
+  the target's distribution, uniform noise on the input features, and ``unroll`` passes in
+  which the head reads its own predicted features (each unrolled row attends to the
+  true-feature rows before it and to itself, as at drafting time).
 * :func:`teacher_forced_accuracy` — the fast check before any MPI run: how often the head's
   first draft token equals the target's choice, given true features, in one batched pass.
-* :func:`load_or_train_feature_draft` — the same, cached as safetensors (no pickle) under
-  ``cache_root() / "speculative_drafts"``, keyed on the target's hash, the settings and the
-  training data (the :mod:`hpcnb.cachefile` rules: damaged or mismatched files are retrained
-  with a warning, saves are atomic).
-* :class:`FeatureDraft` — the drafter used by the head rank: its own KV cache over rows
-  ``(feature_t, token_{t+1})``; true features arrive from the pipeline's last rank
-  (:meth:`FeatureDraft.observe`), rows past them use the head's own predictions.
-* :class:`CascadeDraft` — prompt lookup first (when the context's last ``n`` tokens occurred
-  before), the feature draft otherwise.
-* :class:`FeatureDraftSpec` — the ``"feature"`` kind of the draft registry.
+
+The cache of trained heads is :mod:`hpcnb.speculative.feature_cache`.
 
 Example (a tiny random target; a second of training):
     >>> from hpcnb.speculative.model import LlamaModel, tiny_config
     >>> target = LlamaModel.random(tiny_config(n_layers=2, vocab_size=48), seed=1)
     >>> seqs = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 8, 7, 6, 5, 4]]
-    >>> s = FeatureDraftSettings(vocab=48, steps=3, batch=2)
-    >>> trained = train_feature_draft(target, seqs, s)
-    >>> draft = FeatureDraft.from_target(trained.head, target)
-    >>> feats = target_features(target, seqs[0][:5])
-    >>> draft.observe(seqs[0][:5], 0, feats)
-    >>> len(draft.propose(seqs[0][:5], 3)), len(trained.meta["loss"])
-    (3, 3)
+    >>> trained = train_feature_draft(target, seqs, FeatureDraftSettings(vocab=48, steps=3))
+    >>> data = extract_features(target, seqs)
+    >>> hits, rows = teacher_forced_accuracy(trained.head, target, data)
+    >>> rows, len(trained.meta["loss"])
+    (12, 3)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import random
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from hpcnb.cachefile import CacheWarning, best_effort, write_private_atomic
-from hpcnb.errors import InvalidInputError
-from hpcnb.paths import cache_root
-from hpcnb.speculative.contracts import DraftSpec, SpecError, register_draft
 from hpcnb.speculative.distill import (
     DistillError,
     _final,
-    _greedy,
-    _hidden,
     _rms,
     block_qkv,
     block_rest,
-    read_draft_file,
 )
-from hpcnb.speculative.drafts import NgramDraft
-from hpcnb.speculative.head import lcp
+from hpcnb.speculative.features import SequenceFeatures, extract_features
 from hpcnb.speculative.model import LayerWeights, LlamaConfig, LlamaModel
 
 __all__ = [
-    "CascadeDraft",
-    "FeatureDraft",
     "FeatureDraftSettings",
-    "FeatureDraftSpec",
     "FeatureHead",
-    "SequenceFeatures",
     "TrainedFeatureDraft",
-    "extract_features",
-    "feature_draft_cache_path",
-    "greedy_features",
     "initial_head",
-    "load_feature_draft",
-    "load_or_train_feature_draft",
-    "save_feature_draft",
-    "target_features",
     "teacher_forced_accuracy",
     "train_feature_draft",
 ]
-
-FORMAT = "hpcnb-feature-draft-1"
 
 
 @dataclass(frozen=True)
@@ -157,139 +122,6 @@ class FeatureDraftSettings:
                 raise DistillError(
                     f"FeatureDraftSettings.{name} must be >= 0, got {getattr(self, name)}"
                 )
-
-
-# -- the target's features ------------------------------------------------------------------
-
-
-@dataclass
-class SequenceFeatures:
-    """A teacher-forced pass of the target over one token sequence.
-
-    Attributes:
-        tokens: ``(L,)`` token ids.
-        features: ``(L, dim)`` final hidden states before the final norm.
-        top_p: ``(L, top_k)`` the target's largest next-token probabilities per position.
-        top_ids: ``(L, top_k)`` their token ids (column 0: the target's greedy choice).
-    """
-
-    tokens: torch.Tensor
-    features: torch.Tensor
-    top_p: torch.Tensor
-    top_ids: torch.Tensor
-
-
-def _with_labels(
-    target: LlamaModel, tokens: torch.Tensor, h: torch.Tensor, top_k: int
-) -> SequenceFeatures:
-    """Features ``h`` of ``tokens`` with the target's top-``k`` next-token probabilities."""
-    norm, head = _final(target)
-    logits = _rms(h, norm, target.config.norm_eps) @ head.T
-    top, top_ids = logits.topk(top_k, dim=-1)
-    top_p = (top - logits.logsumexp(-1, keepdim=True)).exp()
-    return SequenceFeatures(tokens, h, top_p, top_ids)
-
-
-@torch.no_grad()
-def greedy_features(
-    target: LlamaModel,
-    prompts: Sequence[Sequence[int]],
-    n_new: int,
-    *,
-    top_k: int = 8,
-    batch: int = 64,
-) -> list[SequenceFeatures]:
-    """The target's greedy continuations of ``prompts`` with their features, in one go.
-
-    Generation runs every position through the target anyway; its final hidden states are
-    kept, so the target's own text needs no second, teacher-forced pass. Each sequence is
-    the prompt and the first ``n_new - 1`` generated tokens (the last generated token was
-    never run through the model); its labels (``top_ids[:, 0]``) on the continuation are
-    the generated tokens themselves.
-
-    Args:
-        target: The complete target model.
-        prompts: Prompt token lists (each non-empty).
-        n_new: Tokens generated per prompt (at least 1).
-        top_k: Probabilities kept per position.
-        batch: Prompts per batched generation.
-
-    Raises:
-        DistillError: An empty prompt or ``n_new`` below 1.
-    """
-    if n_new < 1:
-        raise DistillError(f"greedy_features: n_new must be >= 1, got {n_new}")
-    hidden: list[torch.Tensor] = []
-    conts, _ = _greedy(target, prompts, n_new, batch, False, hidden=hidden)
-    out = []
-    for p, cont, h in zip(prompts, conts, hidden, strict=True):
-        tokens = torch.tensor([*map(int, p), *cont[:-1]])
-        out.append(_with_labels(target, tokens, h, top_k))
-    return out
-
-
-def target_features(target: LlamaModel, tokens: Sequence[int]) -> torch.Tensor:
-    """Return the target's ``(len(tokens), dim)`` final hidden states (one pass, no cache).
-
-    Args:
-        target: The complete target model.
-        tokens: Token ids from position 0.
-    """
-    return target.run_layers(target.embed(list(tokens)))
-
-
-@torch.no_grad()
-def extract_features(
-    target: LlamaModel,
-    seqs: Sequence[Sequence[int]],
-    *,
-    top_k: int = 8,
-    batch_tokens: int = 4096,
-    progress: Callable[[int], None] | None = None,
-) -> list[SequenceFeatures]:
-    """Teacher-forced features and soft labels of the target over many sequences.
-
-    Sequences are sorted by length and run in right-padded batches of about
-    ``batch_tokens`` positions; attention is causal, so padding never reaches a real
-    position and each row equals the target's pass over that sequence alone (up to float
-    rounding).
-
-    Args:
-        target: The complete target model.
-        seqs: Token lists (each non-empty).
-        top_k: Probabilities kept per position.
-        batch_tokens: Padded positions per forward pass.
-        progress: Called with the number of sequences done after each batch.
-
-    Returns:
-        One :class:`SequenceFeatures` per sequence, in the order given.
-
-    Raises:
-        DistillError: An empty sequence.
-    """
-    if any(len(s) == 0 for s in seqs):
-        raise DistillError("extract_features: every sequence must hold at least one token")
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    out: list[SequenceFeatures | None] = [None] * len(seqs)
-    i = done = 0
-    while i < len(order):
-        T = len(seqs[order[i]])
-        j = i + 1
-        while j < len(order) and (j - i + 1) * len(seqs[order[j]]) <= batch_tokens:
-            j += 1
-        group = order[i:j]
-        T = max(len(seqs[g]) for g in group)
-        ids = torch.tensor([list(map(int, seqs[g])) + [0] * (T - len(seqs[g])) for g in group])
-        pos = torch.arange(T)[None, :].expand(len(group), T)
-        h = _hidden(target, ids, pos, None)
-        for r, g in enumerate(group):
-            n = len(seqs[g])
-            out[g] = _with_labels(target, ids[r, :n].clone(), h[r, :n].clone(), top_k)
-        done += len(group)
-        if progress is not None:
-            progress(done)
-        i = j
-    return [o for o in out if o is not None]
 
 
 # -- the head -------------------------------------------------------------------------------
@@ -708,427 +540,3 @@ def teacher_forced_accuracy(
         hits += int((proposed[lo:] == wanted[lo:]).sum())
         rows += int(n - 1 - lo)
     return hits, rows
-
-
-# -- the cache ------------------------------------------------------------------------------
-
-
-def _key(target_hash: str, settings: FeatureDraftSettings, data_key: str) -> str:
-    blob = json.dumps(
-        {"target": target_hash, "settings": dataclasses.asdict(settings), "data": data_key},
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def feature_draft_cache_path(
-    target_hash: str, settings: FeatureDraftSettings, data_key: str = ""
-) -> Path:
-    """Return the cache file of a feature draft for this target, settings and data.
-
-    Args:
-        target_hash: Identifies the target's weights.
-        settings: Training settings.
-        data_key: Identifies the training sequences.
-    """
-    key = _key(target_hash, settings, data_key)
-    return cache_root() / "speculative_drafts" / f"feature-{key[:24]}.safetensors"
-
-
-def save_feature_draft(path: str | Path, trained: TrainedFeatureDraft) -> Path:
-    """Write a feature head as safetensors (config, scale and ``meta`` in the header).
-
-    The write is atomic (:func:`hpcnb.cachefile.write_private_atomic`); the folder is
-    created when missing.
-
-    Args:
-        path: Destination file.
-        trained: The head and its record.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-    """
-    from safetensors.torch import save
-
-    head = trained.head
-    tensors = {k: v.detach().contiguous() for k, v in head.tensors().items()}
-    tensors["vocab"] = torch.as_tensor(head.vocab, dtype=torch.int64)
-    header = {
-        "format": FORMAT,
-        "config": json.dumps(dataclasses.asdict(head.config)),
-        "scale": repr(float(head.scale)),
-        "meta": json.dumps({k: v for k, v in trained.meta.items() if k not in ("cached", "path")}),
-    }
-    return write_private_atomic(Path(path), save(tensors, metadata=header))
-
-
-def load_feature_draft(path: str | Path, expect_key: str | None = None) -> TrainedFeatureDraft:
-    """Read a feature head written by :func:`save_feature_draft`.
-
-    Args:
-        path: The safetensors file.
-        expect_key: When given, the ``key`` stored in the file must equal it.
-
-    Raises:
-        MissingFileError: No such file.
-        DistillError: Not a feature-draft file, damaged, or trained for another key.
-    """
-    path = Path(path)
-    header, tensors, meta = read_draft_file(path, FORMAT, expect_key)
-    try:
-        cfg = LlamaConfig(**json.loads(header["config"]))
-        fields = [f.name for f in dataclasses.fields(LayerWeights)]
-        layer = LayerWeights(**{f: tensors[f"layer.{f}"] for f in fields})
-        head = FeatureHead(
-            cfg,
-            tensors["fc"],
-            tensors["fc_bias"],
-            layer,
-            [int(t) for t in tensors["vocab"].tolist()],
-            float(header["scale"]),
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        raise DistillError(f"{path}: damaged feature draft ({type(err).__name__}: {err})") from err
-    if head.fc.shape != (cfg.dim, 2 * cfg.dim):
-        raise DistillError(
-            f"{path}: projection of shape {tuple(head.fc.shape)} for width {cfg.dim}"
-        )
-    return TrainedFeatureDraft(head, meta)
-
-
-def load_or_train_feature_draft(
-    target: LlamaModel,
-    target_hash: str,
-    seqs: Sequence[Sequence[int] | SequenceFeatures]
-    | Callable[[], Sequence[Sequence[int] | SequenceFeatures]],
-    settings: FeatureDraftSettings = FeatureDraftSettings(),
-    *,
-    data_key: str = "",
-    path: str | Path | None = None,
-    progress: Callable[[int, float], None] | None = None,
-    monitor: Callable[[FeatureHead], float] | None = None,
-) -> TrainedFeatureDraft:
-    """Return the cached feature head for this target, settings and data; train it when absent.
-
-    A damaged file, or one trained for another key, is retrained with a
-    :class:`~hpcnb.cachefile.CacheWarning` naming it; a cache that cannot be written gives
-    one warning and the head trained now.
-
-    Args:
-        target: The complete target model.
-        target_hash: Identifies the target's weights (e.g. the SHA-256 of its file).
-        seqs: Training sequences, or a function that returns them (called only when the
-            head must be trained, so a cached head needs no data; its seconds are
-            ``meta["data_s"]``).
-        settings: Training settings.
-        data_key: Identifies ``seqs`` (part of the key).
-        path: Cache file (default: :func:`feature_draft_cache_path`).
-        progress: Passed to :func:`train_feature_draft`.
-        monitor: Passed to :func:`train_feature_draft`.
-    """
-    key = _key(target_hash, settings, data_key)
-    path = (
-        Path(path)
-        if path is not None
-        else feature_draft_cache_path(target_hash, settings, data_key)
-    )
-    if path.is_file():
-        try:
-            found = load_feature_draft(path, expect_key=key)
-            found.meta.update(cached=True, path=str(path))
-            return found
-        except (DistillError, OSError) as err:
-            reason = str(err).removeprefix(f"{path}: ")
-            warnings.warn(
-                f"feature draft cache {path}: ignored, {reason}; trained again, the file is "
-                "replaced",
-                CacheWarning,
-                stacklevel=2,
-            )
-    t0 = time.perf_counter()
-    data = seqs() if callable(seqs) else seqs
-    data_s = time.perf_counter() - t0
-    trained = train_feature_draft(target, data, settings, progress=progress, monitor=monitor)
-    trained.meta.update(
-        key=key,
-        target_sha256=target_hash,
-        settings=dataclasses.asdict(settings),
-        data_key=data_key,
-        data_s=data_s,
-    )
-    with best_effort(path, "feature draft cache"):
-        save_feature_draft(path, trained)
-    trained.meta.update(cached=False, path=str(path))
-    return trained
-
-
-# -- drafting -------------------------------------------------------------------------------
-
-
-class FeatureDraft:
-    """Draft tokens from the target's features with a trained :class:`FeatureHead`.
-
-    The drafter keeps a KV cache over *rows*: row ``t`` reads feature ``t`` and token
-    ``t + 1`` and predicts feature ``t + 1``. Row ``t`` uses the target's true feature when
-    it is known (:meth:`observe`) and the drafter's own prediction (the output of row
-    ``t - 1``) otherwise, so chains drafted on unverified tokens extend on predicted
-    features. When a true feature arrives for a row computed from a prediction, the rows
-    from there on are recomputed on the next :meth:`propose`.
-
-    Args:
-        head: The trained head.
-        embedding: The target's token embeddings.
-        norm: The target's final norm weight.
-        output: The target's output head (``(vocab, dim)``; the embeddings when tied).
-        cutoff: Stop drafting when the top probability falls below this.
-        shift: Add this to every proposed id (modulo the vocabulary): ``shift=1`` makes a
-            never-accepted control draft of the same cost.
-        name: Label.
-    """
-
-    def __init__(
-        self,
-        head: FeatureHead,
-        embedding: torch.Tensor,
-        norm: torch.Tensor,
-        output: torch.Tensor,
-        *,
-        cutoff: float = 0.0,
-        shift: int = 0,
-        name: str = "feature",
-    ) -> None:
-        c = head.config
-        if embedding.shape[1] != c.dim or output.shape[1] != c.dim:
-            raise InvalidInputError(
-                f"feature draft of width {c.dim} for a target of width {embedding.shape[1]}"
-            )
-        self.head = head
-        self.vocab = list(head.vocab)
-        rows = output[torch.as_tensor(self.vocab)]
-        self.block = LlamaModel(c, {0: head.layer}, embedding, norm, rows)
-        self.cutoff, self.shift, self.name = float(cutoff), int(shift), name
-        self._cache = self.block.new_cache()
-        self._row_tokens: list[int] = []  # token t+1 of each cached row
-        self._row_true: list[bool] = []  # whether the row read a true feature
-        self._outs: list[torch.Tensor] = []  # predicted feature t+1 of row t
-        self._ctx: list[int] = []  # tokens under which the true features hold
-        self._true = torch.zeros(0, c.dim)  # true features by position
-        self.calls = 0
-
-    @classmethod
-    def from_target(cls, head: FeatureHead, target: LlamaModel, **kwargs: Any) -> FeatureDraft:
-        """Return the drafter over ``target``'s embeddings, final norm and output rows.
-
-        Args:
-            head: The trained head.
-            target: A model holding the embeddings, final norm and output head.
-            **kwargs: ``cutoff``, ``shift``, ``name``.
-        """
-        if target.embedding is None:
-            raise DistillError("the feature draft needs the target's token embeddings")
-        norm, out = _final(target)
-        return cls(head, target.embedding, norm, out, **kwargs)
-
-    def reset(self) -> None:
-        """Forget every feature and row."""
-        self._cache.clear()
-        self._row_tokens, self._row_true, self._outs, self._ctx = [], [], [], []
-        self._true = self._true[:0]
-
-    def known(self) -> int:
-        """Number of positions whose true feature is known."""
-        return int(self._true.shape[0])
-
-    def observe(self, tokens: Sequence[int], start: int, feats: torch.Tensor) -> None:
-        """Take the target's true features of positions ``start, start + 1, ...``.
-
-        Args:
-            tokens: The tokens the target computed them under (at least
-                ``start + len(feats)`` of them).
-            start: Position of the first feature.
-            feats: ``(m, dim)`` final hidden states (before the final norm).
-
-        Raises:
-            InvalidInputError: A wrong width, or fewer tokens than positions.
-        """
-        feats = torch.as_tensor(feats, dtype=torch.float32)
-        m = int(feats.shape[0]) if feats.ndim == 2 else -1
-        if feats.ndim != 2 or feats.shape[1] != self.head.config.dim:
-            raise InvalidInputError(
-                f"features must be (m, {self.head.config.dim}), got {tuple(feats.shape)}"
-            )
-        if start < 0 or len(tokens) < start + m:
-            raise InvalidInputError(
-                f"features of positions {start}..{start + m - 1} need {start + m} tokens, "
-                f"got {len(tokens)}"
-            )
-        toks = [int(t) for t in tokens]
-        keep = min(self.known(), lcp(self._ctx, toks))  # features t < keep still hold
-        if start > keep:  # a gap: keep what holds, drop the rest
-            self._true = self._true[:keep]
-        else:
-            self._true = torch.cat([self._true[:start], feats])
-        self._ctx = toks
-
-    def _true_until(self, context: Sequence[int]) -> int:
-        """Positions ``t`` below the result have a true feature valid for ``context``."""
-        return min(self.known(), lcp(self._ctx, context))
-
-    @torch.no_grad()
-    def _rows_for(self, context: list[int]) -> bool:
-        """Bring the cached rows to ``0 .. len(context) - 2``; False when none can start."""
-        n_rows = len(context) - 1
-        true_n = self._true_until(context)
-        if true_n == 0:
-            return False
-        keep = 0
-        while keep < min(n_rows, len(self._row_tokens)):
-            want_true = keep < true_n
-            if self._row_tokens[keep] != context[keep + 1] or self._row_true[keep] != want_true:
-                break
-            keep += 1
-        if keep < len(self._row_tokens):
-            self._cache.truncate(0, keep)
-            del self._row_tokens[keep:], self._row_true[keep:], self._outs[keep:]
-        if keep < min(true_n, n_rows):  # rows on true features: one batched pass
-            hi = min(true_n, n_rows)
-            self._run(self._true[keep:hi], context[keep + 1 : hi + 1], True)
-            keep = hi
-        while keep < n_rows:  # rows past the true features read the previous prediction
-            self._run(self._outs[-1][None], [context[keep + 1]], False)
-            keep += 1
-        return True
-
-    def _run(self, feats: torch.Tensor, tokens: list[int], true: bool) -> None:
-        E = self.block.embedding
-        assert E is not None
-        z = self.head.project(E, feats, torch.as_tensor(tokens))
-        out = self.block.run_layers(z, 0, self._cache)
-        self._row_tokens.extend(tokens)
-        self._row_true.extend([true] * len(tokens))
-        self._outs.extend(out)
-        self.calls += 1
-
-    @torch.no_grad()
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
-        """Return up to ``k`` draft tokens continuing ``context`` (none before any feature).
-
-        Args:
-            context: Tokens so far (committed, then possibly unverified ones).
-            k: Most tokens to propose.
-        """
-        ctx = [int(t) for t in context]
-        if k <= 0 or len(ctx) < 2 or not self._rows_for(ctx):
-            return []
-        out: list[int] = []
-        for _ in range(k):
-            logits = self.block.logits(self._outs[-1][None])[0]
-            p = torch.softmax(logits, -1)
-            conf, idx = torch.max(p, -1)
-            if float(conf) < self.cutoff:
-                break
-            tok = self.vocab[int(idx)]
-            out.append(tok)
-            if len(out) < k:
-                self._run(self._outs[-1][None], [tok], False)
-        if self.shift:
-            out = [(t + self.shift) % self.head.config.vocab_size for t in out]
-        return out
-
-
-class CascadeDraft:
-    """Prompt lookup first, a model draft where no n-gram of the context matches.
-
-    The rule: when the context's last ``n`` tokens (``n`` from ``max_n`` down to ``min_n``)
-    occurred earlier in the context, propose what followed them (:class:`NgramDraft`);
-    otherwise ask the second draft. ``last_source`` names the draft that made the latest
-    proposal, so acceptance can be counted per source.
-
-    Args:
-        second: The draft asked when no n-gram matches (e.g. a :class:`FeatureDraft`).
-        min_n: Shortest trailing n-gram that counts as a match.
-        max_n: Longest one tried.
-    """
-
-    def __init__(self, second: Any, min_n: int = 3, max_n: int = 4) -> None:
-        if not 1 <= min_n <= max_n:
-            raise InvalidInputError(f"need 1 <= min_n={min_n} <= max_n={max_n}")
-        self.first = NgramDraft(max_n=max_n, min_n=min_n)
-        self.second = second
-        self.name = f"ngram+{getattr(second, 'name', 'draft')}"
-        self.last_source = ""
-
-    def observe(self, tokens: Sequence[int], start: int, feats: torch.Tensor) -> None:
-        """Pass the target's features on to the second draft (when it takes them).
-
-        Args:
-            tokens: The tokens the target computed them under.
-            start: Position of the first feature.
-            feats: ``(m, dim)`` final hidden states.
-        """
-        if hasattr(self.second, "observe"):
-            self.second.observe(tokens, start, feats)
-
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
-        """Return the n-gram's continuation when one matches, else the second draft's.
-
-        Args:
-            context: Tokens so far.
-            k: Most tokens to propose.
-        """
-        d = self.first.propose(context, k)
-        if d:
-            self.last_source = "ngram"
-            return d
-        self.last_source = getattr(self.second, "name", "second")
-        return list(self.second.propose(context, k))
-
-
-@register_draft("feature")
-@dataclass(frozen=True)
-class FeatureDraftSpec(DraftSpec):
-    """A feature draft (:class:`FeatureDraft`) read from its safetensors file.
-
-    The head rank builds it over its copy of the target's embeddings, final norm and output
-    head, and the pipeline's last rank returns the final hidden states of every run with its
-    tokens (:meth:`needs_features`).
-
-    Attributes:
-        path: The head's file (``TrainedFeatureDraft.meta["path"]``).
-        cutoff: Confidence cutoff (see :class:`FeatureDraft`).
-        shift: ``1`` makes the never-accepted control of the same cost.
-        ngram_first: Try prompt lookup first (:class:`CascadeDraft`).
-        min_n: Shortest trailing n-gram the cascade accepts as a match.
-    """
-
-    path: str
-    cutoff: float = 0.0
-    shift: int = 0
-    ngram_first: bool = False
-    min_n: int = 3
-
-    def build(self, head_model: LlamaModel | None) -> FeatureDraft | CascadeDraft:
-        """Load the head on the head rank and attach it to the target's own rows.
-
-        Args:
-            head_model: The head rank's model, with embeddings, final norm and output head.
-
-        Raises:
-            SpecError: No head model was given.
-            MissingFileError: The file does not exist.
-            DistillError: The file is not a feature draft, or is for another width.
-        """
-        if head_model is None:
-            raise SpecError("the feature draft needs the head's model (embeddings and head)")
-        trained = load_feature_draft(self.path)
-        name = "feature" if not self.shift else "feature_never_accepted"
-        draft = FeatureDraft.from_target(
-            trained.head, head_model, cutoff=float(self.cutoff), shift=int(self.shift), name=name
-        )
-        if self.ngram_first:
-            return CascadeDraft(draft, min_n=int(self.min_n), max_n=max(int(self.min_n), 4))
-        return draft
-
-    def needs_features(self) -> bool:
-        """The last rank returns the target's final hidden states with every result."""
-        return True
