@@ -166,6 +166,35 @@ def test_corpus_prompts_keep_held_out_passages_apart() -> None:
         corpus_prompts(text[:2000], 50)
 
 
+def test_corpus_chats_use_training_passages_only() -> None:
+    from hpcnb.data import text_corpus
+    from hpcnb.speculative.distill import _passages, corpus_chats
+
+    text = text_corpus(max_chars=60_000)
+    passages = _passages(text)
+    train = {p for i, p in enumerate(passages) if i % 5 != 4}
+    held = {p for i, p in enumerate(passages) if i % 5 == 4} - train  # repeated docstrings
+    chats = corpus_chats(text, 12, seed=0)
+    assert len(chats) == 12 and chats == corpus_chats(text, 12, seed=0)
+    for user, reply in chats:
+        assert not any(p in user for p in held)
+        assert not any(p in reply for p in held)
+        assert sum(p in reply for p in train) >= 2
+    with pytest.raises(DistillError, match="training passages"):
+        corpus_chats(text[:3000], 50)
+
+
+def test_tokenizer_chat_wraps_prompt_and_reply() -> None:
+    from hpcnb.speculative import BPETokenizer
+
+    toks = ["<|im_start|>", "<|im_end|>", "u", "s", "e", "r", "a", "i", "t", "n", "\n", "Ċ"]
+    toks += ["h", "o", "Ġ", "x"]
+    tok = BPETokenizer(toks, [], control=[0, 1])
+    ids = tok.chat("x", "ho")
+    assert ids[: len(tok.chat_prompt("x"))] == tok.chat_prompt("x")
+    assert tok.decode(ids).endswith("ho<|im_end|>")
+
+
 class _Scripted:
     """A draft that is right at the positions of ``right`` and wrong elsewhere."""
 
