@@ -406,3 +406,22 @@ def test_custom_draft_kind_registers_in_one_place() -> None:
         DRAFTS.unregister("test_constant")
     with pytest.raises(SpecError, match="no name another process can resolve"):
         gen.draft.to_json()
+
+
+def test_local_cluster_and_simulated_ratios() -> None:
+    from hpcnb.speculative.analysis import local_cluster, simulated_ratios
+    from hpcnb.speculative.simulation import simulate
+
+    meas = {"layer_s": 1e-3, "batch_slope": 0.1, "head_s": 4e-3, "head_batch_slope": 0.2}
+    cfg = local_cluster(meas, [[0, 10], [10, 16]], draft_s=5e-4, dim=64)
+    assert (cfg.n_ranks, cfg.n_layers, cfg.layers_per_rank) == (2, 16, (10, 6))
+    assert cfg.hidden_bytes == 256 and cfg.draft_s == 5e-4
+    strategies = {"pipeline": {"strategy": "pipeline"}, "spec": {"strategy": "speculative", "k": 2}}
+    table = simulated_ratios(
+        cfg, [0.2, 0.8], strategies, [("spec", "pipeline")], n_new=12, prompt_len=4, seeds=(0,)
+    )
+    assert list(table.index) == [0.2, 0.8] and list(table.columns) == ["spec / pipeline"]
+    spec = simulate(cfg, "speculative", 0.8, n_new=12, prompt_len=4, seed=0, k=2).tokens_per_s
+    pipe = simulate(cfg, "pipeline", 0.8, n_new=12, prompt_len=4, seed=0).tokens_per_s
+    assert table.loc[0.8, "spec / pipeline"] == pytest.approx(spec / pipe)
+    assert table.loc[0.8, "spec / pipeline"] > table.loc[0.2, "spec / pipeline"]

@@ -35,11 +35,13 @@ from hpcnb.timing import interleaved
 
 __all__ = [
     "LAYER_BYTES_70B_Q4",
+    "local_cluster",
     "metrics_table",
     "paired_ratios",
     "paper_scale_cluster",
     "plot_timeline",
     "relative_error_interval",
+    "simulated_ratios",
     "time_layers",
     "worst_error",
 ]
@@ -158,6 +160,89 @@ def paper_scale_cluster(
         bandwidth_bps=bandwidth_bps,
         hidden_bytes=8192 * 4,
     )
+
+
+def local_cluster(
+    measured: dict,
+    split: Sequence[Sequence[int]],
+    draft_s: float,
+    dim: int,
+    *,
+    latency_s: float = 1e-4,
+    bandwidth_bps: float = 5e9,
+) -> ClusterConfig:
+    """Return the simulator's model of this machine's pipeline: measured stage times.
+
+    Args:
+        measured: :func:`time_layers`'s result (layer and head times, batch slopes).
+        split: ``(start, end)`` layer slices, one per rank.
+        draft_s: Seconds per drafted token.
+        dim: Hidden size (the bytes of a message per token are ``4 * dim``).
+        latency_s: Message latency between ranks.
+        bandwidth_bps: Link bandwidth in bytes per second.
+    """
+    return ClusterConfig(
+        n_ranks=len(split),
+        n_layers=int(split[-1][1]),
+        layers_per_rank=tuple(int(b) - int(a) for a, b in split),
+        layer_s=measured["layer_s"],
+        batch_slope=measured["batch_slope"],
+        head_s=measured["head_s"],
+        draft_s=draft_s,
+        latency_s=latency_s,
+        bandwidth_bps=bandwidth_bps,
+        hidden_bytes=dim * 4,
+        head_batch_slope=measured["head_batch_slope"],
+    )
+
+
+def simulated_ratios(
+    config: ClusterConfig,
+    acceptances: Sequence[float],
+    strategies: Mapping[str, Mapping[str, Any]],
+    ratios: Sequence[tuple[str, str]],
+    *,
+    n_new: int,
+    prompt_len: int,
+    seeds: Sequence[int] = (0, 1, 2),
+) -> Any:
+    """Simulated tokens/s ratios of strategies, one row per token acceptance.
+
+    Args:
+        config: The simulated cluster.
+        acceptances: Token acceptance rates of the synthetic draft.
+        strategies: Label -> keyword arguments of :func:`~hpcnb.speculative.simulation.simulate`
+            (``strategy``, ``k``, ...).
+        ratios: ``(numerator, denominator)`` labels; each gives a column
+            ``"numerator / denominator"``.
+        n_new: Tokens generated per simulated run.
+        prompt_len: Prompt tokens.
+        seeds: Seeds averaged over (tokens/s is their mean).
+
+    Returns:
+        A :class:`pandas.DataFrame` indexed by ``"token acceptance"``.
+    """
+    from hpcnb.speculative.simulation import simulate
+
+    rows = []
+    for p in acceptances:
+        tps = {
+            label: float(
+                np.mean(
+                    [
+                        simulate(
+                            config, acceptance=p, n_new=n_new, prompt_len=prompt_len, seed=s, **kw
+                        ).tokens_per_s
+                        for s in seeds
+                    ]
+                )
+            )
+            for label, kw in strategies.items()
+        }
+        row: dict[str, float] = {"token acceptance": p}
+        row.update({f"{a} / {b}": tps[a] / tps[b] for a, b in ratios})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("token acceptance")
 
 
 def _metric(result: RunResult | Mapping[str, Any], name: str) -> float:

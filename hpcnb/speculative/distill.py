@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -66,8 +66,10 @@ __all__ = [
     "corpus_prompts",
     "distill_draft",
     "draft_cache_path",
+    "draft_key",
     "file_sha256",
     "load_draft",
+    "load_cached_draft",
     "load_or_distill",
     "read_draft_file",
     "save_draft",
@@ -702,12 +704,53 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _key(target_hash: str, settings: DistillSettings, data_key: str) -> str:
+def draft_key(target_hash: str, settings: Any, data_key: str) -> str:
+    """Return the cache key of a trained draft: SHA-256 of target, settings and data.
+
+    Args:
+        target_hash: Identifies the target's weights.
+        settings: The draft's settings (a dataclass instance).
+        data_key: Identifies the training data.
+    """
     blob = json.dumps(
         {"target": target_hash, "settings": dataclasses.asdict(settings), "data": data_key},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_T = TypeVar("_T")
+
+
+def load_cached_draft(
+    path: Path, load: Callable[..., _T], key: str, what: str = "draft cache"
+) -> _T | None:
+    """Return the draft cached at ``path`` for ``key``, or ``None`` when it must be trained.
+
+    A missing file gives ``None`` quietly; a damaged, unreadable or mismatched one gives
+    ``None`` and a :class:`~hpcnb.cachefile.CacheWarning` naming it.
+
+    Args:
+        path: The cache file.
+        load: Reads a file: ``load(path, expect_key=key)``, returning an object with a
+            ``meta`` dict (``cached`` and ``path`` are set on it).
+        key: The key the file must have been trained for.
+        what: Names the cache in the warning.
+    """
+    if not path.is_file():
+        return None
+    try:
+        found = load(path, expect_key=key)
+    except (DistillError, OSError) as err:  # another key, damaged or unreadable
+        reason = str(err).removeprefix(f"{path}: ")
+        warnings.warn(
+            f"{what} {path}: ignored, {reason}; trained again, the file is replaced",
+            CacheWarning,
+            stacklevel=3,
+        )
+        return None
+    found.meta.update(cached=True, path=str(path))  # type: ignore[attr-defined]
+    return found
 
 
 def draft_cache_path(target_hash: str, settings: DistillSettings, data_key: str = "") -> Path:
@@ -720,7 +763,7 @@ def draft_cache_path(target_hash: str, settings: DistillSettings, data_key: str 
         settings: Draft shape and training settings.
         data_key: Identifies the training prompts.
     """
-    key = _key(target_hash, settings, data_key)
+    key = draft_key(target_hash, settings, data_key)
     return cache_root() / "speculative_drafts" / f"draft-{key[:24]}.safetensors"
 
 
@@ -855,20 +898,11 @@ def load_or_distill(
         where it lies, ``meta["generate_s"]`` / ``meta["train_s"]`` how long the training
         that made it took.
     """
-    key = _key(target_hash, settings, data_key)
+    key = draft_key(target_hash, settings, data_key)
     path = Path(path) if path is not None else draft_cache_path(target_hash, settings, data_key)
-    if path.is_file():
-        try:
-            found = load_draft(path, expect_key=key)
-            found.meta.update(cached=True, path=str(path))
-            return found
-        except (DistillError, OSError) as err:  # another key, damaged or unreadable
-            reason = str(err).removeprefix(f"{path}: ")
-            warnings.warn(
-                f"draft cache {path}: ignored, {reason}; trained again, the file is replaced",
-                CacheWarning,
-                stacklevel=2,
-            )
+    found = load_cached_draft(path, load_draft, key)
+    if found is not None:
+        return found
     draft = distill_draft(target, prompts, settings, progress=progress)
     draft.meta.update(
         key=key,

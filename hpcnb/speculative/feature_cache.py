@@ -23,18 +23,21 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
-from hpcnb.cachefile import CacheWarning, best_effort, write_private_atomic
+from hpcnb.cachefile import best_effort, write_private_atomic
 from hpcnb.paths import cache_root
-from hpcnb.speculative.distill import DistillError, read_draft_file
+from hpcnb.speculative.distill import (
+    DistillError,
+    draft_key,
+    load_cached_draft,
+    read_draft_file,
+)
 from hpcnb.speculative.feature import (
     FeatureDraftSettings,
     FeatureHead,
@@ -54,14 +57,6 @@ __all__ = [
 FORMAT = "hpcnb-feature-draft-1"
 
 
-def _key(target_hash: str, settings: FeatureDraftSettings, data_key: str) -> str:
-    blob = json.dumps(
-        {"target": target_hash, "settings": dataclasses.asdict(settings), "data": data_key},
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 def feature_draft_cache_path(
     target_hash: str, settings: FeatureDraftSettings, data_key: str = ""
 ) -> Path:
@@ -72,7 +67,7 @@ def feature_draft_cache_path(
         settings: Training settings.
         data_key: Identifies the training sequences.
     """
-    key = _key(target_hash, settings, data_key)
+    key = draft_key(target_hash, settings, data_key)
     return cache_root() / "speculative_drafts" / f"feature-{key[:24]}.safetensors"
 
 
@@ -168,25 +163,15 @@ def load_or_train_feature_draft(
         monitor: Passed to :func:`train_feature_draft`.
     """
     settings = FeatureDraftSettings() if settings is None else settings
-    key = _key(target_hash, settings, data_key)
+    key = draft_key(target_hash, settings, data_key)
     path = (
         Path(path)
         if path is not None
         else feature_draft_cache_path(target_hash, settings, data_key)
     )
-    if path.is_file():
-        try:
-            found = load_feature_draft(path, expect_key=key)
-            found.meta.update(cached=True, path=str(path))
-            return found
-        except (DistillError, OSError) as err:
-            reason = str(err).removeprefix(f"{path}: ")
-            warnings.warn(
-                f"feature draft cache {path}: ignored, {reason}; trained again, the file is "
-                "replaced",
-                CacheWarning,
-                stacklevel=2,
-            )
+    found = load_cached_draft(path, load_feature_draft, key, "feature draft cache")
+    if found is not None:
+        return found
     t0 = time.perf_counter()
     data = seqs() if callable(seqs) else seqs
     data_s = time.perf_counter() - t0

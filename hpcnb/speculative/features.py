@@ -140,7 +140,6 @@ def extract_features(
     out: list[SequenceFeatures | None] = [None] * len(seqs)
     i = done = 0
     while i < len(order):
-        T = len(seqs[order[i]])
         j = i + 1
         while j < len(order) and (j - i + 1) * len(seqs[order[j]]) <= batch_tokens:
             j += 1
