@@ -219,12 +219,18 @@ def interleaved(
     repeats: int = 5,
     warmup: int = 1,
     clock: Clock = "wall",
+    calls: int = 1,
+    lead: int = 0,
 ) -> Any:
-    """Time several callables in interleaved rounds: one call of each per round, in order.
+    """Time several callables in interleaved rounds: one sample of each per round, in order.
 
     ``warmup`` untimed rounds come first. Round ``i`` of one callable and round ``i`` of
     another ran back to back, so their ratio (:func:`ratios`) is a sample robust to slow
-    drifts of machine load.
+    drifts of machine load. A sample is the mean of ``calls`` back-to-back calls, after
+    ``lead`` untimed calls of the same callable: a short call that follows another
+    library's parallel work would otherwise pay for that library's threads still spinning
+    on the cores (OpenMP and OpenBLAS workers busy-wait for a while after their work),
+    which is the previous callable's cost, not its own.
 
     Args:
         fns: Callables, as a mapping (name -> callable) or a sequence; an entry may be a
@@ -232,15 +238,20 @@ def interleaved(
         repeats: Timed rounds.
         warmup: Untimed rounds first.
         clock: ``"wall"`` or ``"cpu"``.
+        calls: Timed calls per sample (the sample is their mean), at least 1.
+        lead: Untimed calls before each sample, at least 0.
 
     Returns:
         A dict name -> :class:`Timing` for a mapping, a list of :class:`Timing` in order for
         a sequence.
 
     Raises:
-        TimingError: No callables, ``repeats`` < 1, ``warmup`` < 0 or an unknown clock.
+        TimingError: No callables, ``repeats`` < 1, ``warmup`` < 0, ``calls`` < 1,
+            ``lead`` < 0 or an unknown clock.
     """
     _check(repeats, warmup)
+    if calls < 1 or lead < 0:
+        raise TimingError(f"interleaved() needs calls >= 1 and lead >= 0, got {calls}, {lead}")
     now = _clock(clock)
     items = list(fns.items()) if isinstance(fns, Mapping) else list(enumerate(fns))
     if not items:
@@ -254,18 +265,27 @@ def interleaved(
     samples: list[list[float]] = [[] for _ in items]
     for _ in range(repeats):
         for acc, (_, fn) in zip(samples, items, strict=True):
-            if isinstance(fn, Fresh):
-                inputs = fn.make()
-                start = now()
-                fn.run(inputs)
-            else:
-                start = now()
-                fn()
-            acc.append(now() - start)
+            acc.append(_sample(fn, now, calls, lead))
     timings = [Timing.of(s) for s in samples]
     if isinstance(fns, Mapping):
         return {key: t for (key, _), t in zip(items, timings, strict=True)}
     return timings
+
+
+def _sample(fn: Any, now: Callable[[], float], calls: int, lead: int) -> float:
+    """Mean seconds of ``calls`` calls of ``fn`` after ``lead`` untimed ones."""
+    total = 0.0
+    for i in range(lead + calls):
+        if isinstance(fn, Fresh):
+            inputs = fn.make()
+            start = now()
+            fn.run(inputs)
+        else:
+            start = now()
+            fn()
+        if i >= lead:
+            total += now() - start
+    return total / calls
 
 
 def compare(

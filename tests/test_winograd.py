@@ -304,7 +304,9 @@ def test_gain_and_benchmark_expose_per_round_samples():
     same = measure_gain(layer, WinogradConfig(m=4), WinogradConfig(m=4, threads=2), threads=2)
     assert same.same and same.ratios == (1.0,) * 5 and same.gain == 1.0
     out = benchmark_layer(layer, threads=1, reps=3)
-    assert set(out["round_speedups"]) == {"torch", "direct", "im2col"}
+    assert set(out["round_speedups"]) == {"torch", "direct", "im2col", "dispatch"}
+    assert out["path"] in ("winograd", "torch") and out["gemm_gflops"] > 0
+    assert out["dispatch_speedup_vs_torch"] == pytest.approx(out["torch_s"] / out["dispatch_s"])
     for key, ratios in out["round_speedups"].items():
         assert len(ratios) == 3 and all(r > 0 for r in ratios), key
     assert out["winograd_rel_error"] < 1e-4

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from hpcnb.winograd import WinogradConfig, conv2d_winograd
-from hpcnb.winograd.conv import cached_filters, fused_plan, winograd_numpy
+from hpcnb.winograd.conv import cached_filters, winograd_numpy
+from hpcnb.winograd.fused import fused_plan, l2_bytes
 from hpcnb.winograd.numerics import direct_fp64, relative_error
 
 # (N, C, K, H, W, r, padding): padding, tiles that do not divide the image, r = 5, 1 channel
@@ -66,14 +67,21 @@ def test_every_path_within_1e5_of_float64_and_fused_equals_unfused(shape):
 def test_fused_plan_blocks_and_schedule():
     cfg = WinogradConfig()
     block, sched = fused_plan(P=1568, C=64, K=64, n=6, threads=2, config=cfg)
-    assert 8 <= block <= 128 and sched == "tiles"
-    assert 36 * 128 * block * 4 <= 2**20  # one block's V and M stay within 1 MiB
-    assert fused_plan(P=4, C=512, K=512, n=6, threads=2, config=cfg) == (2, "tiles")
-    # fewer tiles than threads: one block of all tiles, each stage parallel instead
+    assert 32 <= block <= 784 and block % 16 == 0 and sched == "tiles"
+    # one block's V and M fill at most half the L2 (or the 32-tile floor)
+    assert 36 * 128 * block * 4 <= max(l2_bytes() // 2, 36 * 128 * 32 * 4)
+    big = fused_plan(P=4096, C=512, K=512, n=6, threads=2, config=cfg)
+    assert big == (32, "tiles")  # wide layers: the floor, not a block that fits L2
+    # few tiles per thread: one block of all tiles (at most 256), each stage parallel
+    assert fused_plan(P=4, C=512, K=512, n=6, threads=2, config=cfg) == (4, "stages")
     assert fused_plan(P=1, C=512, K=512, n=6, threads=2, config=cfg) == (1, "stages")
+    assert fused_plan(P=254, C=8, K=8, n=6, threads=2, config=cfg) == (254, "stages")
+    assert fused_plan(P=256, C=8, K=8, n=6, threads=2, config=cfg)[1] == "tiles"
+    assert fused_plan(P=300, C=8, K=8, n=6, threads=1, config=cfg)[1] == "tiles"
     assert fused_plan(40, 8, 8, 6, 2, WinogradConfig(schedule="stages")) == (40, "stages")
-    assert fused_plan(100, 8, 8, 6, 2, WinogradConfig(block_tiles=7)) == (7, "tiles")
-    assert fused_plan(100, 8, 8, 6, 2, WinogradConfig(schedule="stages"))[1] == "stages"
+    assert fused_plan(100, 8, 8, 6, 2, WinogradConfig(block_tiles=7)) == (7, "stages")
+    assert fused_plan(400, 8, 8, 6, 2, WinogradConfig(block_tiles=7)) == (7, "tiles")
+    assert fused_plan(100, 8, 8, 6, 2, WinogradConfig(schedule="tiles"))[1] == "tiles"
     with pytest.raises(ValueError, match="schedule"):
         WinogradConfig(schedule="fast")
 

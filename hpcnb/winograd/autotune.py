@@ -44,6 +44,10 @@ class TuneResult:
         final: ``(config as dict, median seconds)`` for the finalists (the default first),
             timed again in interleaved rounds; ``best`` is the fastest of these.
         from_wisdom: True when the result was read back instead of measured.
+        torch_s: Median time of ``torch.nn.functional.conv2d`` in the final measurement
+            (s), None when torch was not timed.
+        rejected: ``(config as dict, relative error)`` of the configurations left out for
+            an error above the budget (``max_error``).
     """
 
     shape: str
@@ -53,11 +57,18 @@ class TuneResult:
     trials: tuple[tuple[dict, float], ...] = field(default_factory=tuple)
     final: tuple[tuple[dict, float], ...] = field(default_factory=tuple)
     from_wisdom: bool = False
+    torch_s: float | None = None
+    rejected: tuple[tuple[dict, float], ...] = field(default_factory=tuple)
 
     @property
     def gain(self) -> float:
         """Default time over tuned time."""
         return self.default_s / self.best_s
+
+    @property
+    def torch_gain(self) -> float | None:
+        """Torch time over tuned time (None when torch was not timed)."""
+        return None if self.torch_s is None else self.torch_s / self.best_s
 
 
 def search_space(
@@ -115,6 +126,8 @@ def autotune(
     reuse: bool = True,
     default: WinogradConfig | None = None,
     progress: bool | None = False,
+    compare_torch: bool = True,
+    max_error: float | None = None,
 ) -> TuneResult:
     """Time every configuration on random data, keep the fastest, store it as wisdom.
 
@@ -125,6 +138,12 @@ def autotune(
     are timed again in ``final_reps`` interleaved rounds after a warm-up round; the best
     configuration is the fastest median of that final measurement, ties going to the
     default. So the tuner never picks a configuration it measured as slower than default.
+    With ``compare_torch`` torch's own convolution runs in the same final rounds, and its
+    time is stored beside the choice (``torch_s``): the evidence on which
+    ``conv2d_winograd(..., config="wisdom", fallback=True)`` runs the layer by torch.
+    Each final sample is the mean of two calls after an untimed one
+    (:func:`hpcnb.timing.interleaved`). With ``max_error`` a configuration whose output
+    on the tuning data errs by more (relative to a float64 convolution) is not timed.
 
     Args:
         x_shape: Input shape ``(N, C, H, W)``.
@@ -145,6 +164,8 @@ def autotune(
         progress: ``False``: silent; ``True``: a live bar; ``None``: live only in
             interactive use, one summary line in batch runs (see
             :func:`hpcnb.progress.show_progress`).
+        compare_torch: Time torch's convolution in the final measurement.
+        max_error: Largest relative error a configuration may have (None: no check).
 
     Returns:
         The tuning result (``from_wisdom`` tells whether it was measured now).
@@ -160,13 +181,13 @@ def autotune(
         return _stored_result(key, stored)
     r = int(w_shape[2])
     default = default or default_config(r)
-    trials = _Trials(x_shape, w_shape, padding, reps, seed)
+    trials = _Trials(x_shape, w_shape, padding, reps, seed, max_error)
     trials.measure(default)
     if knobs is not None:
         _coordinate_search(trials, default, knobs, rounds)
     else:
         _sweep(trials, list(space or search_space(r)), progress, key)
-    result = _final_measurement(trials, key, default, finalists, final_reps)
+    result = _final_measurement(trials, key, default, finalists, final_reps, compare_torch)
     store_entry(key, _wisdom_entry(result), path)
     return result
 
@@ -200,6 +221,7 @@ def _stored_result(key: str, stored: dict) -> TuneResult:
         trials=tuple((t["config"], t["seconds"]) for t in stored["trials"]),
         final=tuple((t["config"], t["seconds"]) for t in stored.get("final", ())),
         from_wisdom=True,
+        torch_s=stored.get("torch_s"),
     )
 
 
@@ -207,16 +229,41 @@ class _Trials:
     """The measurements of one tuning run on one random layer: each configuration once.
 
     Filters are transformed once per ``(m, points)`` (inference with fixed weights), and
-    every configuration is timed once (``reps`` repetitions after a warm-up call).
+    every configuration is timed once (``reps`` repetitions after a warm-up call). With
+    ``max_error``, a configuration whose output errs by more than that against a float64
+    convolution of the same data is not timed (infinite time, kept in ``rejected``).
     """
 
-    def __init__(self, x_shape: tuple, w_shape: tuple, padding: int, reps: int, seed: int):
+    def __init__(
+        self,
+        x_shape: tuple,
+        w_shape: tuple,
+        padding: int,
+        reps: int,
+        seed: int,
+        max_error: float | None = None,
+    ):
         rng = np.random.default_rng(seed)
         self.x = rng.standard_normal(x_shape, dtype=np.float32)
         self.w = rng.standard_normal(w_shape, dtype=np.float32)
-        self.padding, self.reps = padding, reps
+        self.padding, self.reps, self.max_error = padding, reps, max_error
         self.filters: dict[tuple, np.ndarray] = {}
         self.measured: dict[WinogradConfig, float] = {}
+        self.rejected: dict[WinogradConfig, float] = {}
+        self._reference: np.ndarray | None = None
+
+    def error_ok(self, cfg: WinogradConfig) -> bool:
+        """True when ``cfg`` is within the error budget (always without one)."""
+        if self.max_error is None:
+            return True
+        from hpcnb.winograd.numerics import direct_fp64, relative_error
+
+        if self._reference is None:
+            self._reference = direct_fp64(self.x, self.w, self.padding)
+        err = relative_error(self.runner(cfg)(), self._reference)
+        if err > self.max_error:
+            self.rejected[cfg] = err
+        return err <= self.max_error
 
     def runner(self, cfg: WinogradConfig) -> Callable[[], np.ndarray]:
         """One convolution of the layer with ``cfg``, its filters transformed beforehand."""
@@ -229,7 +276,11 @@ class _Trials:
 
     def measure(self, cfg: WinogradConfig) -> float:
         """Median seconds of ``cfg`` (timed on its first request only)."""
+        if cfg in self.rejected:
+            return float("inf")
         if cfg not in self.measured:
+            if not self.error_ok(cfg):
+                return float("inf")
             self.measured[cfg] = median_time(self.runner(cfg), repeats=self.reps, warmup=1).median
         return self.measured[cfg]
 
@@ -259,23 +310,43 @@ def _sweep(trials: _Trials, space: list[WinogradConfig], progress: bool | None, 
 
 
 def _final_measurement(
-    trials: _Trials, key: str, default: WinogradConfig, finalists: int, final_reps: int
+    trials: _Trials,
+    key: str,
+    default: WinogradConfig,
+    finalists: int,
+    final_reps: int,
+    compare_torch: bool = False,
 ) -> TuneResult:
-    """The default and the fastest few of the sweep timed again in interleaved rounds."""
+    """The default, the fastest few of the sweep (and torch) timed again, interleaved."""
     measured = trials.measured
     ranked = [c for c, _ in sorted(measured.items(), key=lambda kv: kv[1]) if c != default]
     finals = [default, *ranked[:finalists]]
-    timings = interleaved([trials.runner(c) for c in finals], repeats=final_reps, warmup=1)
-    final_s = [t.median for t in timings]
+    fns: list[Callable[[], object]] = [trials.runner(c) for c in finals]
+    if compare_torch:
+        from hpcnb.winograd.dispatch import torch_conv2d
+
+        x, w, padding = trials.x, trials.w, trials.padding
+        fns.append(lambda: torch_conv2d(x, w, padding))
+    timings = interleaved(fns, repeats=final_reps, warmup=1, calls=2, lead=1)
+    final_s = [t.median for t in timings[: len(finals)]]
     i_best = min(range(len(finals)), key=lambda i: (final_s[i], i))  # ties: the default
     trial_rows = tuple((asdict(c), t) for c, t in measured.items())
     final = tuple((asdict(c), t) for c, t in zip(finals, final_s, strict=True))
-    return TuneResult(key, finals[i_best], final_s[i_best], final_s[0], trial_rows, final)
+    return TuneResult(
+        key,
+        finals[i_best],
+        final_s[i_best],
+        final_s[0],
+        trial_rows,
+        final,
+        torch_s=timings[-1].median if compare_torch else None,
+        rejected=tuple((asdict(c), e) for c, e in trials.rejected.items()),
+    )
 
 
 def _wisdom_entry(result: TuneResult) -> dict:
     """The wisdom entry (schema of :mod:`~hpcnb.winograd.wisdom`) of a measured result."""
-    return {
+    entry = {
         "best": asdict(result.best),
         "best_s": result.best_s,
         "default_s": result.default_s,
@@ -283,6 +354,9 @@ def _wisdom_entry(result: TuneResult) -> dict:
         "final": [{"config": c, "seconds": s} for c, s in result.final],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if result.torch_s is not None:
+        entry["torch_s"] = result.torch_s
+    return entry
 
 
 @dataclass(frozen=True)

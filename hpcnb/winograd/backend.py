@@ -377,6 +377,7 @@ def conv2d_winograd(
     target: str | Backend = "cpu",
     m: int | None = None,
     wisdom: str | os.PathLike | None = None,
+    fallback: bool = False,
     **options: Any,
 ) -> Any:
     """Stride-1 2-D convolution by Winograd's minimal filtering on any target, like ``F.conv2d``.
@@ -386,6 +387,10 @@ def conv2d_winograd(
     (:func:`~hpcnb.winograd.conv.cached_filters`: a ``torch.Tensor`` until it is changed
     in place, a read-only NumPy array), and the per-machine wisdom
     (:mod:`~hpcnb.winograd.wisdom`) is read only when asked with ``config="wisdom"``.
+    With ``fallback=True`` (``"cpu"`` target) each layer shape runs by Winograd only where
+    that was measured faster than ``torch.nn.functional.conv2d``, and by torch otherwise
+    (:mod:`~hpcnb.winograd.dispatch`: the tuner's measurement of torch when ``config``
+    is ``"wisdom"``, else a short measurement on the first call of a shape).
 
     Args:
         x: Input ``(N, C, H, W)``, a ``torch.Tensor`` or NumPy array (computed in float32).
@@ -400,6 +405,8 @@ def conv2d_winograd(
         m: Outputs per tile side; overrides the configuration's ``m``.
         wisdom: Wisdom file read with ``config="wisdom"`` (default: see
             :func:`~hpcnb.winograd.wisdom.wisdom_path`).
+        fallback: Choose per layer shape between this configuration and torch's own
+            convolution (``"cpu"`` target only).
         **options: Target-specific options passed to its ``run`` (``threads_per_block``
             on ``"cuda"``, ``device`` on ``"opencl"``).
 
@@ -407,8 +414,9 @@ def conv2d_winograd(
         Output ``(N, K, Ho, Wo)`` float32, a tensor when ``x`` is one, else an array.
 
     Raises:
-        WinogradError: Invalid shapes, padding, m or config, or a ``wisdom`` file without
-            ``config="wisdom"`` (a ``ValueError``).
+        WinogradError: Invalid shapes, padding, m or config, a ``wisdom`` file without
+            ``config="wisdom"``, or ``fallback`` on a target other than ``"cpu"`` (a
+            ``ValueError``).
         PluginError: An unknown target (a ``ValueError``).
         BackendUnavailableError: The target cannot run here (a ``RuntimeError``).
     """
@@ -417,14 +425,51 @@ def conv2d_winograd(
     check_conv_args(xa.shape, wa.shape, padding)
     cfg = _resolve_config(backend, config, (xa.shape, wa.shape, padding), m, wisdom)
     backend.require()
+    if fallback:
+        choice = _fallback_choice(backend, (xa.shape, wa.shape, padding), cfg, config, wisdom)
+        if choice.path == "torch":
+            from hpcnb.winograd.dispatch import torch_conv2d
+
+            return _like(x, torch_conv2d(xa, wa, padding))
+        cfg = choice.config
     if backend.prepare is not None:
         options = {**backend.prepare(w, cfg), **options}
-    out = backend.run(xa, wa, padding, cfg, **options)
+    return _like(x, backend.run(xa, wa, padding, cfg, **options))
+
+
+def _like(x: Any, out: np.ndarray) -> Any:
+    """``out`` as a tensor when ``x`` is one, else the array."""
     if type(x).__module__.startswith("torch"):
         import torch
 
         return torch.from_numpy(out)
     return out
+
+
+def _fallback_choice(
+    backend: Backend,
+    shapes: tuple[tuple[int, ...], tuple[int, ...], int],
+    cfg: WinogradConfig,
+    config: WinogradConfig | str | None,
+    wisdom: str | os.PathLike | None,
+) -> Any:
+    """The layer's :class:`~hpcnb.winograd.dispatch.PathChoice`: kept, from wisdom, or measured."""
+    from hpcnb.winograd import dispatch
+
+    if backend.name != "cpu":
+        raise WinogradError(
+            f"conv2d_winograd: fallback=True compares with torch's CPU convolution, "
+            f"so it needs target='cpu' (got {backend.name!r})"
+        )
+    import numba
+
+    threads = cfg.threads or numba.get_num_threads()
+    choice = dispatch.known_choice(*shapes, threads)
+    if choice is None and config == "wisdom":
+        choice = dispatch.wisdom_choice(*shapes, threads, wisdom)
+    if choice is None or choice.config != cfg:
+        choice = dispatch.measure_choice(*shapes, cfg, threads)
+    return choice
 
 
 def _bound(plan: Plan, x: np.ndarray) -> Callable[[], np.ndarray]:

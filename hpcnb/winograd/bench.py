@@ -1,18 +1,29 @@
 """Timing Winograd convolution against PyTorch, a direct Numba kernel and im2col + GEMM.
 
-All four run in one process with the same fixed thread count (torch, Numba and BLAS),
+All run in one process with the same fixed thread count (torch, Numba and BLAS),
 on the same random float32 data, in interleaved rounds after one warm-up round; each
 time is the median of the rounds, and every round is kept so that speed-ups can be
 recorded as per-round ratios with an interval (:func:`round_geometric_means` combines
-them over layers). Layers are the 3×3 stride-1 convolutions of ResNet-18/34 (``C = K``,
-padding 1; :data:`RESNET_LAYERS`, with how often each shape occurs in
-:data:`RESNET_COUNTS`). Thread counts are pinned for the whole measurement and checked
-inside it (:func:`thread_counts`): a benchmark whose pools do not hold the asked count
-raises instead of reporting.
+them over layers). Each sample is the mean of two calls after an untimed one, so that a
+method does not pay for the previous method's threads still spinning on the cores
+(:func:`hpcnb.timing.interleaved`). Two Winograd timings are kept apart: the kernel alone
+(``winograd``) and the dispatching convolution (``dispatch``:
+``conv2d_winograd(..., fallback=True)``, which runs torch where that is faster, see
+:mod:`~hpcnb.winograd.dispatch`); ``winograd_gemm`` times the kernel's ``n²`` GEMMs
+alone. :func:`sgemm_rate` measures the reference rate of a large sgemm,
+:func:`blas_kernels` names the BLAS kernels that ran and :func:`load_check` records the
+load average (warning when it exceeds the core count). Layers are the 3×3 stride-1
+convolutions of ResNet-18/34 (``C = K``, padding 1; :data:`RESNET_LAYERS`, with how
+often each shape occurs in :data:`RESNET_COUNTS`). Thread counts are pinned for the whole
+measurement and checked inside it (:func:`thread_counts`): a benchmark whose pools do not
+hold the asked count raises instead of reporting.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -26,18 +37,24 @@ from hpcnb.winograd.conv import (
     filter_transform,
     winograd_numpy,
 )
+from hpcnb.winograd.dispatch import PathChoice, known_choice, remember_choice
+from hpcnb.winograd.fused import fused_plan, pack_panels
 
 __all__ = [
     "RESNET_COUNTS",
     "RESNET_LAYERS",
     "GainMeasurement",
     "Layer",
+    "LoadWarning",
     "benchmark_layer",
+    "blas_kernels",
     "check_threads",
     "geometric_mean",
     "layer_set",
+    "load_check",
     "measure_gain",
     "round_geometric_means",
+    "sgemm_rate",
     "smoke_layers",
     "thread_counts",
     "time_configs",
@@ -61,6 +78,78 @@ def thread_counts() -> dict[str, int]:
         if info.get("user_api") == "blas":
             out[f"blas{i}"] = int(info["num_threads"])
     return out
+
+
+class LoadWarning(UserWarning):
+    """The machine was busier than its core count while timings were taken."""
+
+
+def load_check(when: str) -> float:
+    """The 1-minute load average now; a :class:`LoadWarning` when it exceeds the core count.
+
+    Args:
+        when: Named in the warning (``"before the benchmark"``).
+
+    Returns:
+        The load average (``nan`` where the OS does not report it).
+    """
+    try:
+        load = float(os.getloadavg()[0])
+    except OSError:  # pragma: no cover - not on Linux/macOS
+        return float("nan")
+    cores = os.cpu_count() or 1
+    if load > cores:
+        warnings.warn(
+            f"load average {load:.2f} {when} exceeds the {cores} cores: other work competes "
+            "for the cores, so the timings are not evidence of speed",
+            LoadWarning,
+            stacklevel=2,
+        )
+    return load
+
+
+def blas_kernels() -> list[dict[str, object]]:
+    """The BLAS libraries loaded now: library, version, kernel type and thread count.
+
+    The kernel type (threadpoolctl's ``architecture``, e.g. ``SkylakeX`` or ``Haswell``
+    for OpenBLAS) says which instruction set the GEMMs ran with; ``OPENBLAS_CORETYPE``
+    forces it.
+    """
+    import scipy.linalg.cython_blas  # noqa: F401  (the BLAS behind Numba's np.dot)
+    from threadpoolctl import threadpool_info
+
+    return [
+        {
+            "library": i.get("internal_api"),
+            "version": i.get("version"),
+            "kernel": i.get("architecture"),
+            "threads": i.get("num_threads"),
+            "prefix": i.get("prefix"),
+        }
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+
+
+def sgemm_rate(threads: int, size: int = 2048, reps: int = 5, seed: int = 0) -> Timing:
+    """GFLOP/s of a large float32 matrix product (NumPy's BLAS, ``threads`` threads).
+
+    The reference "peak" the Winograd GEMMs are compared with. Each sample is one
+    ``size x size`` product after a warm-up call.
+
+    Args:
+        threads: BLAS threads.
+        size: Matrix side.
+        reps: Timed products.
+        seed: Seed of the data.
+
+    Returns:
+        A :class:`~hpcnb.timing.Timing` whose samples are GFLOP/s (median: the rate).
+    """
+    a = np.random.default_rng(seed).standard_normal((size, size), dtype=np.float32)
+    with pinned_threads(threads):
+        t = interleaved([lambda: a @ a], repeats=reps, warmup=1)[0]
+    return Timing.of([2.0 * size**3 / s / 1e9 for s in t.samples])
 
 
 def check_threads(threads: int) -> dict[str, int]:
@@ -180,11 +269,13 @@ def benchmark_layer(
     seed: int = 0,
     direct: bool = True,
     im2col: bool = True,
+    choice: PathChoice | None = None,
 ) -> dict:
-    """Median times of the four convolutions of one layer, with equal thread counts.
+    """Median times of every convolution of one layer, with equal thread counts.
 
-    All methods are timed in interleaved rounds (one call each per round) after a
-    warm-up, so that changes of machine load affect them alike.
+    All methods are timed in interleaved rounds after a warm-up round; each sample is
+    the mean of two calls after an untimed one, so that a change of machine load, or the
+    threads of the method before still spinning, affect none of them alone.
 
     Args:
         layer: The layer.
@@ -196,29 +287,50 @@ def benchmark_layer(
         seed: Seed of the data.
         direct: Also time the direct Numba kernel.
         im2col: Also time im2col + GEMM.
+        choice: The dispatcher's choice for this layer (e.g. from the tuner's wisdom);
+            None: the dispatcher measures on its first call (in the warm-up round).
 
     Returns:
-        Dict with ``layer``, ``<method>_s`` medians (``winograd_s`` with the filters
-        transformed once beforehand, as for inference with fixed weights, and
-        ``winograd_with_filter_transform_s`` including it), ``winograd_rel_error`` vs a
-        float64 direct convolution, ``threads_checked`` (:func:`thread_counts` inside the
-        pinned block),
-        the ratios of medians ``speedup_vs_torch``, ``speedup_vs_direct``,
-        ``speedup_vs_im2col``, and ``round_speedups``: ``{"torch": (...), "direct": (...),
-        "im2col": (...)}``, the per-round ratios (method time / Winograd time of the same
-        round), ``reps`` of each, and ``round_times``: ``{method: (seconds per round)}``.
+        Dict with ``layer``, ``<method>_s`` medians (``winograd_s``: the kernel alone with
+        the filters transformed once beforehand, as for inference with fixed weights;
+        ``winograd_with_filter_transform_s`` including it; ``dispatch_s``:
+        ``conv2d_winograd(..., fallback=True)`` on torch tensors; ``winograd_gemm_s``:
+        the kernel's GEMMs alone), ``path`` (the dispatcher's choice), ``block`` and
+        ``schedule`` (:func:`~hpcnb.winograd.fused.fused_plan`), ``gemm_gflops`` (the
+        GEMMs' rate), ``winograd_rel_error`` vs a float64 direct convolution,
+        ``threads_checked`` (:func:`thread_counts` inside the pinned block), the ratios of
+        medians ``speedup_vs_torch`` (kernel), ``dispatch_speedup_vs_torch``,
+        ``speedup_vs_direct``, ``speedup_vs_im2col``, ``round_speedups``:
+        ``{"torch": (...), "direct": (...), "im2col": (...), "dispatch": (...)}`` (per
+        round, that method's time / the kernel's time, except ``"dispatch"``: torch's
+        time / the dispatcher's), and ``round_times``: ``{method: (seconds per round)}``.
     """
     cfg = config or default_config(layer.r)
     if cfg.threads == 0 or cfg.threads > threads:
         cfg = replace(cfg, threads=threads)
     x, w = _layer_data(layer, seed)
+    pad = (layer.r - 1) // 2
+    if choice is not None:
+        remember_choice(
+            layer.x_shape,
+            layer.w_shape,
+            pad,
+            cfg.threads,
+            config=cfg,
+            winograd_s=choice.winograd_s,
+            torch_s=choice.torch_s,
+            source=choice.source,
+        )
     methods, U = _methods(layer, x, w, cfg, direct=direct, im2col=im2col)
     from hpcnb.winograd.numerics import direct_fp64, relative_error
 
-    ref = direct_fp64(x, w, (layer.r - 1) // 2)
+    ref = direct_fp64(x, w, pad)
     # every method runs with the same count as the Winograd configuration
     y, counts, timings = _measure_methods(layer, x, w, cfg, U, methods, reps)
-    return _layer_summary(layer, cfg, timings, relative_error(y, ref), counts)
+    out = _layer_summary(layer, cfg, timings, relative_error(y, ref), counts)
+    kept = known_choice(layer.x_shape, layer.w_shape, pad, cfg.threads)
+    out["path"] = kept.path if kept is not None else "winograd"
+    return out
 
 
 def _layer_data(layer: Layer, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -242,9 +354,13 @@ def _methods(
     import torch
     import torch.nn.functional as F
 
+    from hpcnb.winograd.backend import conv2d_winograd
+
     pad = (layer.r - 1) // 2
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
     U = filter_transform(w, cfg.m, cfg.points, dtype=np.float32)
+    if cfg.gemm == "numba":
+        U = pack_panels(U)  # pre-packed once, as the filter cache does
 
     def run_torch() -> None:
         with torch.no_grad():
@@ -253,6 +369,8 @@ def _methods(
     methods: dict[str, Callable[[], object]] = {
         "torch": run_torch,
         "winograd": lambda: winograd_numpy(x, w, pad, cfg, U=U),
+        "dispatch": lambda: conv2d_winograd(xt, wt, pad, config=cfg, fallback=True),
+        "winograd_gemm": lambda: winograd_numpy(x, w, pad, cfg, U=U, parts=2),
         "winograd_with_filter_transform": lambda: winograd_numpy(x, w, pad, cfg),
     }
     if im2col:
@@ -275,9 +393,9 @@ def _measure_methods(
     with pinned_threads(cfg.threads):
         counts = check_threads(cfg.threads)
         y = winograd_numpy(x, w, (layer.r - 1) // 2, cfg, U=U)
-        # one warm-up round (and compile), then interleaved rounds: a change of machine
-        # load hits every method alike
-        timings = interleaved(methods, repeats=reps, warmup=1)
+        # one warm-up round (compile; the dispatcher's first call decides), then
+        # interleaved rounds: a change of machine load hits every method alike
+        timings = interleaved(methods, repeats=reps, warmup=1, calls=2, lead=1)
         check_threads(cfg.threads)  # nothing changed the pools while timing
     return y, counts, timings
 
@@ -289,32 +407,42 @@ def _layer_summary(
     rel_error: float,
     counts: dict[str, int],
 ) -> dict:
-    """Medians, speed-ups and per-round times and ratios of one layer's timings."""
+    """Medians, speed-ups, rates and per-round times and ratios of one layer's timings."""
     med = {k: t.median for k, t in timings.items()}
     t_wino = med["winograd"]
+    n = cfg.m + layer.r - 1
+    tiles = layer.N * math.ceil(layer.H / cfg.m) ** 2
+    block, schedule = fused_plan(tiles, layer.C, layer.C, n, cfg.threads, cfg)
     out = {
         "layer": layer.name,
         "N": layer.N,
         "C": layer.C,
         "H": layer.H,
         "m": cfg.m,
+        "gemm": cfg.gemm,
+        "block": block,
+        "schedule": schedule,
         "threads": cfg.threads,
         "points": cfg.points,
         "winograd_rel_error": rel_error,
         "threads_checked": counts,
         "winograd_gflops_equiv": layer.flops / t_wino / 1e9,
+        "gemm_gflops": 2.0 * n * n * layer.C * layer.C * tiles / med["winograd_gemm"] / 1e9,
     }
     out.update({f"{k}_s": v for k, v in med.items()})
     out["speedup_vs_torch"] = med["torch"] / t_wino
+    out["dispatch_speedup_vs_torch"] = med["torch"] / med["dispatch"]
     for k in ("direct", "im2col"):
         if k in med:
             out[f"speedup_vs_{k}"] = med[k] / t_wino
     out["round_times"] = {k: t.samples for k, t in timings.items()}
-    out["round_speedups"] = {
+    per_round: dict[str, tuple[float, ...]] = {
         k: ratios(timings[k], timings["winograd"])
         for k in ("torch", "direct", "im2col")
         if k in timings
     }
+    per_round["dispatch"] = ratios(timings["torch"], timings["dispatch"])
+    out["round_speedups"] = per_round
     return out
 
 

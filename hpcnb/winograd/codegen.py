@@ -24,20 +24,22 @@ Kernels (NCHW, tile ``p`` of ``P = N·tiles_h·tiles_w`` covers outputs
   of each ``(k, tile)``, writing only the outputs inside the image (border tiles);
 * CUDA only: ``batched_gemm(U, V, Mt)``: ``Mt[ab] = U[ab] @ V[ab]`` for every ``ab < n²``
   (on the CPU the products are a BLAS or Numba batched GEMM, see ``hpcnb.winograd.conv``);
-* CPU only, the fused path (:func:`_cpu_vector_functions`): ``fused_tiles`` and
-  ``fused_stages(x, U, out, pad, tiles_h, tiles_w, block, use_blas)`` run the whole layer
-  block by block (gather + input transform vectorised across tiles, the ``n²`` GEMMs,
-  output transform + scatter), from ``in_vec``, ``out_vec``, ``gather``, ``scatter``
-  and ``gemm_block``.
+* CPU only, the fused path (:func:`_cpu_vector_functions`, :mod:`~hpcnb.winograd.fused`):
+  ``fused_<schedule>_<gemm>(x, U, out, pad, tiles_h, tiles_w, block, parts)`` run the
+  whole layer block by block (gather + input transform vectorised across tiles, the
+  ``n²`` GEMMs by BLAS or the generated micro-kernel, output transform + scatter).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
+
+import numpy as np
 
 from hpcnb.codecache import load_generated, source_digest
 from hpcnb.paths import cache_root
@@ -66,7 +68,7 @@ __all__ = [
 ]
 
 ConstFmt = Callable[[Fraction], str]
-_CODEGEN_VERSION = "9"
+_CODEGEN_VERSION = "13"
 
 
 def kernel_cache_dir() -> Path:
@@ -425,11 +427,6 @@ def _cpu_tails(progs: TransformPrograms) -> dict[str, list[str]]:
     }
 
 
-def _lines(text: str) -> list[str]:
-    """The lines of a generated block written as one indented text (outer blank lines cut)."""
-    return text.strip("\n").split("\n")
-
-
 def _vec_lines(sig: str, loads: list[str], body: list[str], stores: list[str]) -> list[str]:
     """A Numba function ``sig`` running a straight-line tile body for each tile ``q < L``."""
     head = ["@numba.njit(cache=True)", f"def {sig}:", "    for q in range(L):"]
@@ -452,207 +449,26 @@ def _out_vec_lines(progs: TransformPrograms) -> list[str]:
     return _vec_lines("out_vec(Mt, k, Y, L)", loads, output_body(progs, python_constant), stores)
 
 
-def _gather_lines(progs: TransformPrograms) -> list[str]:
-    """``gather``: the ``n x n`` patches of ``L`` tiles of one channel, zero outside the image."""
-    n, m = progs.transform.n, progs.transform.m
-    origin = "\n".join(_indent(_origin_lines("h0", "w0", m, " - pad"), 8))
-    return _lines(f"""
-@numba.njit(cache=True)
-def gather(x, c, p0, L, D, pad, tiles_h, tiles_w):
-    H = x.shape[2]
-    W = x.shape[3]
-    tpi = tiles_h * tiles_w
-    for q in range(L):
-{origin}
-        if h0 >= 0 and w0 >= 0 and h0 + {n} <= H and w0 + {n} <= W:
-            for i in range({n}):
-                for j in range({n}):
-                    D[i * {n} + j, q] = x[b, c, h0 + i, w0 + j]
-        else:
-            for i in range({n}):
-                hh = h0 + i
-                for j in range({n}):
-                    ww = w0 + j
-                    if 0 <= hh < H and 0 <= ww < W:
-                        D[i * {n} + j, q] = x[b, c, hh, ww]
-                    else:
-                        D[i * {n} + j, q] = ZERO
-""")
-
-
-def _scatter_lines(progs: TransformPrograms) -> list[str]:
-    """``scatter``: one filter's ``m x m`` outputs of ``L`` tiles into the image (clipped)."""
-    m = progs.transform.m
-    origin = "\n".join(_indent(_origin_lines("oh", "ow", m, ""), 8))
-    return _lines(f"""
-@numba.njit(cache=True)
-def scatter(Y, out, k, p0, L, tiles_h, tiles_w):
-    Ho = out.shape[2]
-    Wo = out.shape[3]
-    tpi = tiles_h * tiles_w
-    for q in range(L):
-{origin}
-        for i in range(min({m}, Ho - oh)):
-            for j in range(min({m}, Wo - ow)):
-                out[b, k, oh + i, ow + j] = Y[i * {m} + j, q]
-""")
-
-
-def _gemm_block_lines(progs: TransformPrograms) -> list[str]:
-    """``gemm_block``: the register-blocked Numba GEMM (the same for every ``F(m, r)``)."""
-    return _lines("""
-@numba.njit(cache=True)
-def gemm_block(A, B, Cm):
-    # Cm = A @ B for A (K, C), B (C, L), four rows of Cm per pass over B (register blocking)
-    K = A.shape[0]
-    C = A.shape[1]
-    L = B.shape[1]
-    k4 = K - K % 4
-    for k in range(0, k4, 4):
-        for q in range(L):
-            Cm[k, q] = ZERO
-            Cm[k + 1, q] = ZERO
-            Cm[k + 2, q] = ZERO
-            Cm[k + 3, q] = ZERO
-        for c in range(C):
-            a0 = A[k, c]
-            a1 = A[k + 1, c]
-            a2 = A[k + 2, c]
-            a3 = A[k + 3, c]
-            for q in range(L):
-                bv = B[c, q]
-                Cm[k, q] += a0 * bv
-                Cm[k + 1, q] += a1 * bv
-                Cm[k + 2, q] += a2 * bv
-                Cm[k + 3, q] += a3 * bv
-    for k in range(k4, K):
-        for q in range(L):
-            Cm[k, q] = ZERO
-        for c in range(C):
-            a0 = A[k, c]
-            for q in range(L):
-                Cm[k, q] += a0 * B[c, q]
-""")
-
-
-def _products_lines(progs: TransformPrograms) -> list[str]:
-    """``products``: GEMM number ``t`` of a block, by BLAS or by ``gemm_block``."""
-    return _lines("""
-@numba.njit(cache=True)
-def products(U, V, Mt, t, use_blas):
-    if use_blas:
-        Mt[t] = np.dot(U[t], V[t])
-    else:
-        gemm_block(U[t], V[t], Mt[t])
-""")
-
-
-def _fused_lines(name: str, comment: tuple[str, str], body: str) -> list[str]:
-    """A fused driver ``name(x, U, out, pad, tiles_h, tiles_w, block, use_blas)``.
-
-    Its two ``comment`` lines and the layer's sizes ``C``, ``K`` and ``P`` come first, then
-    ``body`` (text indented as the function body).
-    """
-    sizes = ["C = x.shape[1]", "K = U.shape[1]", "P = x.shape[0] * tiles_h * tiles_w"]
-    return [
-        "@numba.njit(parallel=True, cache=True)",
-        f"def {name}(x, U, out, pad, tiles_h, tiles_w, block, use_blas):",
-        *_indent([f"# {line}" for line in comment] + sizes, 4),
-        *_lines(body),
-    ]
-
-
-def _fused_tiles_lines(progs: TransformPrograms) -> list[str]:
-    """``fused_tiles``: the whole layer, one block of tiles per parallel work item."""
-    n, m = progs.transform.n, progs.transform.m
-    comment = (
-        "one block of tiles per work item: gather + input transform, n² GEMMs, output",
-        "transform + scatter, all on private scratch of the thread that runs the block",
-    )
-    body = f"""
-    nblk = (P + block - 1) // block
-    for bi in numba.prange(nblk):
-        p0 = bi * block
-        L = min(block, P - p0)
-        D = np.empty(({n * n}, L), dtype=x.dtype)
-        V = np.empty(({n * n}, C, L), dtype=x.dtype)
-        for c in range(C):
-            gather(x, c, p0, L, D, pad, tiles_h, tiles_w)
-            in_vec(D, V, c, L)
-        Mt = np.empty(({n * n}, K, L), dtype=x.dtype)
-        for t in range({n * n}):
-            products(U, V, Mt, t, use_blas)
-        Y = np.empty(({m * m}, L), dtype=x.dtype)
-        for k in range(K):
-            out_vec(Mt, k, Y, L)
-            scatter(Y, out, k, p0, L, tiles_h, tiles_w)
-"""
-    return _fused_lines("fused_tiles", comment, body)
-
-
-def _fused_stages_lines(progs: TransformPrograms) -> list[str]:
-    """``fused_stages``: blocks in sequence, each stage parallel (for few tiles)."""
-    n, m = progs.transform.n, progs.transform.m
-    comment = (
-        "blocks in sequence, each stage parallel: over channels (gather + input transform),",
-        "over the n² GEMMs, over filters (output transform + scatter); for few tiles",
-    )
-    body = f"""
-    B = min(block, P)
-    V = np.empty(({n * n}, C, B), dtype=x.dtype)
-    Mt = np.empty(({n * n}, K, B), dtype=x.dtype)
-    for p0 in range(0, P, B):
-        L = min(B, P - p0)
-        Vb = V if L == B else np.empty(({n * n}, C, L), dtype=x.dtype)
-        Mb = Mt if L == B else np.empty(({n * n}, K, L), dtype=x.dtype)
-        for c in numba.prange(C):
-            D = np.empty(({n * n}, L), dtype=x.dtype)
-            gather(x, c, p0, L, D, pad, tiles_h, tiles_w)
-            in_vec(D, Vb, c, L)
-        for t in numba.prange({n * n}):
-            products(U, Vb, Mb, t, use_blas)
-        for k in numba.prange(K):
-            Y = np.empty(({m * m}, L), dtype=x.dtype)
-            out_vec(Mb, k, Y, L)
-            scatter(Y, out, k, p0, L, tiles_h, tiles_w)
-"""
-    return _fused_lines("fused_stages", comment, body)
-
-
-#: The kernels of the fused CPU path, in the order they are written into the module.
-_VECTOR_KERNELS: tuple[Callable[[TransformPrograms], list[str]], ...] = (
-    _in_vec_lines,
-    _out_vec_lines,
-    _gather_lines,
-    _scatter_lines,
-    _gemm_block_lines,
-    _products_lines,
-    _fused_tiles_lines,
-    _fused_stages_lines,
-)
-
-
 def _cpu_vector_functions(progs: TransformPrograms) -> list[str]:
-    """The fused path: tile bodies applied to a vector of tiles, gather, scatter, drivers.
+    """The fused path: the tile transforms applied to a vector of tiles, then the rest.
 
-    Layout of one block of ``L`` consecutive tiles (tile ``p0 + q``, ``q < L``):
-
-    * ``D[i*n + j, q]``: the gathered ``n x n`` patch of one channel (zero outside the
-      image), ``n² x L``: the tile gather, consumed at once by the input transform;
-    * ``V[ab, c, q]``: transformed input, ``n² x C x L``, contiguous in ``q``;
-    * ``Mt[ab, k, q] = Σ_c U[ab, k, c] V[ab, c, q]``: the ``n²`` independent GEMMs
-      (``K x C`` times ``C x L``), by BLAS (``np.dot``, one thread per call) or by the
-      register-blocked Numba loop ``gemm_block``;
-    * ``Y[i*m + j, q]``: one filter's output tiles, scattered into ``out`` at once.
-
-    The transform loops run over ``q`` with the straight-line body inside, so every load
-    and store is unit-stride in ``q`` and the loop vectorises across tiles. Each kernel
-    comes from its own generator (:data:`_VECTOR_KERNELS`); two blank lines separate them.
+    ``in_vec(D, V, c, L)`` and ``out_vec(Mt, k, Y, L)`` run the straight-line tile bodies
+    for each tile ``q < L`` with ``q`` innermost, so every load and store is unit-stride in
+    ``q`` and the loop vectorises across tiles; gather, scatter, the GEMMs and the drivers
+    come from :func:`~hpcnb.winograd.fused.fused_functions` (layout and schedules there).
     """
-    lines: list[str] = []
-    for i, kernel in enumerate(_VECTOR_KERNELS):
-        lines += ["", "", *kernel(progs)] if i else kernel(progs)
-    return lines
+    from hpcnb.winograd.fused import fused_functions
+
+    n, m = progs.transform.n, progs.transform.m
+    return [
+        *_in_vec_lines(progs),
+        "",
+        "",
+        *_out_vec_lines(progs),
+        "",
+        "",
+        *fused_functions(n, m),
+    ]
 
 
 CPU_TARGET = PythonTarget(
@@ -667,7 +483,7 @@ CPU_TARGET = PythonTarget(
 )
 """Numba CPU: small non-parallel tile functions (``in_tile``, ``out_tile``) called from
 ``prange`` drivers (the unfused path, border tiles through a zero-filled scratch patch),
-and the fused path of :func:`_cpu_vector_functions` (``fused_tiles``, ``fused_stages``)."""
+and the fused path of :func:`_cpu_vector_functions` (``fused_<schedule>_<gemm>``)."""
 
 
 def _cuda_tails(progs: TransformPrograms) -> dict[str, list[str]]:
@@ -747,6 +563,49 @@ def cuda_source(progs: TransformPrograms, dtype: str = "float32") -> str:
 
 _LOADED: dict[str, ModuleType] = {}
 
+#: LLVM's limit on the run-time alias checks its loop vectoriser may add: raised for the
+#: tile loops (:func:`wide_vectoriser`), LLVM's default otherwise.
+VECTORISER_CHECKS = 4096
+DEFAULT_VECTORISER_CHECKS = 128
+
+
+@contextlib.contextmanager
+def wide_vectoriser() -> Iterator[None]:
+    """Let LLVM vectorise the generated tile loops compiled inside the block.
+
+    A generated transform loop reads ``n²`` rows of one array and writes ``n²`` rows of
+    another, one element per tile each; LLVM cannot prove that the rows do not overlap, so
+    vectorising across tiles needs a run-time check per pair of streams (1296 for
+    ``F(4,3)``), more than its default limit of 128 allows (the loop then runs one tile at
+    a time, 2-6x slower). The limit is a process-wide LLVM option, raised only while the
+    tile loops compile: raised for a whole driver, LLVM spends about six times longer
+    compiling it. It changes which loops are vectorised, never what any loop computes.
+    """
+    import llvmlite.binding as llvm
+
+    llvm.set_option("hpcnb", f"-vectorize-memory-check-threshold={VECTORISER_CHECKS}")
+    try:
+        yield
+    finally:
+        llvm.set_option("hpcnb", f"-vectorize-memory-check-threshold={DEFAULT_VECTORISER_CHECKS}")
+
+
+def _compile_tile_loops(mod: ModuleType, dtype: str) -> None:
+    """Compile ``in_vec`` and ``out_vec`` of a CPU module under :func:`wide_vectoriser`.
+
+    For the signatures the drivers call them with (the channel or filter index is an
+    ``int64`` in a ``range`` loop and a ``uint64`` in a ``prange`` loop), so that the
+    drivers, compiled later with LLVM's default limit, link the vectorised loops; entries
+    in Numba's on-disk cache are loaded instead of compiled.
+    """
+    import numba
+
+    f = numba.from_dtype(np.dtype(dtype))
+    with wide_vectoriser():
+        for idx in (numba.int64, numba.uint64):
+            mod.in_vec.compile((f[:, ::1], f[:, :, ::1], idx, numba.int64))
+            mod.out_vec.compile((f[:, :, ::1], idx, f[:, ::1], numba.int64))
+
 
 def load_module(source: str, stem: str) -> ModuleType:
     """Write ``source`` to the cache folder (content-addressed), verify it and import it.
@@ -797,13 +656,22 @@ def target_kernels(
         level: Optimisation level of the transforms (``"naive"``, ``"paired"``, ``"searched"``).
 
     Returns:
-        The module, with ``SOURCE`` (the generated text) and ``PROGRAMS`` set.
+        The module, with ``SOURCE`` (the generated text) and ``PROGRAMS`` set (memoised per
+        arguments: rendering the text takes milliseconds, a convolution call may not).
     """
-    progs = transform_programs(m, r, points, level)
-    src = render_module(progs, target, dtype)
-    mod = load_module(src, f"{target.key}_" + _stem(m, r, points, dtype, level))
-    vars(mod).update(SOURCE=src, PROGRAMS=progs)
-    return mod
+    key = (target, m, r, points, dtype, level)
+    if key not in _KERNELS:
+        progs = transform_programs(m, r, points, level)
+        src = render_module(progs, target, dtype)
+        mod = load_module(src, f"{target.key}_" + _stem(m, r, points, dtype, level))
+        vars(mod).update(SOURCE=src, PROGRAMS=progs)
+        if hasattr(mod, "in_vec"):
+            _compile_tile_loops(mod, dtype)
+        _KERNELS[key] = mod
+    return _KERNELS[key]
+
+
+_KERNELS: dict[tuple, ModuleType] = {}
 
 
 def cpu_kernels(
@@ -813,7 +681,8 @@ def cpu_kernels(
 
     The module holds ``in_tile``, ``out_tile``, ``input_transform`` and
     ``output_transform`` (the unfused path, whose products are a BLAS or Numba batched
-    GEMM in :mod:`hpcnb.winograd.conv`), and the fused ``fused_tiles`` and ``fused_stages``.
+    GEMM in :mod:`hpcnb.winograd.conv`), and the fused drivers ``fused_<schedule>_<gemm>``
+    (:func:`~hpcnb.winograd.fused.driver_name`).
 
     Args:
         m, r, points, dtype, level: The kernels' ``F(m, r)`` (outputs per tile, filter size),

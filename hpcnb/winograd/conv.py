@@ -48,6 +48,7 @@ from hpcnb.winograd.codegen import (
     source_excerpt,
 )
 from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
+from hpcnb.winograd.fused import ALL_PARTS, PANEL_ROWS, driver_name, fused_plan, pack_panels
 from hpcnb.winograd.opcount import transform_programs
 from hpcnb.winograd.transforms import validate_mr
 
@@ -59,7 +60,6 @@ __all__ = [
     "conv2d_im2col",
     "conv2d_winograd",  # the one call of every target, defined in hpcnb.winograd.backend
     "filter_transform",
-    "fused_plan",
     "winograd_numpy",
 ]
 
@@ -140,44 +140,6 @@ def _blas_one_thread() -> contextlib.AbstractContextManager:
     return _BLAS[0].limit(limits=1, user_api="blas")
 
 
-def fused_plan(P: int, C: int, K: int, n: int, threads: int, config: WinogradConfig):
-    """Block size and schedule of the fused path for ``P`` tiles.
-
-    The automatic block keeps one block's transformed input and products
-    (``n² (C + K) B`` floats) within about 1 MiB, the size of a core's share of L2 on this
-    class of CPU, at most 128 tiles (at least 8 where the tiles allow), and at most
-    ``ceil(P / threads)`` tiles, so that every thread gets a block. The ``"tiles"``
-    schedule (whole blocks per thread, one fork and join per call) is chosen when there
-    is a block for every thread, else ``"stages"`` (one block of all tiles, each stage
-    parallel). Measured here under load, ``tiles`` with one block per thread beat
-    ``stages`` also on the few-tile layers (7x7 and 14x14 maps at batch 1): it
-    synchronises once instead of three times per block.
-
-    Args:
-        P: Tiles of the layer (``N · tiles_h · tiles_w``).
-        C: Input channels.
-        K: Output channels.
-        n: Tile side ``m + r - 1``.
-        threads: Threads that will run it.
-        config: ``block_tiles`` and ``schedule`` (0 / ``"auto"``: chosen here).
-
-    Returns:
-        ``(block, schedule)``.
-    """
-    threads = max(threads, 1)
-    if config.block_tiles > 0:
-        block = min(config.block_tiles, P)
-    else:
-        block = max(8, min(128, (2**20 // 4) // (n * n * (C + K))))
-        block = max(1, min(block, -(-P // threads)))
-    schedule = config.schedule
-    if schedule == "auto":
-        schedule = "tiles" if -(-P // block) >= threads else "stages"
-    if schedule == "stages" and config.block_tiles <= 0:
-        block = min(P, 256)  # one block: the transformed filters U are read once
-    return block, schedule
-
-
 def winograd_numpy(
     x: np.ndarray,
     w: np.ndarray,
@@ -185,11 +147,13 @@ def winograd_numpy(
     config: WinogradConfig,
     dtype: str = "float32",
     U: np.ndarray | None = None,
+    parts: int = ALL_PARTS,
 ) -> np.ndarray:
     """Winograd convolution of NumPy arrays with the generated kernels.
 
     With ``config.fused`` (the default) one generated kernel does the whole layer block by
-    block (see :func:`fused_plan` and the layout in :mod:`~hpcnb.winograd.codegen`);
+    block (see :func:`~hpcnb.winograd.fused.fused_plan` and the layout in
+    :mod:`~hpcnb.winograd.fused`);
     otherwise, and always for fp16 storage, three passes over whole-layer buffers: the
     input transform into ``V (n², C, tiles)``, the batched products, the output transform.
 
@@ -200,7 +164,11 @@ def winograd_numpy(
         config: Run configuration.
         dtype: Arithmetic precision, ``"float32"`` or ``"float64"``.
         U: Pre-transformed filters from :func:`filter_transform` for ``config.m`` and
-            ``config.points`` (inference with fixed weights); computed when None.
+            ``config.points`` (inference with fixed weights), or for ``gemm="numba"`` the
+            same packed by :func:`~hpcnb.winograd.fused.pack_panels`; computed when None.
+        parts: Fused path only: bit mask of the stages to run (1 input transform, 2 GEMMs,
+            4 output transform), to time a stage alone; other values leave ``out``
+            partly unwritten.
 
     Returns:
         Output ``(N, K, Ho, Wo)`` of ``dtype``.
@@ -216,18 +184,30 @@ def winograd_numpy(
     x = np.ascontiguousarray(x, dtype=np_dtype)
     if U is None:
         U = filter_transform(w, m, config.points, dtype=np_dtype)
-    elif U.shape != (n * n, K, C):
-        raise WinogradError(f"winograd_numpy: U must have shape {(n * n, K, C)}, got {U.shape}")
+    packed = (n * n, -(-K // PANEL_ROWS), C, PANEL_ROWS)
+    if U.shape != (n * n, K, C) and not (U.shape == packed and config.gemm == "numba"):
+        raise WinogradError(
+            f"winograd_numpy: U must have shape {(n * n, K, C)}"
+            + (f" or, packed, {packed}" if config.gemm == "numba" else "")
+            + f", got {U.shape}"
+        )
+    if not isinstance(parts, int) or not 0 <= parts <= ALL_PARTS:
+        raise WinogradError(f"winograd_numpy: parts must be an int in 0..7, got {parts!r}")
     U = np.ascontiguousarray(U, dtype=np_dtype)
     tiles_h, tiles_w = math.ceil(Ho / m), math.ceil(Wo / m)
     P = N * tiles_h * tiles_w
     out = np.empty((N, K, Ho, Wo), dtype=np_dtype)
     if config.fused and config.storage == "fp32":
+        if config.gemm == "numba" and U.ndim == 3:
+            U = pack_panels(U)
         with _pinned(config.threads, blas=False), _blas_one_thread():
-            block, schedule = fused_plan(P, C, K, n, numba.get_num_threads(), config)
-            run = kern.fused_tiles if schedule == "tiles" else kern.fused_stages
-            run(x, U, out, padding, tiles_h, tiles_w, block, config.gemm == "blas")
+            threads = numba.get_num_threads()
+            block, schedule = fused_plan(P, C, K, n, threads, config)
+            run = getattr(kern, driver_name(schedule, config.gemm))
+            run(x, U, out, padding, tiles_h, tiles_w, block, parts, threads)
         return out
+    if U.ndim == 4:
+        raise WinogradError("winograd_numpy: packed filters run only on the fused fp32 path")
     if config.storage == "fp16":
         U = U.astype(np.float16).astype(np_dtype)
     B = P if config.block_tiles <= 0 else min(config.block_tiles, P)
@@ -270,8 +250,13 @@ def _weight_key(w) -> tuple | None:
     return None
 
 
-def cached_filters(w: Any, m: int, points: str | tuple = "default") -> np.ndarray | None:
+def cached_filters(
+    w: Any, m: int, points: str | tuple = "default", packed: bool = False
+) -> np.ndarray | None:
     """Transformed filters ``U`` of ``w`` for ``F(m, r)``, computed once per weight.
+
+    A change of the weight in place (a tensor's version counter) makes a new entry, so
+    stale filters are never used.
 
     The cache (least recently used first out, at most :data:`FILTER_CACHE_BYTES`) holds a
     reference to each weight, so an address cannot be reused while its entry lives.
@@ -280,20 +265,24 @@ def cached_filters(w: Any, m: int, points: str | tuple = "default") -> np.ndarra
         w: Filters ``(K, C, r, r)``: a ``torch.Tensor`` or a read-only NumPy array.
         m: Outputs per tile side.
         points: Point set.
+        packed: Packed in panels for the micro-kernel (:func:`~hpcnb.winograd.fused.pack_panels`).
 
     Returns:
-        ``(n², K, C)`` float32, or None for a writable NumPy array (not cacheable).
+        ``(n², K, C)`` float32 (packed: ``(n², ceil(K/8), C, 8)``), or None for a writable
+        NumPy array (not cacheable).
     """
     wk = _weight_key(w)
     if wk is None:
         return None
-    key = (*wk, m, points)
+    key = (*wk, m, points, packed)
     hit = _FILTERS.get(key)
     if hit is not None:
         _FILTERS.move_to_end(key)
         return hit[1]
     wa = w.detach().cpu().numpy() if hasattr(w, "detach") else w
     U = filter_transform(np.asarray(wa), m, points, dtype=np.float32)
+    if packed:
+        U = pack_panels(U)
     _FILTERS[key] = (w, U)
     while sum(u.nbytes for _, u in _FILTERS.values()) > FILTER_CACHE_BYTES and len(_FILTERS) > 1:
         _FILTERS.popitem(last=False)
@@ -305,12 +294,15 @@ def _plan(
 ) -> Callable[[np.ndarray], np.ndarray]:
     """The CPU target's plan: the filters transformed once, then :func:`winograd_numpy`."""
     U = filter_transform(w, config.m, config.points, dtype=np.float32)
+    if config.fused and config.storage == "fp32" and config.gemm == "numba":
+        U = pack_panels(U)
     return lambda x: winograd_numpy(x, w, padding, config, U=U)
 
 
 def _prepare(w: Any, config: WinogradConfig) -> dict[str, Any]:
     """The transformed filters of ``w`` from :func:`cached_filters` (None: not cacheable)."""
-    return {"U": cached_filters(w, config.m, config.points)}
+    packed = config.fused and config.storage == "fp32" and config.gemm == "numba"
+    return {"U": cached_filters(w, config.m, config.points, packed)}
 
 
 def _excerpt(m: int, r: int, lines: int) -> dict[str, str]:

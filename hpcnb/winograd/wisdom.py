@@ -30,6 +30,7 @@ Schema (format 1)::
          "best": <config>, "best_s": <s>, "default_s": <s>,
          "trials": [{"config": <config>, "seconds": <s>}, ...],
          "final": [{"config": <config>, "seconds": <s>}, ...],   # optional
+         "torch_s": <s>,              # optional: torch's conv2d in the final rounds
          "measured_at": "<ISO 8601 time>"}}}}                    # optional
 
 where the shape key is :func:`shape_key`'s, ``<config>`` holds fields of
@@ -245,13 +246,15 @@ def _validate(data: object) -> dict:
                 entry,
                 epath,
                 {"best", "best_s", "default_s", "trials"},
-                {"final", "measured_at"},
+                {"final", "measured_at", "torch_s"},
             )
             _check_config(e["best"], _where(epath, "best"), r)
             _check_seconds(e["best_s"], _where(epath, "best_s"))
             _check_seconds(e["default_s"], _where(epath, "default_s"))
             _check_timings(e["trials"], _where(epath, "trials"), r)
             _check_timings(e.get("final", []), _where(epath, "final"), r)
+            if "torch_s" in e:
+                _check_seconds(e["torch_s"], _where(epath, "torch_s"))
             if not isinstance(e.get("measured_at", ""), str):
                 raise _WisdomError(f"{_where(epath, 'measured_at')}: expected a string")
     return top
