@@ -19,6 +19,23 @@ def test_interleaved_order_and_samples():
     assert isinstance(seq, list) and len(seq) == 2
 
 
+def test_interleaved_calls_and_lead_per_sample():
+    order: list[str] = []
+    t = interleaved(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+        repeats=2,
+        warmup=0,
+        calls=3,
+        lead=1,
+    )
+    assert order == ["a"] * 4 + ["b"] * 4 + ["a"] * 4 + ["b"] * 4  # 1 untimed + 3 timed each
+    assert all(x.repeats == 2 for x in t.values())
+    with pytest.raises(TimingError, match="calls >= 1"):
+        interleaved([lambda: None], calls=0)
+    with pytest.raises(TimingError, match="lead >= 0"):
+        interleaved([lambda: None], lead=-1)
+
+
 def test_interleaved_rejects_bad_arguments():
     with pytest.raises(TimingError, match="at least one"):
         interleaved({}, repeats=1)

@@ -131,6 +131,8 @@ MALFORMED_JSON = {
         "['final'][0]['config']['m']: expected int",
     ),
     "measured_at a number": (json.dumps(_wisdom(_entry(measured_at=5))), "expected a string"),
+    "torch_s negative": (json.dumps(_wisdom(_entry(torch_s=-1.0))), "['torch_s']: expected"),
+    "torch_s a string": (json.dumps(_wisdom(_entry(torch_s="1"))), "number of seconds, got str"),
     "NaN": (json.dumps(_wisdom(_entry(best_s=float("nan")))), "non-finite number NaN"),
     "Infinity": (json.dumps(_wisdom(_entry(default_s=float("inf")))), "non-finite number Infinity"),
     "-Infinity": (

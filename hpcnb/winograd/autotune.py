@@ -143,7 +143,8 @@ def autotune(
     ``conv2d_winograd(..., config="wisdom", fallback=True)`` runs the layer by torch.
     Each final sample is the mean of two calls after an untimed one
     (:func:`hpcnb.timing.interleaved`). With ``max_error`` a configuration whose output
-    on the tuning data errs by more (relative to a float64 convolution) is not timed.
+    on the tuning data errs by more (relative to a float64 convolution) is not timed; the
+    default configuration is always kept, as the reference the choice never loses to.
 
     Args:
         x_shape: Input shape ``(N, C, H, W)``.
@@ -181,7 +182,7 @@ def autotune(
         return _stored_result(key, stored)
     r = int(w_shape[2])
     default = default or default_config(r)
-    trials = _Trials(x_shape, w_shape, padding, reps, seed, max_error)
+    trials = _Trials(x_shape, w_shape, padding, reps, seed, max_error, keep=default)
     trials.measure(default)
     if knobs is not None:
         _coordinate_search(trials, default, knobs, rounds)
@@ -231,7 +232,8 @@ class _Trials:
     Filters are transformed once per ``(m, points)`` (inference with fixed weights), and
     every configuration is timed once (``reps`` repetitions after a warm-up call). With
     ``max_error``, a configuration whose output errs by more than that against a float64
-    convolution of the same data is not timed (infinite time, kept in ``rejected``).
+    convolution of the same data is not timed (infinite time, kept in ``rejected``),
+    except ``keep`` (the default configuration).
     """
 
     def __init__(
@@ -242,19 +244,20 @@ class _Trials:
         reps: int,
         seed: int,
         max_error: float | None = None,
+        keep: WinogradConfig | None = None,
     ):
         rng = np.random.default_rng(seed)
         self.x = rng.standard_normal(x_shape, dtype=np.float32)
         self.w = rng.standard_normal(w_shape, dtype=np.float32)
-        self.padding, self.reps, self.max_error = padding, reps, max_error
+        self.padding, self.reps, self.max_error, self.keep = padding, reps, max_error, keep
         self.filters: dict[tuple, np.ndarray] = {}
         self.measured: dict[WinogradConfig, float] = {}
         self.rejected: dict[WinogradConfig, float] = {}
         self._reference: np.ndarray | None = None
 
     def error_ok(self, cfg: WinogradConfig) -> bool:
-        """True when ``cfg`` is within the error budget (always without one)."""
-        if self.max_error is None:
+        """True when ``cfg`` is within the error budget (always without one, or for ``keep``)."""
+        if self.max_error is None or cfg == self.keep:
             return True
         from hpcnb.winograd.numerics import direct_fp64, relative_error
 
