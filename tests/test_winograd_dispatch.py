@@ -1,4 +1,4 @@
-"""Tests of the per-layer fallback to torch, the micro-kernel, packing and the tuner's torch time."""
+"""Tests of the per-layer fallback to torch, the micro-kernel, packing, torch in the wisdom."""
 
 from __future__ import annotations
 
