@@ -401,6 +401,7 @@ def regret_study(
     tune_reps: int = 1,
     seed: int = 0,
     path: str | os.PathLike | None = None,
+    max_error: float | None = None,
 ) -> RegretResult:
     """Tune one shape by coordinate search, then time the whole space to find its best.
 
@@ -419,13 +420,22 @@ def regret_study(
         tune_reps: The tuner's repetitions per configuration.
         seed: Seed of the data.
         path: Wisdom file.
+        max_error: The tuner's error budget (see :func:`autotune`).
 
     Returns:
         The comparison.
     """
     t0 = time.perf_counter()
     res = autotune(
-        x_shape, w_shape, padding, knobs=knobs, reps=tune_reps, seed=seed, path=path, reuse=False
+        x_shape,
+        w_shape,
+        padding,
+        knobs=knobs,
+        reps=tune_reps,
+        seed=seed,
+        path=path,
+        reuse=False,
+        max_error=max_error,
     )
     tune_s = time.perf_counter() - t0
     configs = list(dict.fromkeys([*space, res.best]))

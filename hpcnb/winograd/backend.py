@@ -421,17 +421,18 @@ def conv2d_winograd(
         BackendUnavailableError: The target cannot run here (a ``RuntimeError``).
     """
     backend = get_backend(target)
-    xa, wa = _as_array(x, np.float32), _as_array(w)
-    check_conv_args(xa.shape, wa.shape, padding)
-    cfg = _resolve_config(backend, config, (xa.shape, wa.shape, padding), m, wisdom)
+    shapes = (tuple(np.shape(x)), tuple(np.shape(w)), padding)
+    check_conv_args(*shapes)
+    cfg = _resolve_config(backend, config, shapes, m, wisdom)
     backend.require()
     if fallback:
-        choice = _fallback_choice(backend, (xa.shape, wa.shape, padding), cfg, config, wisdom)
+        choice = _fallback_choice(backend, shapes, cfg, config, wisdom)
         if choice.path == "torch":
             from hpcnb.winograd.dispatch import torch_conv2d
 
-            return _like(x, torch_conv2d(xa, wa, padding))
+            return torch_conv2d(x, w, padding)
         cfg = choice.config
+    xa, wa = _as_array(x, np.float32), _as_array(w)
     if backend.prepare is not None:
         options = {**backend.prepare(w, cfg), **options}
     return _like(x, backend.run(xa, wa, padding, cfg, **options))

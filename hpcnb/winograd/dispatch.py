@@ -159,27 +159,27 @@ def clear_choices() -> None:
     _CHOICES.clear()
 
 
-def torch_conv2d(x: np.ndarray, w: np.ndarray, padding: int) -> np.ndarray:
-    """``torch.nn.functional.conv2d`` of float32 NumPy arrays (stride 1, no bias).
+def torch_conv2d(x: Any, w: Any, padding: int) -> Any:
+    """``torch.nn.functional.conv2d`` in float32 (stride 1, no bias), tensors or arrays.
 
     Args:
-        x: Input ``(N, C, H, W)``.
-        w: Filters ``(K, C, r, r)``.
+        x: Input ``(N, C, H, W)``: a ``torch.Tensor`` (used as it is when float32) or an
+            array.
+        w: Filters ``(K, C, r, r)``, likewise.
         padding: Zero padding.
 
     Returns:
-        The ``(N, K, Ho, Wo)`` float32 output.
+        The ``(N, K, Ho, Wo)`` float32 output: a tensor when ``x`` is one, else an array.
     """
     import torch
     import torch.nn.functional as F
 
+    as_tensor = isinstance(x, torch.Tensor)
+    xt = x.float() if as_tensor else torch.from_numpy(np.ascontiguousarray(x, np.float32))
+    wt = w.float() if isinstance(w, torch.Tensor) else torch.from_numpy(np.asarray(w, np.float32))
     with torch.no_grad():
-        y = F.conv2d(
-            torch.from_numpy(np.ascontiguousarray(x, np.float32)),
-            torch.from_numpy(np.ascontiguousarray(w, np.float32)),
-            padding=padding,
-        )
-    return y.numpy()
+        y = F.conv2d(xt, wt, padding=padding)
+    return y if as_tensor else y.numpy()
 
 
 def measure_choice(
