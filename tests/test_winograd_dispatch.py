@@ -23,7 +23,7 @@ from hpcnb.winograd.dispatch import (
     remember_choice,
     wisdom_choice,
 )
-from hpcnb.winograd.fused import PANEL_ROWS, pack_panels
+from hpcnb.winograd.fused import PANEL_ROWS, assembly_summary, pack_panels
 from hpcnb.winograd.numerics import direct_fp64, relative_error
 
 
@@ -167,3 +167,14 @@ def test_benchmark_helpers_report_blas_load_and_rate(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_check("now") == 0.1
+
+
+def test_assembly_summary_counts_vector_registers():
+    import llvmlite.binding as llvm
+
+    summary = assembly_summary(2, 3, "default")
+    assert set(summary) == {"gemm_panels", "in_vec"}
+    assert all(set(v) == {"zmm", "ymm", "fma_zmm"} for v in summary.values())
+    if "+avx512f" in llvm.get_host_cpu_features().flatten().split(","):
+        assert summary["gemm_panels"]["fma_zmm"] > 0  # the micro-kernel's FMAs are 512-bit
+        assert summary["in_vec"]["zmm"] > 0  # the tile loop is vectorised across tiles

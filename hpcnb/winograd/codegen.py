@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 ConstFmt = Callable[[Fraction], str]
-_CODEGEN_VERSION = "13"
+_CODEGEN_VERSION = "14"
 
 
 def kernel_cache_dir() -> Path:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -48,7 +49,14 @@ from hpcnb.winograd.codegen import (
     source_excerpt,
 )
 from hpcnb.winograd.config import WinogradConfig, WinogradError, default_config
-from hpcnb.winograd.fused import ALL_PARTS, PANEL_ROWS, driver_name, fused_plan, pack_panels
+from hpcnb.winograd.fused import (
+    ALL_PARTS,
+    PANEL_ROWS,
+    driver_name,
+    fused_plan,
+    pack_panels,
+    workspace_size,
+)
 from hpcnb.winograd.opcount import transform_programs
 from hpcnb.winograd.transforms import validate_mr
 
@@ -122,6 +130,26 @@ def _filter_kernel(w, G, U):  # pragma: no cover - compiled
                 for i in range(r):
                     acc += G[a, i] * T[i, b]
                 U[a * n + b, k, c] = acc
+
+
+_WORK = threading.local()
+
+
+def _workspace(size: int, dtype: np.dtype) -> np.ndarray:
+    """This thread's workspace of the fused path: at least ``size`` elements, kept between calls.
+
+    One buffer per calling thread (two threads convolving at once never share scratch),
+    grown when a layer needs more; keeping it avoids allocating and faulting in megabytes
+    of scratch on every call.
+    """
+    key = np.dtype(dtype).str
+    bufs = getattr(_WORK, "buffers", None)
+    if bufs is None:
+        bufs = _WORK.buffers = {}
+    buf = bufs.get(key)
+    if buf is None or buf.size < size:
+        buf = bufs[key] = np.empty(max(size, 1), dtype=dtype)
+    return buf
 
 
 _BLAS: list = []
@@ -204,8 +232,20 @@ def winograd_numpy(
         with _pinned(config.threads, blas=False), _blas_one_thread():
             threads = numba.get_num_threads()
             block, schedule = fused_plan(P, C, K, n, threads, config)
+            size = workspace_size(P, C, K, n, m, block, schedule, threads)
             run = getattr(kern, driver_name(schedule, config.gemm))
-            run(x, U, out, padding, tiles_h, tiles_w, block, parts, threads)
+            run(
+                x,
+                U,
+                out,
+                padding,
+                tiles_h,
+                tiles_w,
+                block,
+                parts,
+                threads,
+                _workspace(size, np_dtype),
+            )
         return out
     if U.ndim == 4:
         raise WinogradError("winograd_numpy: packed filters run only on the fused fp32 path")

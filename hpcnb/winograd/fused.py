@@ -27,7 +27,10 @@ allocated with one spare row each: with ``C`` a multiple of 64 and ``L`` of 16, 
 is a multiple of 4 KiB, and the ``n²`` streams a transform reads or writes would all
 map to the same cache sets. Every driver
 takes ``parts``, a bit mask of the stages to run (1 input, 2 GEMMs, 4 output), so that
-one stage can be timed alone, and ``threads``, the number of Numba threads in force.
+one stage can be timed alone, ``threads``, the number of Numba threads in force, and
+``work``, a float buffer of at least :func:`workspace_size` elements from which it carves
+its scratch: allocating several MB per call would cost a page fault per 4 KiB page
+whenever the allocator returns them to the system in between.
 The generated text comes from :func:`fused_functions`, which
 :mod:`~hpcnb.winograd.codegen` writes into the CPU module.
 """
@@ -46,11 +49,13 @@ __all__ = [
     "ALL_PARTS",
     "PANEL_ROWS",
     "TILES_PER_THREAD",
+    "assembly_summary",
     "driver_name",
     "fused_functions",
     "fused_plan",
     "l2_bytes",
     "pack_panels",
+    "workspace_size",
 ]
 
 PANEL_ROWS = 8
@@ -264,36 +269,44 @@ def products_panels(U, V, Mt, t, acc):
 
 
 def _tiles_driver(n: int, m: int, gemm: str) -> list[str]:
-    """``fused_tiles_<gemm>``: each thread runs whole blocks on its own scratch."""
+    """``fused_tiles_<gemm>``: each thread runs whole blocks on its own part of ``work``."""
+    n2 = n * n
     return _lines(f"""
 @numba.njit(parallel=True, cache=True)
-def fused_tiles_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads):
-    # each thread owns every nth-th block and its scratch: gather + input transform,
-    # the n² GEMMs and output transform + scatter of a block run back to back on one core
+def fused_tiles_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads, work):
+    # each thread owns every nth-th block and one part of the workspace: gather + input
+    # transform, the n² GEMMs and output transform + scatter of a block run on one core
     C = x.shape[1]
     K = out.shape[1]
     P = x.shape[0] * tiles_h * tiles_w
     nblk = (P + block - 1) // block
     nth = max(1, min(threads, nblk))
+    part = block * ({n2} * (C + K + 3) + {m * m + PANEL_ROWS})
     for ti in numba.prange(nth):
-        L = block
-        D = np.zeros(({n * n}, L), dtype=x.dtype)
-        V = np.zeros(({n * n}, C + 1, L), dtype=x.dtype)
-        Mt = np.zeros(({n * n}, K + 1, L), dtype=x.dtype)
-        Y = np.empty(({m * m}, L), dtype=x.dtype)
-        acc = np.empty(({PANEL_ROWS}, L), dtype=x.dtype)
+        o = ti * part
+        D = work[o : o + {n2} * block].reshape(({n2}, block))
+        Y = work[o + {n2} * block : o + {n2 + m * m} * block].reshape(({m * m}, block))
+        o_acc = o + {n2 + m * m} * block
+        acc = work[o_acc : o_acc + {PANEL_ROWS} * block].reshape(({PANEL_ROWS}, block))
+        o_v = o_acc + {PANEL_ROWS} * block
+        L = 0
         for bi in range(ti, nblk, nth):
             p0 = bi * block
-            if P - p0 < L:  # the last, shorter block: exact sizes keep each V[t] contiguous
-                L = P - p0
-                V = np.zeros(({n * n}, C + 1, L), dtype=x.dtype)
-                Mt = np.zeros(({n * n}, K + 1, L), dtype=x.dtype)
+            if min(block, P - p0) != L:  # exact sizes keep each V[t] contiguous
+                L = min(block, P - p0)
+                V = work[o_v : o_v + {n2} * (C + 1) * L].reshape(({n2}, C + 1, L))
+                o_m = o_v + {n2} * (C + 1) * L
+                Mt = work[o_m : o_m + {n2} * (K + 1) * L].reshape(({n2}, K + 1, L))
+                if not parts & 1:
+                    V[:] = ZERO
+                if not parts & 2:
+                    Mt[:] = ZERO
             if parts & 1:
                 for c in range(C):
                     gather(x, c, p0, L, D, pad, tiles_h, tiles_w)
                     in_vec(D, V, c, L)
             if parts & 2:
-                for t in range({n * n}):
+                for t in range({n2}):
                     products_{gemm}(U, V, Mt, t, acc)
             if parts & 4:
                 for k in range(K):
@@ -304,9 +317,10 @@ def fused_tiles_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads):
 
 def _stages_driver(n: int, m: int, gemm: str) -> list[str]:
     """``fused_stages_<gemm>``: blocks in sequence, each stage parallel (for few tiles)."""
+    n2 = n * n
     return _lines(f"""
 @numba.njit(parallel=True, cache=True)
-def fused_stages_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads):
+def fused_stages_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads, work):
     # blocks in sequence, each stage parallel: over channels (gather + input transform),
     # over the n² GEMMs, over filters (output transform + scatter); for few tiles
     C = x.shape[1]
@@ -315,15 +329,20 @@ def fused_stages_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads)
     B = min(block, P)
     for p0 in range(0, P, B):
         L = min(B, P - p0)
-        V = np.zeros(({n * n}, C + 1, L), dtype=x.dtype)
-        Mt = np.zeros(({n * n}, K + 1, L), dtype=x.dtype)
+        V = work[: {n2} * (C + 1) * L].reshape(({n2}, C + 1, L))
+        o_m = {n2} * (C + 1) * L
+        Mt = work[o_m : o_m + {n2} * (K + 1) * L].reshape(({n2}, K + 1, L))
+        if not parts & 1:
+            V[:] = ZERO
+        if not parts & 2:
+            Mt[:] = ZERO
         if parts & 1:
             for c in numba.prange(C):
-                D = np.empty(({n * n}, L), dtype=x.dtype)
+                D = np.empty(({n2}, L), dtype=x.dtype)
                 gather(x, c, p0, L, D, pad, tiles_h, tiles_w)
                 in_vec(D, V, c, L)
         if parts & 2:
-            for t in numba.prange({n * n}):
+            for t in numba.prange({n2}):
                 acc = np.empty(({PANEL_ROWS}, L), dtype=x.dtype)
                 products_{gemm}(U, V, Mt, t, acc)
         if parts & 4:
@@ -332,6 +351,31 @@ def fused_stages_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads)
                 out_vec(Mt, k, Y, L)
                 scatter(Y, out, k, p0, L, tiles_h, tiles_w)
 """)
+
+
+def workspace_size(
+    P: int, C: int, K: int, n: int, m: int, block: int, schedule: str, threads: int
+) -> int:
+    """Elements of the workspace a fused driver carves its scratch from.
+
+    ``tiles``: one part per thread (at most one per block) holding ``D``, ``Y``, the
+    micro-kernel's accumulator and one block's ``V`` and ``Mt``; ``stages``: one block's
+    ``V`` and ``Mt``.
+
+    Args:
+        P: Tiles of the layer.
+        C: Input channels.
+        K: Output channels.
+        n: Tile side.
+        m: Outputs per tile side.
+        block: Tiles per block (from :func:`fused_plan`).
+        schedule: ``"tiles"`` or ``"stages"``.
+        threads: Numba threads in force.
+    """
+    if schedule == "stages":
+        return n * n * (C + K + 2) * min(block, P)
+    parts = max(1, min(threads, -(-P // block)))
+    return parts * block * (n * n * (C + K + 3) + m * m + PANEL_ROWS)
 
 
 def fused_functions(n: int, m: int) -> list[str]:
@@ -353,3 +397,46 @@ def fused_functions(n: int, m: int) -> list[str]:
     for i, block in enumerate(blocks):
         lines += ["", "", *block] if i else block
     return lines
+
+
+def assembly_summary(m: int = 4, r: int = 3, points: str = "accurate") -> dict[str, dict[str, int]]:
+    """Vector registers and FMAs in the machine code of the micro-kernel and the tile loop.
+
+    Numba does not show the machine code of functions loaded from its cache, so the two
+    kernels are compiled here once more from the generated source, without the cache, for
+    this CPU (as Numba compiles them: LLVM targeting the host), the input transform under
+    the same raised alias-check limit as in :mod:`~hpcnb.winograd.codegen`.
+
+    Args:
+        m: Outputs per tile side of the generated module.
+        r: Filter size.
+        points: Point set.
+
+    Returns:
+        ``{"gemm_panels": counts, "in_vec": counts}`` where ``counts`` holds the number of
+        mentions of ``zmm`` (512-bit), ``ymm`` (256-bit) registers and of packed FMA
+        instructions on ``zmm`` registers (``fma_zmm``).
+    """
+    import re
+
+    import numba
+
+    from hpcnb.winograd.codegen import cpu_source, wide_vectoriser
+    from hpcnb.winograd.opcount import transform_programs
+
+    source = cpu_source(transform_programs(m, r, points)).replace("cache=True", "cache=False")
+    namespace: dict = {}
+    exec(compile(source, f"<assembly of F({m},{r})>", "exec"), namespace)
+    f32 = numba.float32
+    with wide_vectoriser():
+        namespace["in_vec"].compile((f32[:, ::1], f32[:, :, ::1], numba.int64, numba.int64))
+    namespace["gemm_panels"].compile((f32[:, :, ::1], f32[:, ::1], f32[:, ::1], f32[:, ::1]))
+    out = {}
+    for name in ("gemm_panels", "in_vec"):
+        asm = "\n".join(namespace[name].inspect_asm().values())
+        out[name] = {
+            "zmm": len(re.findall(r"%zmm", asm)),
+            "ymm": len(re.findall(r"%ymm", asm)),
+            "fma_zmm": len(re.findall(r"vfmadd\w*ps[^\n]*%zmm", asm)),
+        }
+    return out
