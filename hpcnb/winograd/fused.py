@@ -38,8 +38,8 @@ The generated text comes from :func:`fused_functions`, which
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -68,19 +68,16 @@ TILES_PER_THREAD = 128
 """Below this many tiles per thread the automatic plan runs the ``stages`` schedule."""
 
 
-@lru_cache(maxsize=1)
 def l2_bytes() -> int:
     """This machine's L2 cache per core in bytes (from sysfs; 1 MiB when it cannot be read)."""
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    for index in sorted(base.glob("index*")) if base.is_dir() else []:
-        try:
-            level = (index / "level").read_text().strip()
-            size = (index / "size").read_text().strip().upper()
-        except OSError:
-            continue
-        if level == "2" and size[:-1].isdigit() and size[-1] in "KM":
-            return int(size[:-1]) * (1024 if size[-1] == "K" else 1024 * 1024)
-    return 1024 * 1024
+    from hpcnb.perfmodel.features import cache_bytes_per_core
+
+    return _l2_once(cache_bytes_per_core)
+
+
+@lru_cache(maxsize=1)
+def _l2_once(read: Callable[[], int]) -> int:
+    return int(read())
 
 
 def fused_plan(
@@ -268,6 +265,25 @@ def products_panels(U, V, Mt, t, acc):
 """)
 
 
+def _slabs(base: str, n2: int, indent: int) -> str:
+    """Lines carving ``V`` and ``Mt`` of ``L`` tiles from ``work`` at ``base`` ("": 0).
+
+    Each is zeroed when the stage that writes it is not run, so a stage timed alone reads
+    no garbage.
+    """
+    start, plus = (f"{base} : {base} + ", f"{base} + ") if base else (": ", "")
+    lines = [
+        f"V = work[{start}{n2} * (C + 1) * L].reshape(({n2}, C + 1, L))",
+        f"o_m = {plus}{n2} * (C + 1) * L",
+        f"Mt = work[o_m : o_m + {n2} * (K + 1) * L].reshape(({n2}, K + 1, L))",
+        "if not parts & 1:",
+        "    V[:] = ZERO",
+        "if not parts & 2:",
+        "    Mt[:] = ZERO",
+    ]
+    return "\n".join(" " * indent + line for line in lines)
+
+
 def _tiles_driver(n: int, m: int, gemm: str) -> list[str]:
     """``fused_tiles_<gemm>``: each thread runs whole blocks on its own part of ``work``."""
     n2 = n * n
@@ -294,13 +310,7 @@ def fused_tiles_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads, 
             p0 = bi * block
             if min(block, P - p0) != L:  # exact sizes keep each V[t] contiguous
                 L = min(block, P - p0)
-                V = work[o_v : o_v + {n2} * (C + 1) * L].reshape(({n2}, C + 1, L))
-                o_m = o_v + {n2} * (C + 1) * L
-                Mt = work[o_m : o_m + {n2} * (K + 1) * L].reshape(({n2}, K + 1, L))
-                if not parts & 1:
-                    V[:] = ZERO
-                if not parts & 2:
-                    Mt[:] = ZERO
+{_slabs("o_v", n2, 16)}
             if parts & 1:
                 for c in range(C):
                     gather(x, c, p0, L, D, pad, tiles_h, tiles_w)
@@ -329,13 +339,7 @@ def fused_stages_{gemm}(x, U, out, pad, tiles_h, tiles_w, block, parts, threads,
     B = min(block, P)
     for p0 in range(0, P, B):
         L = min(B, P - p0)
-        V = work[: {n2} * (C + 1) * L].reshape(({n2}, C + 1, L))
-        o_m = {n2} * (C + 1) * L
-        Mt = work[o_m : o_m + {n2} * (K + 1) * L].reshape(({n2}, K + 1, L))
-        if not parts & 1:
-            V[:] = ZERO
-        if not parts & 2:
-            Mt[:] = ZERO
+{_slabs("", n2, 8)}
         if parts & 1:
             for c in numba.prange(C):
                 D = np.empty(({n2}, L), dtype=x.dtype)
