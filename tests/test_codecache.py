@@ -300,6 +300,7 @@ def test_winograd_tampered_kernel_file_is_regenerated(tmp_path, monkeypatch):
     marker = tmp_path / "marker"
     path.write_text(mod.SOURCE + _marker_line(marker) + TAMPER)
     monkeypatch.setattr(codegen, "_LOADED", {})  # as in a new process
+    monkeypatch.setattr(codegen, "_KERNELS", {})
     with pytest.warns(CodeCacheWarning, match=path.name):
         again = codegen.cpu_kernels(2, 3)
     assert not marker.exists() and path.read_text() == again.SOURCE

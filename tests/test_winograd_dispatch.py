@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 import numpy as np
@@ -11,7 +12,13 @@ import torch
 import torch.nn.functional as F
 
 from hpcnb.winograd import WinogradConfig, autotune, conv2d_winograd
-from hpcnb.winograd.bench import LoadWarning, blas_kernels, load_check, sgemm_rate
+from hpcnb.winograd.bench import (
+    LoadWarning,
+    assembly_summary,
+    blas_kernels,
+    load_check,
+    sgemm_rate,
+)
 from hpcnb.winograd.codegen import cpu_kernels
 from hpcnb.winograd.conv import cached_filters, filter_transform, winograd_numpy
 from hpcnb.winograd.dispatch import (
@@ -23,7 +30,7 @@ from hpcnb.winograd.dispatch import (
     remember_choice,
     wisdom_choice,
 )
-from hpcnb.winograd.fused import PANEL_ROWS, assembly_summary, pack_panels
+from hpcnb.winograd.fused import PANEL_ROWS, pack_panels
 from hpcnb.winograd.numerics import direct_fp64, relative_error
 
 
@@ -78,8 +85,11 @@ def test_fallback_measures_once_and_is_cpu_only():
     assert known_choice(x.shape, w.shape, 1, 1) is first  # kept, not measured again
     with pytest.raises(ValueError, match="target='cpu'"):
         conv2d_winograd(x, w, padding=1, fallback=True, target="opencl")
-    again = measure_choice(x.shape, w.shape, 1, cfg, 1, reps=2)
-    assert again.path in ("winograd", "torch") and again.gain == again.torch_s / again.winograd_s
+    slow = measure_choice(
+        x.shape, w.shape, 1, cfg, 1, winograd=lambda: time.sleep(0.003), torch=lambda: None, reps=2
+    )
+    assert slow.path == "torch" and slow.gain == slow.torch_s / slow.winograd_s < 1
+    assert known_choice(x.shape, w.shape, 1, 1) is slow  # the newest measurement is kept
 
 
 @pytest.mark.parametrize("K,C,L", [(8, 16, 16), (13, 7, 5), (1, 1, 1), (17, 33, 40), (24, 3, 17)])

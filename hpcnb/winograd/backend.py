@@ -455,7 +455,7 @@ def _fallback_choice(
     wisdom: str | os.PathLike | None,
 ) -> Any:
     """The layer's :class:`~hpcnb.winograd.dispatch.PathChoice`: kept, from wisdom, or measured."""
-    from hpcnb.winograd import dispatch
+    import hpcnb.winograd.dispatch as dispatch
 
     if backend.name != "cpu":
         raise WinogradError(
@@ -469,7 +469,18 @@ def _fallback_choice(
     if choice is None and config == "wisdom":
         choice = dispatch.wisdom_choice(*shapes, threads, wisdom)
     if choice is None or choice.config != cfg:
-        choice = dispatch.measure_choice(*shapes, cfg, threads)
+        x_shape, w_shape, padding = shapes
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(x_shape, dtype=np.float32)
+        w = rng.standard_normal(w_shape, dtype=np.float32)
+        plan = backend.make_plan(x_shape, w, padding, cfg)  # filters transformed once
+        choice = dispatch.measure_choice(
+            *shapes,
+            cfg,
+            threads,
+            winograd=lambda: plan(x),
+            torch=lambda: dispatch.torch_conv2d(x, w, padding),
+        )
     return choice
 
 

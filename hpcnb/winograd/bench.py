@@ -46,6 +46,7 @@ __all__ = [
     "GainMeasurement",
     "Layer",
     "LoadWarning",
+    "assembly_summary",
     "benchmark_layer",
     "blas_kernels",
     "check_threads",
@@ -544,3 +545,46 @@ def measure_gain(
     t_def, t_tuned = _config_timings(layer, [default, tuned], threads=threads, reps=reps, seed=seed)
     d, t = t_def.median, t_tuned.median
     return GainMeasurement(d, t, d / t, ratios(t_def, t_tuned), False)
+
+
+def assembly_summary(m: int = 4, r: int = 3, points: str = "accurate") -> dict[str, dict[str, int]]:
+    """Vector registers and FMAs in the machine code of the micro-kernel and the tile loop.
+
+    Numba does not show the machine code of functions loaded from its cache, so the two
+    kernels are compiled here once more from the generated source, without the cache, for
+    this CPU (as Numba compiles them: LLVM targeting the host), the input transform under
+    the same raised alias-check limit as in :mod:`~hpcnb.winograd.codegen`.
+
+    Args:
+        m: Outputs per tile side of the generated module.
+        r: Filter size.
+        points: Point set.
+
+    Returns:
+        ``{"gemm_panels": counts, "in_vec": counts}`` where ``counts`` holds the number of
+        mentions of ``zmm`` (512-bit), ``ymm`` (256-bit) registers and of packed FMA
+        instructions on ``zmm`` registers (``fma_zmm``).
+    """
+    import re
+
+    import numba
+
+    from hpcnb.winograd.codegen import cpu_source, wide_vectoriser
+    from hpcnb.winograd.opcount import transform_programs
+
+    source = cpu_source(transform_programs(m, r, points)).replace("cache=True", "cache=False")
+    namespace: dict = {}
+    exec(compile(source, f"<assembly of F({m},{r})>", "exec"), namespace)
+    f32 = numba.float32
+    with wide_vectoriser():
+        namespace["in_vec"].compile((f32[:, ::1], f32[:, :, ::1], numba.int64, numba.int64))
+    namespace["gemm_panels"].compile((f32[:, :, ::1], f32[:, ::1], f32[:, ::1], f32[:, ::1]))
+    out = {}
+    for name in ("gemm_panels", "in_vec"):
+        asm = "\n".join(namespace[name].inspect_asm().values())
+        out[name] = {
+            "zmm": len(re.findall(r"%zmm", asm)),
+            "ymm": len(re.findall(r"%ymm", asm)),
+            "fma_zmm": len(re.findall(r"vfmadd\w*ps[^\n]*%zmm", asm)),
+        }
+    return out

@@ -659,7 +659,7 @@ def target_kernels(
         The module, with ``SOURCE`` (the generated text) and ``PROGRAMS`` set (memoised per
         arguments: rendering the text takes milliseconds, a convolution call may not).
     """
-    key = (target, m, r, points, dtype, level)
+    key = (kernel_cache_dir(), target, m, r, points, dtype, level)
     if key not in _KERNELS:
         progs = transform_programs(m, r, points, level)
         src = render_module(progs, target, dtype)

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,41 +193,35 @@ def measure_choice(
     config: WinogradConfig,
     threads: int,
     *,
+    winograd: Callable[[], object],
+    torch: Callable[[], object],
     reps: int = 5,
-    seed: int = 0,
 ) -> PathChoice:
-    """Time the Winograd kernel and torch on random data of the layer, and keep the choice.
+    """Time the Winograd convolution and torch's on one layer, and keep the choice.
 
-    Both run with ``threads`` threads (torch's pool and Numba's pinned), the filters
-    transformed beforehand, in ``reps`` interleaved rounds after a warm-up round; each
-    sample is the mean of two calls after an untimed one (see
-    :func:`hpcnb.timing.interleaved`).
+    Both run with ``threads`` threads (torch's pool and Numba's pinned) in ``reps``
+    interleaved rounds after a warm-up round; each sample is the mean of two calls after an
+    untimed one (see :func:`hpcnb.timing.interleaved`).
 
     Args:
         x_shape: Input shape.
         w_shape: Filter shape.
         padding: Zero padding.
-        config: The Winograd configuration to compare.
+        config: The Winograd configuration compared.
         threads: Threads for both.
+        winograd: One Winograd convolution of the layer (filters prepared beforehand).
+        torch: One ``torch.nn.functional.conv2d`` of the same data.
         reps: Interleaved rounds.
-        seed: Seed of the random data.
 
     Returns:
         The kept choice (``source="measured"``).
     """
     from hpcnb.timing import pinned_threads
-    from hpcnb.winograd.conv import filter_transform, winograd_numpy
 
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(x_shape, dtype=np.float32)
-    w = rng.standard_normal(w_shape, dtype=np.float32)
-    U = filter_transform(w, config.m, config.points, dtype=np.float32)
-    fns: dict[str, Any] = {
-        "winograd": lambda: winograd_numpy(x, w, padding, config, U=U),
-        "torch": lambda: torch_conv2d(x, w, padding),
-    }
     with pinned_threads(threads):
-        t = interleaved(fns, repeats=reps, warmup=1, calls=2, lead=1)
+        t = interleaved(
+            {"winograd": winograd, "torch": torch}, repeats=reps, warmup=1, calls=2, lead=1
+        )
     return remember_choice(
         x_shape,
         w_shape,
