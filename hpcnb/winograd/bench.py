@@ -94,10 +94,9 @@ def load_check(when: str) -> float:
     Returns:
         The load average (``nan`` where the OS does not report it).
     """
-    try:
-        load = float(os.getloadavg()[0])
-    except OSError:  # pragma: no cover - not on Linux/macOS
-        return float("nan")
+    from hpcnb.perfmodel.protocol import load_average
+
+    load = load_average()[0]
     cores = os.cpu_count() or 1
     if load > cores:
         warnings.warn(

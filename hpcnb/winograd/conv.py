@@ -335,15 +335,19 @@ def _plan(
 ) -> Callable[[np.ndarray], np.ndarray]:
     """The CPU target's plan: the filters transformed once, then :func:`winograd_numpy`."""
     U = filter_transform(w, config.m, config.points, dtype=np.float32)
-    if config.fused and config.storage == "fp32" and config.gemm == "numba":
+    if _packed(config):
         U = pack_panels(U)
     return lambda x: winograd_numpy(x, w, padding, config, U=U)
 
 
+def _packed(config: WinogradConfig) -> bool:
+    """True when ``config`` runs the micro-kernel, which reads the filters packed in panels."""
+    return config.fused and config.storage == "fp32" and config.gemm == "numba"
+
+
 def _prepare(w: Any, config: WinogradConfig) -> dict[str, Any]:
     """The transformed filters of ``w`` from :func:`cached_filters` (None: not cacheable)."""
-    packed = config.fused and config.storage == "fp32" and config.gemm == "numba"
-    return {"U": cached_filters(w, config.m, config.points, packed)}
+    return {"U": cached_filters(w, config.m, config.points, _packed(config))}
 
 
 def _excerpt(m: int, r: int, lines: int) -> dict[str, str]:

@@ -38,7 +38,6 @@ The generated text comes from :func:`fused_functions`, which
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -67,16 +66,12 @@ TILES_PER_THREAD = 128
 """Below this many tiles per thread the automatic plan runs the ``stages`` schedule."""
 
 
+@lru_cache(maxsize=1)
 def l2_bytes() -> int:
     """This machine's L2 cache per core in bytes (from sysfs; 1 MiB when it cannot be read)."""
     from hpcnb.perfmodel.features import cache_bytes_per_core
 
-    return _l2_once(cache_bytes_per_core)
-
-
-@lru_cache(maxsize=1)
-def _l2_once(read: Callable[[], int]) -> int:
-    return int(read())
+    return cache_bytes_per_core()
 
 
 def fused_plan(
